@@ -1,0 +1,148 @@
+//! Word-skipping primitives, chosen once at runtime.
+//!
+//! Long scans in the bitmap engine spend their time skipping words that cannot
+//! hold an answer: all-zero words when looking for a set bit, all-one words when
+//! looking for a clear bit, and words without a zero byte/half/quarter when
+//! looking for a long clear run. Those loops live here, in two
+//! instantiations:
+//!
+//! * [`scalar`] — portable Rust, one word (or a haszero bit trick) at a time;
+//! * `x86_64::avx2` — four 256-bit loads per step (128 bytes).
+//!
+//! [`Backend::detect`] picks the best one once (the answer is cached in an
+//! atomic) and every search carries the chosen [`Backend`] by value, so tests can
+//! force the scalar path with [`Backend::scalar`] and run both through the same
+//! assertions.
+
+pub(crate) mod scalar;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64;
+
+/// Which implementation of the word-skipping loops a search uses.
+///
+/// A `Backend` can only be obtained from [`Backend::detect`] (the best path this
+/// CPU supports) or [`Backend::scalar`] (the portable fallback), so holding one
+/// proves the instructions it uses are available.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backend(Kind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+/// Lane width, in bits, of the zero-chunk filter used by the clear-area search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Chunk {
+    B8 = 8,
+    B16 = 16,
+    B32 = 32,
+    B64 = 64,
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+static DETECTED: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+impl Backend {
+    /// The fastest implementation this CPU supports, detected on first use and
+    /// cached. Without the `std` feature, detection is compile-time
+    /// (`target_feature = "avx2"`).
+    #[inline]
+    pub fn detect() -> Backend {
+        #[cfg(all(feature = "std", target_arch = "x86_64"))]
+        {
+            use core::sync::atomic::Ordering;
+            // Relaxed is enough: the value is a pure function of the CPU, so
+            // racing initialisations all store the same thing.
+            match DETECTED.load(Ordering::Relaxed) {
+                1 => Backend(Kind::Scalar),
+                2 => Backend(Kind::Avx2),
+                _ => {
+                    let avx2 = std::is_x86_feature_detected!("avx2");
+                    DETECTED.store(if avx2 { 2 } else { 1 }, Ordering::Relaxed);
+                    if avx2 {
+                        Backend(Kind::Avx2)
+                    } else {
+                        Backend(Kind::Scalar)
+                    }
+                }
+            }
+        }
+        #[cfg(all(not(feature = "std"), target_arch = "x86_64", target_feature = "avx2"))]
+        {
+            Backend(Kind::Avx2)
+        }
+        #[cfg(not(any(
+            all(feature = "std", target_arch = "x86_64"),
+            all(not(feature = "std"), target_arch = "x86_64", target_feature = "avx2")
+        )))]
+        {
+            Backend(Kind::Scalar)
+        }
+    }
+
+    /// The portable fallback. Always available; used by tests to exercise the
+    /// same code paths a CPU without AVX2 takes.
+    #[inline]
+    pub const fn scalar() -> Backend {
+        Backend(Kind::Scalar)
+    }
+
+    /// A short name for reports: `"avx2"` or `"scalar"`.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Kind::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx2 => "avx2",
+        }
+    }
+
+    /// Index of the first word at or after `from` that differs from `pat`
+    /// (`pat` = 0: first non-zero word; `pat` = !0: first word with a clear bit).
+    #[inline]
+    pub(crate) fn first_diff(self, words: &[u64], from: usize, pat: u64) -> Option<usize> {
+        match self.0 {
+            Kind::Scalar => scalar::first_diff(words, from, pat),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a `Kind::Avx2` backend is only built by `detect` after the
+            // CPU (or the compile-time target) reported AVX2.
+            Kind::Avx2 => unsafe { x86_64::avx2::first_diff(words, from, pat) },
+        }
+    }
+
+    /// Index of the last word strictly before `end` that differs from `pat`.
+    #[inline]
+    pub(crate) fn last_diff(self, words: &[u64], end: usize, pat: u64) -> Option<usize> {
+        match self.0 {
+            Kind::Scalar => scalar::last_diff(words, end, pat),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `first_diff`, the variant proves AVX2 is present.
+            Kind::Avx2 => unsafe { x86_64::avx2::last_diff(words, end, pat) },
+        }
+    }
+
+    /// Bit position of the first all-zero, `chunk`-aligned lane of `chunk` bits in
+    /// `words[from..]`.
+    #[inline]
+    pub(crate) fn first_zero_chunk(
+        self,
+        words: &[u64],
+        from: usize,
+        chunk: Chunk,
+    ) -> Option<usize> {
+        match self.0 {
+            Kind::Scalar => scalar::first_zero_chunk(words, from, chunk),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `first_diff`, the variant proves AVX2 is present.
+            Kind::Avx2 => unsafe { x86_64::avx2::first_zero_chunk(words, from, chunk) },
+        }
+    }
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::detect()
+    }
+}

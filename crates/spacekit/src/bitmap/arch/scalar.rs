@@ -1,0 +1,46 @@
+//! Portable word-skipping loops: the fallback every test also runs.
+
+use super::Chunk;
+
+/// First index `>= from` with `words[i] != pat`.
+#[inline]
+pub(crate) fn first_diff(words: &[u64], from: usize, pat: u64) -> Option<usize> {
+    let tail = words.get(from..)?;
+    tail.iter().position(|&w| w != pat).map(|i| i + from)
+}
+
+/// Last index `< end` with `words[i] != pat`.
+#[inline]
+pub(crate) fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<usize> {
+    let head = words.get(..end.min(words.len()))?;
+    head.iter().rposition(|&w| w != pat)
+}
+
+/// Offset (in bits, lane-aligned) of the lowest all-zero `chunk` lane of `w`.
+///
+/// Uses the classic "has a zero lane" identity `(w - 0x..01) & !w & 0x..80`: a
+/// lane's high bit ends up set only if the lane is zero or sits above a zero
+/// lane (through the borrow), so the lowest flagged lane is the first zero one.
+#[inline(always)]
+pub(crate) fn zero_chunk_in_word(w: u64, chunk: Chunk) -> Option<u32> {
+    let (lo, hi) = match chunk {
+        Chunk::B8 => (0x0101_0101_0101_0101u64, 0x8080_8080_8080_8080u64),
+        Chunk::B16 => (0x0001_0001_0001_0001, 0x8000_8000_8000_8000),
+        Chunk::B32 => (0x0000_0001_0000_0001, 0x8000_0000_8000_0000),
+        Chunk::B64 => return (w == 0).then_some(0),
+    };
+    let t = w.wrapping_sub(lo) & !w & hi;
+    (t != 0).then(|| t.trailing_zeros() & !(chunk as u32 - 1))
+}
+
+/// Bit position of the first zero `chunk` lane in `words[from..]`.
+#[inline]
+pub(crate) fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
+    let tail = words.get(from..)?;
+    for (i, &w) in tail.iter().enumerate() {
+        if let Some(off) = zero_chunk_in_word(w, chunk) {
+            return Some((from + i) * 64 + off as usize);
+        }
+    }
+    None
+}

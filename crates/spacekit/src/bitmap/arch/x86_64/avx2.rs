@@ -1,0 +1,173 @@
+//! AVX2 word-skipping loops: 128 bytes (four 256-bit loads) per step.
+//!
+//! Every function here is `unsafe` only because it is compiled with
+//! `#[target_feature(enable = "avx2")]`; callers hold a `Backend` that proves
+//! the CPU has AVX2. Memory accesses stay inside the slices they are given.
+
+use super::super::Chunk;
+use core::arch::x86_64::*;
+
+/// Words handled per unrolled step.
+const STEP: usize = 16;
+
+/// Bit `k` set iff 64-bit lane `k` of `v` is non-zero.
+#[inline(always)]
+unsafe fn nonzero_lanes(v: __m256i) -> u32 {
+    // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
+    unsafe {
+        let z = _mm256_cmpeq_epi64(v, _mm256_setzero_si256());
+        (!_mm256_movemask_pd(_mm256_castsi256_pd(z)) as u32) & 0xF
+    }
+}
+
+/// Loads four vectors (16 words) starting at `words[i]`, each XORed with `pat`.
+///
+/// # Safety
+/// AVX2 must be available and `i + 16 <= words.len()`.
+#[inline(always)]
+unsafe fn load4_xor(words: &[u64], i: usize, pat: __m256i) -> [__m256i; 4] {
+    debug_assert!(i + STEP <= words.len());
+    // SAFETY: the caller guarantees 16 words from `i` are in bounds; unaligned
+    // loads have no alignment requirement.
+    unsafe {
+        let p = words.as_ptr().add(i).cast::<__m256i>();
+        [
+            _mm256_xor_si256(_mm256_loadu_si256(p), pat),
+            _mm256_xor_si256(_mm256_loadu_si256(p.add(1)), pat),
+            _mm256_xor_si256(_mm256_loadu_si256(p.add(2)), pat),
+            _mm256_xor_si256(_mm256_loadu_si256(p.add(3)), pat),
+        ]
+    }
+}
+
+/// Bit `k` set iff word `k` of the 16-word block differs from the pattern.
+#[inline(always)]
+unsafe fn block_mask(v: [__m256i; 4]) -> u32 {
+    // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
+    unsafe {
+        nonzero_lanes(v[0])
+            | nonzero_lanes(v[1]) << 4
+            | nonzero_lanes(v[2]) << 8
+            | nonzero_lanes(v[3]) << 12
+    }
+}
+
+#[inline(always)]
+unsafe fn any_nonzero(v: [__m256i; 4]) -> bool {
+    // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
+    unsafe {
+        let o = _mm256_or_si256(_mm256_or_si256(v[0], v[1]), _mm256_or_si256(v[2], v[3]));
+        _mm256_testz_si256(o, o) == 0
+    }
+}
+
+/// First index `>= from` with `words[i] != pat`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn first_diff(words: &[u64], from: usize, pat: u64) -> Option<usize> {
+    let n = words.len();
+    let mut i = from;
+    // Most calls in dense data hit within a word or two: answer those without
+    // touching vector registers.
+    let prologue = n.min(from.saturating_add(2));
+    while i < prologue {
+        if words[i] != pat {
+            return Some(i);
+        }
+        i += 1;
+    }
+    let vpat = _mm256_set1_epi64x(pat as i64);
+    while i + STEP <= n {
+        // SAFETY: `i + STEP <= n` was just checked; AVX2 is enabled here.
+        let v = unsafe { load4_xor(words, i, vpat) };
+        // SAFETY: AVX2 is enabled for this function.
+        if unsafe { any_nonzero(v) } {
+            // SAFETY: AVX2 is enabled for this function.
+            let m = unsafe { block_mask(v) };
+            return Some(i + m.trailing_zeros() as usize);
+        }
+        i += STEP;
+    }
+    super::super::scalar::first_diff(words, i, pat)
+}
+
+/// Last index `< end` with `words[i] != pat`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<usize> {
+    let mut e = end.min(words.len());
+    let prologue = e.saturating_sub(2);
+    while e > prologue {
+        e -= 1;
+        if words[e] != pat {
+            return Some(e);
+        }
+    }
+    let vpat = _mm256_set1_epi64x(pat as i64);
+    while e >= STEP {
+        let i = e - STEP;
+        // SAFETY: `i + STEP == e <= words.len()`; AVX2 is enabled here.
+        let v = unsafe { load4_xor(words, i, vpat) };
+        // SAFETY: AVX2 is enabled for this function.
+        if unsafe { any_nonzero(v) } {
+            // SAFETY: AVX2 is enabled for this function.
+            let m = unsafe { block_mask(v) };
+            return Some(i + 31 - m.leading_zeros() as usize);
+        }
+        e = i;
+    }
+    super::super::scalar::last_diff(words, e, pat)
+}
+
+/// Per-byte mask (bit `b` = byte `b` of the vector) of the all-zero lanes of `v`.
+#[inline(always)]
+unsafe fn zero_lane_bytes(v: __m256i, chunk: Chunk) -> u32 {
+    // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
+    unsafe {
+        let z = _mm256_setzero_si256();
+        let eq = match chunk {
+            Chunk::B8 => _mm256_cmpeq_epi8(v, z),
+            Chunk::B16 => _mm256_cmpeq_epi16(v, z),
+            Chunk::B32 => _mm256_cmpeq_epi32(v, z),
+            Chunk::B64 => _mm256_cmpeq_epi64(v, z),
+        };
+        _mm256_movemask_epi8(eq) as u32
+    }
+}
+
+/// Bit position of the first all-zero `chunk` lane in `words[from..]`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
+    let n = words.len();
+    let mut i = from;
+    while i + STEP <= n {
+        // SAFETY: `i + STEP <= n`; unaligned loads; AVX2 is enabled here.
+        let (m0, m1, m2, m3) = unsafe {
+            let p = words.as_ptr().add(i).cast::<__m256i>();
+            (
+                zero_lane_bytes(_mm256_loadu_si256(p), chunk),
+                zero_lane_bytes(_mm256_loadu_si256(p.add(1)), chunk),
+                zero_lane_bytes(_mm256_loadu_si256(p.add(2)), chunk),
+                zero_lane_bytes(_mm256_loadu_si256(p.add(3)), chunk),
+            )
+        };
+        if (m0 | m1 | m2 | m3) != 0 {
+            let lo = (m0 as u64) | (m1 as u64) << 32;
+            let byte = if lo != 0 {
+                lo.trailing_zeros() as usize
+            } else {
+                64 + ((m2 as u64) | (m3 as u64) << 32).trailing_zeros() as usize
+            };
+            return Some(i * 64 + byte * 8);
+        }
+        i += STEP;
+    }
+    super::super::scalar::first_zero_chunk(words, i, chunk)
+}

@@ -1,0 +1,3 @@
+//! x86_64 instantiations of the word-skipping loops.
+
+pub(crate) mod avx2;

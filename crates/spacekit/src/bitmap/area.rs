@@ -1,0 +1,243 @@
+//! Aligned search for `nr` consecutive clear bits (bitmap_find_next_zero_area_off).
+//!
+//! # Algorithm
+//!
+//! The kernel's loop finds a clear bit, checks the window behind it for a set
+//! bit and restarts past it; on a random bitmap it restarts once per set bit and
+//! rereads the same words each time. Here the bitmap is read once, forward, by
+//! two cooperating loops:
+//!
+//! * **The exact scan** walks words carrying the start `r` of the clear run
+//!   that reaches the current word boundary. For each word it (1) ends the
+//!   carried run at the word's first set bit and accepts the lowest aligned start
+//!   in it if the window fits, (2) finds runs of `nr` clear bits inside the word
+//!   with a doubling shift-and (`log2 nr` steps) masked by the alignment
+//!   pattern, and (3) starts a new carried run at the word's top clear bits.
+//!   Every candidate window start is therefore examined exactly once.
+//!
+//! * **The skip filter** jumps over regions that cannot hold a window. Any run
+//!   of `nr >= 2c - 1` clear bits contains a whole aligned `c`-bit lane of zeros
+//!   (c = 8, 16, 32), so for 15 <= nr < 127 the filter looks for the next
+//!   all-zero byte / half-word / word-half with SIMD compares. A run of
+//!   `nr >= 127` contains `m = (nr + 1) / 64 - 1` whole zero words: for `m = 1`
+//!   the filter finds the next zero word with SIMD, for `m > 1` it looks for
+//!   `m` consecutive zero words by probing the last word of each candidate
+//!   block and stepping past the nearest non-zero word (each word is read at
+//!   most once, and on random data only one word in `m` is read at all).
+//!
+//! The exact scan hands over to the filter at a word boundary `B` once the
+//! carried run is shorter than one lane (`B - r < c`; then any window starting
+//! in it needs a zero lane at or after `B`) and the word just read had no zero
+//! lane of its own (so sparse regions, where nearly every lane is zero, stay
+//! in the exact scan instead of bouncing). The filter's hit bounds the lowest
+//! possible window start from below; the exact scan resumes there, or at `r`
+//! if that is later. Neither loop ever moves backwards past `B`, so no word is
+//! read more than twice.
+//!
+//! The result is the kernel's: the lowest `p >= start` with
+//! `(p + align_offset) & align_mask == 0` and bits `[p, p + nr)` all clear.
+//! (The kernel's restart loop returns that same lowest `p`: a restart never
+//! skips an acceptable window, because every window starting at or before the
+//! colliding bit contains it.)
+
+use super::arch::{scalar::zero_chunk_in_word, Backend, Chunk};
+use super::find::next_in;
+use super::word::{first_word_mask, last_word_mask, runs_of_ones, words_for, Align};
+
+/// How the search skips ahead between exact scans.
+#[derive(Clone, Copy, Debug)]
+enum Filter {
+    /// A window contains an all-zero aligned lane of this width.
+    Lane(Chunk),
+    /// A window contains this many consecutive all-zero words.
+    Words(usize),
+}
+
+impl Filter {
+    /// The filter for windows of `nr` bits; `None` when `nr` is too short to
+    /// guarantee a zero lane (then only all-set words are skipped).
+    fn for_len(nr: usize) -> Option<Filter> {
+        match nr {
+            0..=14 => None,
+            15..=30 => Some(Filter::Lane(Chunk::B8)),
+            31..=62 => Some(Filter::Lane(Chunk::B16)),
+            63..=126 => Some(Filter::Lane(Chunk::B32)),
+            _ => Some(Filter::Words((nr + 1) / 64 - 1)),
+        }
+    }
+
+    /// Width in bits of the unit whose presence the filter tests.
+    fn lane_bits(self) -> usize {
+        match self {
+            Filter::Lane(c) => c as usize,
+            Filter::Words(_) => 64,
+        }
+    }
+
+    /// Whether word `w` holds a unit the filter would stop at.
+    fn hits_word(self, w: u64) -> bool {
+        match self {
+            Filter::Lane(c) => zero_chunk_in_word(w, c).is_some(),
+            Filter::Words(_) => w == 0,
+        }
+    }
+}
+
+/// Counters a benchmark can read; the search itself never depends on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AreaStats {
+    /// How many times the exact scan resumed after a filter skip (the
+    /// counterpart of the kernel's "goto again" count).
+    pub restarts: usize,
+}
+
+/// First block of `m` consecutive zero words in `words[from..]`.
+fn first_zero_block(words: &[u64], from: usize, m: usize, be: Backend) -> Option<usize> {
+    if m == 1 {
+        // First zero word: the lane filter at 64-bit width, with SIMD.
+        return be
+            .first_zero_chunk(words, from, Chunk::B64)
+            .map(|bit| bit / 64);
+    }
+    let n = words.len();
+    let mut a = from; // candidate block [a, a + m)
+    let mut known_zero_end = a; // words [a, known_zero_end) are known to be zero
+    loop {
+        let last = a.checked_add(m - 1)?;
+        if last >= n {
+            return None;
+        }
+        // Scan the candidate block backwards, stopping at words already known zero.
+        let mut k = last;
+        loop {
+            if k < known_zero_end {
+                return Some(a);
+            }
+            if words[k] != 0 {
+                break;
+            }
+            if k == known_zero_end {
+                return Some(a);
+            }
+            k -= 1;
+        }
+        // words[k] is set: no block can contain it. Everything in (k, last] is zero.
+        a = k + 1;
+        known_zero_end = last + 1;
+    }
+}
+
+/// Lowest acceptable start of `nr` clear bits at or after `start`, below `nbits`.
+pub(crate) fn find_clear_area(
+    words: &[u64],
+    nbits: usize,
+    start: usize,
+    nr: usize,
+    align: Align,
+    be: Backend,
+    stats: &mut AreaStats,
+) -> Option<usize> {
+    if start >= nbits {
+        return None;
+    }
+    if nr == 0 {
+        // The kernel returns the aligned first clear bit; callers treat
+        // anything >= size as failure.
+        let first = next_in(words, start, nbits, true, be)?;
+        return align.up(first).filter(|&p| p < nbits);
+    }
+    if nr > nbits - start {
+        return None;
+    }
+    let nw = words_for(nbits);
+    let words = &words[..nw];
+    let tail = last_word_mask(nbits);
+    let filter = Filter::for_len(nr);
+
+    let mut wi = start / 64;
+    let mut lo_mask = first_word_mask(start); // bits below `start` count as set
+    let mut r = wi * 64; // carried clear run: [r, 64 * wi) is all clear
+
+    loop {
+        // ---- exact scan ----
+        let filter = loop {
+            if wi >= nw {
+                return None;
+            }
+            let base = wi * 64;
+            let raw = words[wi];
+            let mut x = !raw & lo_mask;
+            lo_mask = !0;
+            if wi + 1 == nw {
+                x &= tail;
+            }
+            if x == !0 {
+                // The whole word is clear: the carried run grows.
+                let p = align.up(r)?;
+                if fits(p, nr, base + 64) {
+                    return Some(p);
+                }
+            } else if x == 0 {
+                // The whole word is set: skip every following all-set word.
+                wi = be.first_diff(words, wi + 1, !0)?;
+                r = wi * 64;
+                continue;
+            } else {
+                let t = x.trailing_ones() as usize;
+                let p = align.up(r)?;
+                if fits(p, nr, base + t) {
+                    return Some(p);
+                }
+                if nr < 64 {
+                    let y = runs_of_ones(x, nr) & align.word_pattern(base);
+                    if y != 0 {
+                        return Some(base + y.trailing_zeros() as usize);
+                    }
+                }
+                r = base + 64 - x.leading_ones() as usize;
+            }
+            wi += 1;
+            if let Some(f) = filter {
+                if wi * 64 - r < f.lane_bits() && !f.hits_word(raw) {
+                    break f;
+                }
+            }
+        };
+
+        // ---- skip filter, from word `wi` (bit `bound`) ----
+        let bound = wi * 64;
+        let lower = match filter {
+            Filter::Lane(c) => {
+                let z = be.first_zero_chunk(words, wi, c)?;
+                // A window holding the lane at z starts at or after z + c - nr.
+                (z + c as usize).saturating_sub(nr)
+            }
+            Filter::Words(m) => {
+                let a = first_zero_block(words, wi, m, be)?;
+                // The window's whole words start at a or later, so it starts
+                // after bit 64 * (a - 1).
+                if a == 0 {
+                    0
+                } else {
+                    64 * (a - 1) + 1
+                }
+            }
+        };
+        stats.restarts += 1;
+        let s = lower.max(r);
+        if s > bound {
+            wi = s / 64;
+            lo_mask = first_word_mask(s);
+            r = wi * 64;
+        } else {
+            // [r, bound) is clear, so the run may as well start at s.
+            r = s;
+        }
+    }
+}
+
+/// Whether a window of `nr` bits starting at `p` ends at or before `end`.
+#[inline(always)]
+fn fits(p: usize, nr: usize, end: usize) -> bool {
+    p <= end && end - p >= nr
+}

@@ -1,0 +1,787 @@
+//! Word-level bit search over `u64` words.
+//!
+//! Bit `i` of a bitmap is bit `i % 64` of word `i / 64` — the Linux bitmap
+//! layout, and (on the little-endian byte view) the ext4 on-disk layout where
+//! bit `i` is bit `i % 8` of byte `i / 8`.
+//!
+//! Three types hold bits:
+//!
+//! * [`Bitmap`] owns its words and a length in bits; bits past the length are
+//!   always clear.
+//! * [`BitView`] / [`BitViewMut`] borrow a caller's `&[u64]` / `&mut [u64]`
+//!   with a length in bits (whatever sits in the words past it is ignored and
+//!   never written).
+//! * `[u64]` itself, as a bitmap of `64 * len` bits.
+//!
+//! All of them implement [`Bits`] (queries) and, where mutable, [`BitsMut`]
+//! (updates). Bring the traits into scope with `use spacekit::bitmap::{Bits, BitsMut}`.
+//!
+//! ```
+//! use spacekit::bitmap::{Bitmap, Bits, BitsMut};
+//!
+//! let mut map = Bitmap::new(1000);
+//! map.set_range(0..100)?;
+//! map.set(130)?;
+//! assert_eq!(map.find_next_clear(0), Some(100));
+//! // 40 clear bits, starting on a multiple of 32:
+//! assert_eq!(map.find_clear_area(0, 40, 31, 0)?, Some(160));
+//! let runs: Vec<_> = map.set_runs(0).collect();
+//! assert_eq!(runs, [0..100, 130..131]);
+//! # Ok::<(), spacekit::bitmap::BitmapError>(())
+//! ```
+//!
+//! # Speed
+//!
+//! Long scans skip whole words with AVX2 when the CPU has it (detected once,
+//! see [`Backend`]), with a portable fallback. The clear-area search reads the
+//! bitmap once instead of restarting per collision; its module documentation
+//! in the source (`area.rs`) describes the algorithm.
+
+mod arch;
+mod area;
+mod bytes;
+mod find;
+mod iter;
+mod word;
+
+pub use arch::Backend;
+pub use area::AreaStats;
+pub use bytes::{load_le_bytes, store_le_bytes};
+pub use iter::{ClearRuns, Ones, SetRuns, Zeros};
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::{Bound, RangeBounds};
+
+use find::RangeOp;
+use word::{last_word_mask, words_for, Align};
+
+/// What went wrong with a bitmap call. Every fallible function says which
+/// variants it returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BitmapError {
+    /// A single bit index at or past the bitmap's length.
+    IndexOutOfBounds {
+        /// The index asked for.
+        index: usize,
+        /// The bitmap's length in bits.
+        len: usize,
+    },
+    /// A range that ends past the bitmap, starts after it ends, or overflows.
+    RangeOutOfBounds {
+        /// Inclusive start of the range as given.
+        start: usize,
+        /// Exclusive end of the range as given (saturated on overflow).
+        end: usize,
+        /// The bitmap's length in bits.
+        len: usize,
+    },
+    /// An alignment mask that is not of the form `2^k - 1`.
+    InvalidAlignMask {
+        /// The mask given.
+        mask: usize,
+    },
+    /// A length in bits larger than the words provided can hold.
+    LengthTooLarge {
+        /// The length asked for.
+        len: usize,
+        /// How many bits the storage holds.
+        capacity: usize,
+    },
+    /// A buffer whose size disagrees with the bitmap's length.
+    LengthMismatch {
+        /// The size the bitmap needs (bytes or words, as the call documents).
+        expected: usize,
+        /// The size given.
+        found: usize,
+    },
+}
+
+impl fmt::Display for BitmapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BitmapError::IndexOutOfBounds { index, len } => {
+                write!(
+                    f,
+                    "bit index {index} is out of bounds for a bitmap of {len} bits"
+                )
+            }
+            BitmapError::RangeOutOfBounds { start, end, len } => write!(
+                f,
+                "bit range {start}..{end} is invalid for a bitmap of {len} bits"
+            ),
+            BitmapError::InvalidAlignMask { mask } => {
+                write!(f, "alignment mask {mask:#x} is not of the form 2^k - 1")
+            }
+            BitmapError::LengthTooLarge { len, capacity } => write!(
+                f,
+                "length of {len} bits exceeds the {capacity} bits the storage holds"
+            ),
+            BitmapError::LengthMismatch { expected, found } => {
+                write!(
+                    f,
+                    "buffer size {found} does not match the expected {expected}"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for BitmapError {}
+
+/// Converts `range` to `[start, end)` inside `len` bits.
+fn check_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize), BitmapError> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => Some(s),
+        Bound::Excluded(&s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => Some(len),
+    };
+    match (start, end) {
+        (Some(s), Some(e)) if s <= e && e <= len => Ok((s, e)),
+        (s, e) => Err(BitmapError::RangeOutOfBounds {
+            start: s.unwrap_or(usize::MAX),
+            end: e.unwrap_or(usize::MAX),
+            len,
+        }),
+    }
+}
+
+fn check_index(index: usize, len: usize) -> Result<(), BitmapError> {
+    if index < len {
+        Ok(())
+    } else {
+        Err(BitmapError::IndexOutOfBounds { index, len })
+    }
+}
+
+fn check_capacity(words: usize, len: usize) -> Result<(), BitmapError> {
+    let capacity = words.saturating_mul(64);
+    if len <= capacity {
+        Ok(())
+    } else {
+        Err(BitmapError::LengthTooLarge { len, capacity })
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Read-only bit queries, shared by every bitmap type in this module.
+///
+/// Searches that start "from" an index return `None` when the index is at or
+/// past the length; functions that take a range return
+/// [`BitmapError::RangeOutOfBounds`] when it does not fit.
+pub trait Bits: sealed::Sealed {
+    /// The words holding the bits (only the first `bit_len().div_ceil(64)`
+    /// matter).
+    fn words(&self) -> &[u64];
+
+    /// Length in bits.
+    fn bit_len(&self) -> usize;
+
+    /// The SIMD implementation searches use.
+    #[doc(hidden)]
+    fn backend(&self) -> Backend {
+        Backend::detect()
+    }
+
+    /// Value of bit `index`, or `None` past the end (test_bit).
+    fn get(&self, index: usize) -> Option<bool> {
+        (index < self.bit_len()).then(|| self.words()[index / 64] >> (index % 64) & 1 == 1)
+    }
+
+    /// First set bit at or after `from` (find_next_bit; the kernel returns
+    /// `size` where this returns `None`).
+    fn find_next_set(&self, from: usize) -> Option<usize> {
+        find::next_in(self.words(), from, self.bit_len(), false, self.backend())
+    }
+
+    /// First clear bit at or after `from` (find_next_zero_bit).
+    fn find_next_clear(&self, from: usize) -> Option<usize> {
+        find::next_in(self.words(), from, self.bit_len(), true, self.backend())
+    }
+
+    /// Last set bit at or before `at`; `None` if there is none or `at` is past
+    /// the end. (No direct kernel equivalent; see [`Bits::find_last_set_in`].)
+    fn find_prev_set(&self, at: usize) -> Option<usize> {
+        if at >= self.bit_len() {
+            return None;
+        }
+        find::prev_in(self.words(), 0, at + 1, false, self.backend())
+    }
+
+    /// Last clear bit at or before `at`; `None` if there is none or `at` is
+    /// past the end.
+    fn find_prev_clear(&self, at: usize) -> Option<usize> {
+        if at >= self.bit_len() {
+            return None;
+        }
+        find::prev_in(self.words(), 0, at + 1, true, self.backend())
+    }
+
+    /// First set bit (find_first_bit).
+    fn first_set(&self) -> Option<usize> {
+        self.find_next_set(0)
+    }
+
+    /// First clear bit (find_first_zero_bit).
+    fn first_clear(&self) -> Option<usize> {
+        self.find_next_clear(0)
+    }
+
+    /// Last set bit (find_last_bit).
+    fn last_set(&self) -> Option<usize> {
+        find::prev_in(self.words(), 0, self.bit_len(), false, self.backend())
+    }
+
+    /// Last clear bit.
+    fn last_clear(&self) -> Option<usize> {
+        find::prev_in(self.words(), 0, self.bit_len(), true, self.backend())
+    }
+
+    /// First set bit inside `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn find_first_set_in(
+        &self,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Option<usize>, BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        Ok(find::next_in(self.words(), s, e, false, self.backend()))
+    }
+
+    /// First clear bit inside `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn find_first_clear_in(
+        &self,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Option<usize>, BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        Ok(find::next_in(self.words(), s, e, true, self.backend()))
+    }
+
+    /// Last set bit inside `range`: seed 000's `find_last_bit_range(addr, end,
+    /// start)`, which returns `end` where this returns `None`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn find_last_set_in(
+        &self,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Option<usize>, BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        Ok(find::prev_in(self.words(), s, e, false, self.backend()))
+    }
+
+    /// Last clear bit inside `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn find_last_clear_in(
+        &self,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Option<usize>, BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        Ok(find::prev_in(self.words(), s, e, true, self.backend()))
+    }
+
+    /// Position of the `n`-th set bit, counting from 0 (find_nth_bit, which
+    /// returns a value `>= size` where this returns `None`).
+    fn nth_set(&self, n: usize) -> Option<usize> {
+        find::nth_set(self.words(), self.bit_len(), n)
+    }
+
+    /// Number of set bits (bitmap_weight).
+    fn count_ones(&self) -> usize {
+        find::count_ones_in(self.words(), 0, self.bit_len())
+    }
+
+    /// Number of set bits in `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn count_ones_in(&self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        Ok(find::count_ones_in(self.words(), s, e))
+    }
+
+    /// Whether every bit in `range` is set (true for an empty range).
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn all_set_in(&self, range: impl RangeBounds<usize>) -> Result<bool, BitmapError> {
+        Ok(self.find_first_clear_in(range)?.is_none())
+    }
+
+    /// Whether every bit in `range` is clear (true for an empty range).
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
+    fn all_clear_in(&self, range: impl RangeBounds<usize>) -> Result<bool, BitmapError> {
+        Ok(self.find_first_set_in(range)?.is_none())
+    }
+
+    /// Positions of the set bits at or after `from` (for_each_set_bit_from).
+    fn iter_ones(&self, from: usize) -> Ones<'_> {
+        Ones::new(self.words(), self.bit_len(), from, self.backend())
+    }
+
+    /// Positions of the clear bits at or after `from` (for_each_clear_bit_from).
+    fn iter_zeros(&self, from: usize) -> Zeros<'_> {
+        Zeros::new(self.words(), self.bit_len(), from, self.backend())
+    }
+
+    /// Maximal runs of set bits at or after `from`, as half-open ranges
+    /// (for_each_set_bitrange_from). A run that started before `from` is
+    /// reported from `from`.
+    fn set_runs(&self, from: usize) -> SetRuns<'_> {
+        SetRuns::new(self.words(), self.bit_len(), from, self.backend())
+    }
+
+    /// Maximal runs of clear bits at or after `from` (for_each_clear_bitrange_from).
+    fn clear_runs(&self, from: usize) -> ClearRuns<'_> {
+        ClearRuns::new(self.words(), self.bit_len(), from, self.backend())
+    }
+
+    /// Lowest `p >= start` such that bits `[p, p + nr)` are all clear and
+    /// `(p + align_offset) & align_mask == 0`
+    /// (bitmap_find_next_zero_area_off; the kernel returns a value `>= size`
+    /// where this returns `None`).
+    ///
+    /// `align_mask` must be `2^k - 1` (0 for no alignment). `nr == 0` returns
+    /// the aligned first clear bit at or after `start`, if it is below the
+    /// length, as the kernel does. `start` past the end gives `Ok(None)`.
+    ///
+    /// Unlike the kernel it reads each word at most twice, whatever the number
+    /// of collisions; see the module documentation.
+    ///
+    /// # Errors
+    /// [`BitmapError::InvalidAlignMask`] if `align_mask + 1` is not a power of
+    /// two.
+    fn find_clear_area(
+        &self,
+        start: usize,
+        nr: usize,
+        align_mask: usize,
+        align_offset: usize,
+    ) -> Result<Option<usize>, BitmapError> {
+        self.find_clear_area_stats(start, nr, align_mask, align_offset)
+            .map(|(p, _)| p)
+    }
+
+    /// [`Bits::find_clear_area`], also returning how many times the search
+    /// skipped ahead and resumed (the benchmark's "restarts").
+    ///
+    /// # Errors
+    /// As [`Bits::find_clear_area`].
+    #[doc(hidden)]
+    fn find_clear_area_stats(
+        &self,
+        start: usize,
+        nr: usize,
+        align_mask: usize,
+        align_offset: usize,
+    ) -> Result<(Option<usize>, AreaStats), BitmapError> {
+        if align_mask & align_mask.wrapping_add(1) != 0 {
+            return Err(BitmapError::InvalidAlignMask { mask: align_mask });
+        }
+        let mut stats = AreaStats::default();
+        let p = area::find_clear_area(
+            self.words(),
+            self.bit_len(),
+            start,
+            nr,
+            Align::new(align_mask, align_offset),
+            self.backend(),
+            &mut stats,
+        );
+        Ok((p, stats))
+    }
+}
+
+/// Bit updates. Every function leaves bits outside the named index or range
+/// untouched, including any bits the words hold past the length.
+pub trait BitsMut: Bits {
+    /// The words holding the bits, mutably.
+    #[doc(hidden)]
+    fn words_mut_internal(&mut self) -> &mut [u64];
+
+    /// Sets bit `index` and returns its previous value (test_and_set_bit).
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end.
+    fn set(&mut self, index: usize) -> Result<bool, BitmapError> {
+        check_index(index, self.bit_len())?;
+        let w = &mut self.words_mut_internal()[index / 64];
+        let m = 1u64 << (index % 64);
+        let old = *w & m != 0;
+        *w |= m;
+        Ok(old)
+    }
+
+    /// Clears bit `index` and returns its previous value (test_and_clear_bit).
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end.
+    fn clear(&mut self, index: usize) -> Result<bool, BitmapError> {
+        check_index(index, self.bit_len())?;
+        let w = &mut self.words_mut_internal()[index / 64];
+        let m = 1u64 << (index % 64);
+        let old = *w & m != 0;
+        *w &= !m;
+        Ok(old)
+    }
+
+    /// Flips bit `index` and returns its previous value (test_and_change_bit).
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end.
+    fn flip(&mut self, index: usize) -> Result<bool, BitmapError> {
+        check_index(index, self.bit_len())?;
+        let w = &mut self.words_mut_internal()[index / 64];
+        let m = 1u64 << (index % 64);
+        let old = *w & m != 0;
+        *w ^= m;
+        Ok(old)
+    }
+
+    /// Sets every bit in `range` (bitmap_set).
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit; nothing
+    /// changes then.
+    fn set_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        find::update_range(self.words_mut_internal(), s, e, RangeOp::Set);
+        Ok(())
+    }
+
+    /// Clears every bit in `range` (bitmap_clear).
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit; nothing
+    /// changes then.
+    fn clear_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        find::update_range(self.words_mut_internal(), s, e, RangeOp::Clear);
+        Ok(())
+    }
+
+    /// Flips every bit in `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit; nothing
+    /// changes then.
+    fn flip_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
+        let (s, e) = check_range(range, self.bit_len())?;
+        find::update_range(self.words_mut_internal(), s, e, RangeOp::Flip);
+        Ok(())
+    }
+
+    /// Sets (`true`) or clears every bit (bitmap_fill / bitmap_zero).
+    fn fill(&mut self, value: bool) {
+        let len = self.bit_len();
+        let op = if value { RangeOp::Set } else { RangeOp::Clear };
+        find::update_range(self.words_mut_internal(), 0, len, op);
+    }
+}
+
+/// An owned bitmap: `len` bits in `len.div_ceil(64)` words, bits past `len`
+/// always clear.
+///
+/// ```
+/// use spacekit::bitmap::{Bitmap, Bits, BitsMut};
+///
+/// let mut map = Bitmap::new(200);
+/// map.set_range(10..=20)?;
+/// assert_eq!(map.count_ones(), 11);
+/// assert_eq!(map.find_next_set(21), None);
+/// assert_eq!(map.find_clear_area(0, 16, 0, 0)?, Some(21));
+/// # Ok::<(), spacekit::bitmap::BitmapError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Bitmap {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl fmt::Debug for Bitmap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bitmap")
+            .field("len", &self.len)
+            .field("set_runs", &DebugRuns(self))
+            .finish()
+    }
+}
+
+struct DebugRuns<'a>(&'a Bitmap);
+
+impl fmt::Debug for DebugRuns<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.set_runs(0).take(32)).finish()
+    }
+}
+
+impl Bitmap {
+    /// `len` clear bits.
+    pub fn new(len: usize) -> Bitmap {
+        Bitmap {
+            words: vec![0; words_for(len)],
+            len,
+        }
+    }
+
+    /// `len` set bits.
+    pub fn new_set(len: usize) -> Bitmap {
+        let mut b = Bitmap {
+            words: vec![!0; words_for(len)],
+            len,
+        };
+        b.clear_tail();
+        b
+    }
+
+    /// Takes `words` as the bitmap's storage. Bits past `len` are cleared.
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthMismatch`] (counted in words) unless
+    /// `words.len() == len.div_ceil(64)`.
+    pub fn from_words(words: Vec<u64>, len: usize) -> Result<Bitmap, BitmapError> {
+        if words.len() != words_for(len) {
+            return Err(BitmapError::LengthMismatch {
+                expected: words_for(len),
+                found: words.len(),
+            });
+        }
+        let mut b = Bitmap { words, len };
+        b.clear_tail();
+        Ok(b)
+    }
+
+    /// Reads an on-disk little-endian bitmap (bit `i` = bit `i % 8` of byte
+    /// `i / 8`, as ext4 stores block and inode bitmaps). Bits of the last byte
+    /// past `len` are ignored.
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthMismatch`] (counted in bytes) unless
+    /// `bytes.len() == len.div_ceil(8)`.
+    pub fn from_le_bytes(bytes: &[u8], len: usize) -> Result<Bitmap, BitmapError> {
+        let mut b = Bitmap::new(len);
+        b.load_le_bytes(bytes)?;
+        Ok(b)
+    }
+
+    /// Replaces the contents with an on-disk little-endian bitmap of the same
+    /// length (see [`Bitmap::from_le_bytes`]).
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthMismatch`] unless `bytes.len() == len.div_ceil(8)`;
+    /// nothing changes then.
+    pub fn load_le_bytes(&mut self, bytes: &[u8]) -> Result<(), BitmapError> {
+        load_le_bytes(bytes, self.len, &mut self.words)?;
+        self.clear_tail();
+        Ok(())
+    }
+
+    /// Writes the bits as little-endian bytes into `out`. Bits of the last
+    /// byte past the length keep the values `out` had (so on-disk padding
+    /// survives a round trip).
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthMismatch`] unless `out.len() == len.div_ceil(8)`;
+    /// nothing is written then.
+    pub fn store_le_bytes(&self, out: &mut [u8]) -> Result<(), BitmapError> {
+        store_le_bytes(&self.words, self.len, out)
+    }
+
+    /// The bits as `len.div_ceil(8)` little-endian bytes.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len.div_ceil(8)];
+        // The size is right by construction, so this cannot fail.
+        let _ = store_le_bytes(&self.words, self.len, &mut out);
+        out
+    }
+
+    /// Length in bits.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the bitmap has no bits at all (not whether none is set).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The words, `len.div_ceil(64)` of them; bits past the length are clear.
+    pub fn as_words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// The storage, for callers that own it again.
+    pub fn into_words(self) -> Vec<u64> {
+        self.words
+    }
+
+    /// A read-only view of the same bits.
+    pub fn view(&self) -> BitView<'_> {
+        BitView {
+            words: &self.words,
+            len: self.len,
+        }
+    }
+
+    fn clear_tail(&mut self) {
+        if let Some(last) = self.words.last_mut() {
+            *last &= last_word_mask(self.len);
+        }
+    }
+}
+
+impl sealed::Sealed for Bitmap {}
+impl Bits for Bitmap {
+    fn words(&self) -> &[u64] {
+        &self.words
+    }
+    fn bit_len(&self) -> usize {
+        self.len
+    }
+}
+impl BitsMut for Bitmap {
+    fn words_mut_internal(&mut self) -> &mut [u64] {
+        &mut self.words
+    }
+}
+
+/// A borrowed, read-only bitmap over a caller's words.
+///
+/// ```
+/// use spacekit::bitmap::{BitView, Bits};
+///
+/// let words = [0u64, 1 << 5];
+/// let v = BitView::new(&words, 100)?;
+/// assert_eq!(v.first_set(), Some(69));
+/// # Ok::<(), spacekit::bitmap::BitmapError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct BitView<'a> {
+    words: &'a [u64],
+    len: usize,
+}
+
+impl<'a> BitView<'a> {
+    /// Views the first `len` bits of `words`.
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthTooLarge`] if `len > 64 * words.len()`.
+    pub fn new(words: &'a [u64], len: usize) -> Result<Self, BitmapError> {
+        check_capacity(words.len(), len)?;
+        Ok(BitView { words, len })
+    }
+}
+
+impl sealed::Sealed for BitView<'_> {}
+impl Bits for BitView<'_> {
+    fn words(&self) -> &[u64] {
+        self.words
+    }
+    fn bit_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// A borrowed, mutable bitmap over a caller's words. Bits past `len` are never
+/// read as part of the bitmap and never written.
+#[derive(Debug)]
+pub struct BitViewMut<'a> {
+    words: &'a mut [u64],
+    len: usize,
+}
+
+impl<'a> BitViewMut<'a> {
+    /// Views the first `len` bits of `words`.
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthTooLarge`] if `len > 64 * words.len()`.
+    pub fn new(words: &'a mut [u64], len: usize) -> Result<Self, BitmapError> {
+        check_capacity(words.len(), len)?;
+        Ok(BitViewMut { words, len })
+    }
+}
+
+impl sealed::Sealed for BitViewMut<'_> {}
+impl Bits for BitViewMut<'_> {
+    fn words(&self) -> &[u64] {
+        self.words
+    }
+    fn bit_len(&self) -> usize {
+        self.len
+    }
+}
+impl BitsMut for BitViewMut<'_> {
+    fn words_mut_internal(&mut self) -> &mut [u64] {
+        self.words
+    }
+}
+
+impl sealed::Sealed for [u64] {}
+impl Bits for [u64] {
+    fn words(&self) -> &[u64] {
+        self
+    }
+    fn bit_len(&self) -> usize {
+        self.len().saturating_mul(64)
+    }
+}
+impl BitsMut for [u64] {
+    fn words_mut_internal(&mut self) -> &mut [u64] {
+        self
+    }
+}
+
+/// Runs every query of the wrapped bitmap through the portable scalar loops,
+/// whatever the CPU supports. For tests and benchmarks of the fallback.
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct ForceScalar<B>(pub B);
+
+impl<B> sealed::Sealed for ForceScalar<B> {}
+impl<B: Bits> Bits for ForceScalar<B> {
+    fn words(&self) -> &[u64] {
+        self.0.words()
+    }
+    fn bit_len(&self) -> usize {
+        self.0.bit_len()
+    }
+    fn backend(&self) -> Backend {
+        Backend::scalar()
+    }
+}
+impl<B: BitsMut> BitsMut for ForceScalar<B> {
+    fn words_mut_internal(&mut self) -> &mut [u64] {
+        self.0.words_mut_internal()
+    }
+}
+
+impl<B: Bits + ?Sized> sealed::Sealed for &B {}
+impl<B: Bits + ?Sized> Bits for &B {
+    fn words(&self) -> &[u64] {
+        (**self).words()
+    }
+    fn bit_len(&self) -> usize {
+        (**self).bit_len()
+    }
+    fn backend(&self) -> Backend {
+        (**self).backend()
+    }
+}

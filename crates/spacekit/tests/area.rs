@@ -1,0 +1,157 @@
+//! The aligned clear-area search against a brute-force model and against the
+//! kernel ports (before and seed 000), on both the SIMD and the scalar path.
+
+use baselines::find_bit::{find_next_zero_area_off, AreaVariant};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use spacekit::bitmap::{BitView, Bitmap, BitmapError, Bits, BitsMut, ForceScalar};
+
+/// Lowest p >= start with [p, p+nr) clear, (p + off) & mask == 0, p + nr <= len.
+fn naive(bits: &[bool], start: usize, nr: usize, mask: usize, off: usize) -> Option<usize> {
+    let len = bits.len();
+    if nr == 0 {
+        let first = (start..len).find(|&i| !bits[i])?;
+        let p = (first..).find(|&p| (p.wrapping_add(off)) & mask == 0)?;
+        return (p < len).then_some(p);
+    }
+    (start..len)
+        .filter(|&p| p.wrapping_add(off) & mask == 0)
+        .find(|&p| p + nr <= len && bits[p..p + nr].iter().all(|&b| !b))
+}
+
+fn random_bitmap(rng: &mut SmallRng, len: usize) -> (Bitmap, Vec<bool>) {
+    // Mix of densities and run structures so long runs exist sometimes.
+    let style = rng.random_range(0..5);
+    let mut bits = vec![false; len];
+    match style {
+        0 => bits.iter_mut().for_each(|b| *b = rng.random_bool(0.5)),
+        1 => bits.iter_mut().for_each(|b| *b = rng.random_bool(0.02)),
+        2 => bits.iter_mut().for_each(|b| *b = rng.random_bool(0.97)),
+        3 => {
+            let mut i = 0;
+            while i < len {
+                let run = rng.random_range(1..300);
+                let v = rng.random_bool(0.5);
+                for b in bits.iter_mut().skip(i).take(run) {
+                    *b = v;
+                }
+                i += run;
+            }
+        }
+        _ => {}
+    }
+    let mut map = Bitmap::new(len);
+    for (i, &b) in bits.iter().enumerate() {
+        if b {
+            map.set(i).unwrap();
+        }
+    }
+    (map, bits)
+}
+
+fn check_one(rng: &mut SmallRng, len: usize) {
+    let (map, bits) = random_bitmap(rng, len);
+    let nr = match rng.random_range(0..4) {
+        0 => rng.random_range(0..16),
+        1 => rng.random_range(0..70),
+        2 => rng.random_range(0..300),
+        _ => rng.random_range(0..1200),
+    };
+    let mask = match rng.random_range(0..3) {
+        0 => 0,
+        1 => (1usize << rng.random_range(0..7)) - 1,
+        _ => (1usize << rng.random_range(0..12)) - 1,
+    };
+    let off = if rng.random_bool(0.5) {
+        0
+    } else {
+        rng.random_range(0..5000)
+    };
+    let start = if len == 0 {
+        0
+    } else {
+        rng.random_range(0..len + 10)
+    };
+    let want = naive(&bits, start, nr, mask, off);
+    let got = map.find_clear_area(start, nr, mask, off).unwrap();
+    let scalar = ForceScalar(&map)
+        .find_clear_area(start, nr, mask, off)
+        .unwrap();
+    assert_eq!(
+        got, want,
+        "len={len} start={start} nr={nr} mask={mask} off={off}"
+    );
+    assert_eq!(
+        scalar, want,
+        "scalar: len={len} start={start} nr={nr} mask={mask} off={off}"
+    );
+    if nr > 0 {
+        for v in [AreaVariant::Before, AreaVariant::Seed] {
+            let (k, _) = find_next_zero_area_off(map.as_words(), len, start, nr, mask, off, v);
+            let k = (k < len).then_some(k);
+            assert_eq!(
+                k, want,
+                "{v:?}: len={len} start={start} nr={nr} mask={mask} off={off}"
+            );
+        }
+    }
+}
+
+#[test]
+fn random_cases_match_model_and_kernel_ports() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0000);
+    for _ in 0..10_000 {
+        let len = rng.random_range(0..3000);
+        check_one(&mut rng, len);
+    }
+}
+
+#[test]
+fn seed_sizes_long_runs() {
+    // The seed's 327,680-bit map with sparse bits and long requests.
+    let mut rng = SmallRng::seed_from_u64(7);
+    let len = 4096 * 8 * 10;
+    let mut map = Bitmap::new(len);
+    let mut bits = vec![false; len];
+    for _ in 0..len / 500 {
+        let i = rng.random_range(0..len);
+        map.set(i).unwrap();
+        bits[i] = true;
+    }
+    for nr in [8, 32, 128, 1024, 4096, 8192] {
+        let want = naive(&bits, 0, nr, 0, 0);
+        assert_eq!(map.find_clear_area(0, nr, 0, 0).unwrap(), want, "nr={nr}");
+        assert_eq!(
+            ForceScalar(&map).find_clear_area(0, nr, 0, 0).unwrap(),
+            want
+        );
+    }
+}
+
+#[test]
+fn bad_mask_is_an_error() {
+    let map = Bitmap::new(100);
+    assert_eq!(
+        map.find_clear_area(0, 4, 6, 0),
+        Err(BitmapError::InvalidAlignMask { mask: 6 })
+    );
+    // usize::MAX = 2^64 - 1 is a valid mask: only p = -offset is acceptable.
+    assert_eq!(map.find_clear_area(0, 4, usize::MAX, 0), Ok(Some(0)));
+    assert_eq!(map.find_clear_area(0, 4, usize::MAX, 1), Ok(None));
+    assert_eq!(
+        map.find_clear_area(0, 4, usize::MAX, usize::MAX - 9),
+        Ok(Some(10))
+    );
+    assert_eq!(map.find_clear_area(100, 1, 0, 0), Ok(None));
+    assert_eq!(map.find_clear_area(usize::MAX, 1, 0, 0), Ok(None));
+    assert_eq!(map.find_clear_area(0, usize::MAX, 0, 0), Ok(None));
+}
+
+#[test]
+fn garbage_past_view_length_is_ignored() {
+    let words = [0u64, !0 << 10];
+    let v = BitView::new(&words, 74).unwrap();
+    assert_eq!(v.find_clear_area(0, 74, 0, 0).unwrap(), Some(0));
+    assert_eq!(v.find_clear_area(1, 74, 0, 0).unwrap(), None);
+    assert_eq!(v.find_clear_area(60, 14, 0, 0).unwrap(), Some(60));
+}
