@@ -1,1 +1,40 @@
-fn main() {}
+//! `spacekit`: benchmarks that reproduce the seeds' tables on this machine,
+//! and tools over real data.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+
+/// spacekit: fast paths for memory and storage managers.
+///
+/// `spacekit bench` reproduces the seeds' benchmark tables on this machine,
+/// checking that every variant returns identical results before timing it.
+#[derive(Parser, Debug)]
+#[command(name = "spacekit", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run benchmarks: the seeds' experiments side by side with faithful ports
+    /// of their "before" and "after" code.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -155,3 +155,20 @@ fn garbage_past_view_length_is_ignored() {
     assert_eq!(v.find_clear_area(1, 74, 0, 0).unwrap(), None);
     assert_eq!(v.find_clear_area(60, 14, 0, 0).unwrap(), Some(60));
 }
+
+#[test]
+fn run_carried_over_skipped_clear_words_into_a_full_word() {
+    // Regression: a clear run spanning whole words skipped at SIMD speed and
+    // ending at an all-set word must still be accepted.
+    let mut map = Bitmap::new(1173);
+    map.set_range(0..304).unwrap();
+    map.set_range(704..1113).unwrap();
+    for nr in [216, 300, 400] {
+        assert_eq!(map.find_clear_area(42, nr, 0, 0).unwrap(), Some(304));
+        assert_eq!(
+            ForceScalar(&map).find_clear_area(42, nr, 0, 0).unwrap(),
+            Some(304)
+        );
+    }
+    assert_eq!(map.find_clear_area(42, 401, 0, 0).unwrap(), None);
+}

@@ -41,7 +41,7 @@
 //! colliding bit contains it.)
 
 use super::arch::{scalar::zero_chunk_in_word, Backend, Chunk};
-use super::find::next_in;
+use super::find::{next_in, skip_fwd};
 use super::word::{first_word_mask, last_word_mask, runs_of_ones, words_for, Align};
 
 /// How the search skips ahead between exact scans.
@@ -143,11 +143,17 @@ pub(crate) fn find_clear_area(
     if nr == 0 {
         // The kernel returns the aligned first clear bit; callers treat
         // anything >= size as failure.
-        let first = next_in(words, start, nbits, true, be)?;
+        let first = next_in::<true>(words, start, nbits, be)?;
         return align.up(first).filter(|&p| p < nbits);
     }
     if nr > nbits - start {
         return None;
+    }
+    // Fast path, the kernel's best case: the first acceptable window is
+    // already clear (sparse maps). At most three words are read.
+    let p0 = align.up(start)?;
+    if nr <= 128 && fits(p0, nr, nbits) && next_in::<false>(words, p0, p0 + nr, be).is_none() {
+        return Some(p0);
     }
     let nw = words_for(nbits);
     let words = &words[..nw];
@@ -172,14 +178,27 @@ pub(crate) fn find_clear_area(
                 x &= tail;
             }
             if x == !0 {
-                // The whole word is clear: the carried run grows.
+                // The whole word is clear: the carried run grows, through every
+                // following all-clear word (skipped at SIMD speed).
                 let p = align.up(r)?;
                 if fits(p, nr, base + 64) {
                     return Some(p);
                 }
+                match skip_fwd(words, wi + 1, nw, 0, be) {
+                    Some(next) => {
+                        // The run reaches at least the start of word `next`.
+                        if fits(p, nr, next * 64) {
+                            return Some(p);
+                        }
+                        wi = next;
+                        continue;
+                    }
+                    // Clear to the end of the words, hence to nbits.
+                    None => return fits(p, nr, nbits).then_some(p),
+                }
             } else if x == 0 {
                 // The whole word is set: skip every following all-set word.
-                wi = be.first_diff(words, wi + 1, !0)?;
+                wi = skip_fwd(words, wi + 1, nw, !0, be)?;
                 r = wi * 64;
                 continue;
             } else {

@@ -10,7 +10,7 @@ use super::word::{first_word_mask, last_word_mask, select_in_word, words_for};
 
 /// `!0` when searching for clear bits (words are inverted), 0 for set bits.
 #[inline(always)]
-const fn inv(clear: bool) -> u64 {
+pub(crate) const fn inv(clear: bool) -> u64 {
     if clear {
         !0
     } else {
@@ -18,27 +18,68 @@ const fn inv(clear: bool) -> u64 {
     }
 }
 
-/// First position in `[from, end)` whose bit equals `!clear`... i.e. the first set
-/// bit (`clear == false`) or the first clear bit (`clear == true`).
-#[inline]
-pub(crate) fn next_in(
+/// How many words the skip loops check inline before calling the SIMD loop:
+/// short gaps are the common case in dense and moderately sparse bitmaps, and
+/// a plain loop answers them faster than a call into vector code.
+const LOOKAHEAD: usize = 32;
+
+/// First index in `[from, nw)` whose word differs from `x`.
+#[inline(always)]
+pub(crate) fn skip_fwd(
+    words: &[u64],
+    from: usize,
+    nw: usize,
+    x: u64,
+    be: Backend,
+) -> Option<usize> {
+    let words = &words[..nw];
+    let stop = nw.min(from.saturating_add(LOOKAHEAD));
+    let mut i = from;
+    while i < stop {
+        if words[i] != x {
+            return Some(i);
+        }
+        i += 1;
+    }
+    if i >= nw {
+        return None;
+    }
+    be.first_diff(words, i, x)
+}
+
+/// Last index below `end` whose word differs from `x`.
+#[inline(always)]
+fn skip_back(words: &[u64], end: usize, x: u64, be: Backend) -> Option<usize> {
+    let stop = end.saturating_sub(LOOKAHEAD);
+    let mut i = end;
+    while i > stop {
+        i -= 1;
+        if words[i] != x {
+            return Some(i);
+        }
+    }
+    be.last_diff(words, i, x)
+}
+
+/// First position in `[from, end)` holding a set bit (`CLEAR == false`) or a
+/// clear bit (`CLEAR == true`).
+#[inline(always)]
+pub(crate) fn next_in<const CLEAR: bool>(
     words: &[u64],
     from: usize,
     end: usize,
-    clear: bool,
     be: Backend,
 ) -> Option<usize> {
     if from >= end {
         return None;
     }
-    let x = inv(clear);
-    let nw = words_for(end);
+    let x = inv(CLEAR);
     let mut wi = from / 64;
     let mut w = (words[wi] ^ x) & first_word_mask(from);
     if w == 0 {
         // Skip every word that is all-zero (or all-one when looking for a clear
-        // bit) at SIMD speed.
-        wi = be.first_diff(&words[..nw], wi + 1, x)?;
+        // bit): a few inline, then at SIMD speed.
+        wi = skip_fwd(words, wi + 1, words_for(end), x, be)?;
         w = words[wi] ^ x;
     }
     let pos = wi * 64 + w.trailing_zeros() as usize;
@@ -47,22 +88,21 @@ pub(crate) fn next_in(
 
 /// Last position in `[start, end)` holding a set (`clear == false`) or clear
 /// bit. This is seed 000's find_last_bit_range when `start > 0`.
-#[inline]
-pub(crate) fn prev_in(
+#[inline(always)]
+pub(crate) fn prev_in<const CLEAR: bool>(
     words: &[u64],
     start: usize,
     end: usize,
-    clear: bool,
     be: Backend,
 ) -> Option<usize> {
     if start >= end {
         return None;
     }
-    let x = inv(clear);
+    let x = inv(CLEAR);
     let mut wi = (end - 1) / 64;
     let mut w = (words[wi] ^ x) & last_word_mask(end);
     if w == 0 {
-        wi = be.last_diff(words, wi, x)?;
+        wi = skip_back(words, wi, x, be)?;
         w = words[wi] ^ x;
     }
     let pos = wi * 64 + 63 - w.leading_zeros() as usize;

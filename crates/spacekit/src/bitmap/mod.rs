@@ -201,12 +201,12 @@ pub trait Bits: sealed::Sealed {
     /// First set bit at or after `from` (find_next_bit; the kernel returns
     /// `size` where this returns `None`).
     fn find_next_set(&self, from: usize) -> Option<usize> {
-        find::next_in(self.words(), from, self.bit_len(), false, self.backend())
+        find::next_in::<false>(self.words(), from, self.bit_len(), self.backend())
     }
 
     /// First clear bit at or after `from` (find_next_zero_bit).
     fn find_next_clear(&self, from: usize) -> Option<usize> {
-        find::next_in(self.words(), from, self.bit_len(), true, self.backend())
+        find::next_in::<true>(self.words(), from, self.bit_len(), self.backend())
     }
 
     /// Last set bit at or before `at`; `None` if there is none or `at` is past
@@ -215,7 +215,7 @@ pub trait Bits: sealed::Sealed {
         if at >= self.bit_len() {
             return None;
         }
-        find::prev_in(self.words(), 0, at + 1, false, self.backend())
+        find::prev_in::<false>(self.words(), 0, at + 1, self.backend())
     }
 
     /// Last clear bit at or before `at`; `None` if there is none or `at` is
@@ -224,7 +224,7 @@ pub trait Bits: sealed::Sealed {
         if at >= self.bit_len() {
             return None;
         }
-        find::prev_in(self.words(), 0, at + 1, true, self.backend())
+        find::prev_in::<true>(self.words(), 0, at + 1, self.backend())
     }
 
     /// First set bit (find_first_bit).
@@ -239,12 +239,12 @@ pub trait Bits: sealed::Sealed {
 
     /// Last set bit (find_last_bit).
     fn last_set(&self) -> Option<usize> {
-        find::prev_in(self.words(), 0, self.bit_len(), false, self.backend())
+        find::prev_in::<false>(self.words(), 0, self.bit_len(), self.backend())
     }
 
     /// Last clear bit.
     fn last_clear(&self) -> Option<usize> {
-        find::prev_in(self.words(), 0, self.bit_len(), true, self.backend())
+        find::prev_in::<true>(self.words(), 0, self.bit_len(), self.backend())
     }
 
     /// First set bit inside `range`.
@@ -256,7 +256,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::next_in(self.words(), s, e, false, self.backend()))
+        Ok(find::next_in::<false>(self.words(), s, e, self.backend()))
     }
 
     /// First clear bit inside `range`.
@@ -268,7 +268,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::next_in(self.words(), s, e, true, self.backend()))
+        Ok(find::next_in::<true>(self.words(), s, e, self.backend()))
     }
 
     /// Last set bit inside `range`: seed 000's `find_last_bit_range(addr, end,
@@ -281,7 +281,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::prev_in(self.words(), s, e, false, self.backend()))
+        Ok(find::prev_in::<false>(self.words(), s, e, self.backend()))
     }
 
     /// Last clear bit inside `range`.
@@ -293,7 +293,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::prev_in(self.words(), s, e, true, self.backend()))
+        Ok(find::prev_in::<true>(self.words(), s, e, self.backend()))
     }
 
     /// Position of the `n`-th set bit, counting from 0 (find_nth_bit, which
@@ -510,10 +510,27 @@ pub trait BitsMut: Bits {
 /// assert_eq!(map.find_clear_area(0, 16, 0, 0)?, Some(21));
 /// # Ok::<(), spacekit::bitmap::BitmapError>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Default)]
 pub struct Bitmap {
     words: Vec<u64>,
     len: usize,
+    /// Chosen once at construction so hot searches skip the detection load.
+    backend: Backend,
+}
+
+impl PartialEq for Bitmap {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.words == other.words
+    }
+}
+
+impl Eq for Bitmap {}
+
+impl core::hash::Hash for Bitmap {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.len.hash(state);
+        self.words.hash(state);
+    }
 }
 
 impl fmt::Debug for Bitmap {
@@ -539,6 +556,7 @@ impl Bitmap {
         Bitmap {
             words: vec![0; words_for(len)],
             len,
+            backend: Backend::detect(),
         }
     }
 
@@ -547,6 +565,7 @@ impl Bitmap {
         let mut b = Bitmap {
             words: vec![!0; words_for(len)],
             len,
+            backend: Backend::detect(),
         };
         b.clear_tail();
         b
@@ -564,7 +583,11 @@ impl Bitmap {
                 found: words.len(),
             });
         }
-        let mut b = Bitmap { words, len };
+        let mut b = Bitmap {
+            words,
+            len,
+            backend: Backend::detect(),
+        };
         b.clear_tail();
         Ok(b)
     }
@@ -638,6 +661,7 @@ impl Bitmap {
         BitView {
             words: &self.words,
             len: self.len,
+            backend: self.backend,
         }
     }
 
@@ -655,6 +679,9 @@ impl Bits for Bitmap {
     }
     fn bit_len(&self) -> usize {
         self.len
+    }
+    fn backend(&self) -> Backend {
+        self.backend
     }
 }
 impl BitsMut for Bitmap {
@@ -677,6 +704,7 @@ impl BitsMut for Bitmap {
 pub struct BitView<'a> {
     words: &'a [u64],
     len: usize,
+    backend: Backend,
 }
 
 impl<'a> BitView<'a> {
@@ -686,7 +714,11 @@ impl<'a> BitView<'a> {
     /// [`BitmapError::LengthTooLarge`] if `len > 64 * words.len()`.
     pub fn new(words: &'a [u64], len: usize) -> Result<Self, BitmapError> {
         check_capacity(words.len(), len)?;
-        Ok(BitView { words, len })
+        Ok(BitView {
+            words,
+            len,
+            backend: Backend::detect(),
+        })
     }
 }
 
@@ -698,6 +730,9 @@ impl Bits for BitView<'_> {
     fn bit_len(&self) -> usize {
         self.len
     }
+    fn backend(&self) -> Backend {
+        self.backend
+    }
 }
 
 /// A borrowed, mutable bitmap over a caller's words. Bits past `len` are never
@@ -706,6 +741,7 @@ impl Bits for BitView<'_> {
 pub struct BitViewMut<'a> {
     words: &'a mut [u64],
     len: usize,
+    backend: Backend,
 }
 
 impl<'a> BitViewMut<'a> {
@@ -715,7 +751,11 @@ impl<'a> BitViewMut<'a> {
     /// [`BitmapError::LengthTooLarge`] if `len > 64 * words.len()`.
     pub fn new(words: &'a mut [u64], len: usize) -> Result<Self, BitmapError> {
         check_capacity(words.len(), len)?;
-        Ok(BitViewMut { words, len })
+        Ok(BitViewMut {
+            words,
+            len,
+            backend: Backend::detect(),
+        })
     }
 }
 
@@ -726,6 +766,9 @@ impl Bits for BitViewMut<'_> {
     }
     fn bit_len(&self) -> usize {
         self.len
+    }
+    fn backend(&self) -> Backend {
+        self.backend
     }
 }
 impl BitsMut for BitViewMut<'_> {

@@ -51,15 +51,16 @@ pub(crate) struct Align {
 impl Align {
     pub(crate) fn new(mask: usize, offset: usize) -> Align {
         let pattern = if mask < 64 {
+            // One bit every `mask + 1` positions, by doubling (at most 6 steps),
+            // shifted to the first acceptable position.
             let stride = mask + 1;
-            let first = offset.wrapping_neg() & mask;
-            let mut p = 0u64;
-            let mut b = first;
-            while b < 64 {
-                p |= 1 << b;
-                b += stride;
+            let mut p = 1u64;
+            let mut width = stride;
+            while width < 64 {
+                p |= p << width;
+                width *= 2;
             }
-            p
+            p << (offset.wrapping_neg() & mask)
         } else {
             0
         };

@@ -57,17 +57,9 @@ impl Backend {
             // Relaxed is enough: the value is a pure function of the CPU, so
             // racing initialisations all store the same thing.
             match DETECTED.load(Ordering::Relaxed) {
-                1 => Backend(Kind::Scalar),
                 2 => Backend(Kind::Avx2),
-                _ => {
-                    let avx2 = std::is_x86_feature_detected!("avx2");
-                    DETECTED.store(if avx2 { 2 } else { 1 }, Ordering::Relaxed);
-                    if avx2 {
-                        Backend(Kind::Avx2)
-                    } else {
-                        Backend(Kind::Scalar)
-                    }
-                }
+                1 => Backend(Kind::Scalar),
+                _ => detect_slow(),
             }
         }
         #[cfg(all(not(feature = "std"), target_arch = "x86_64", target_feature = "avx2"))]
@@ -138,6 +130,23 @@ impl Backend {
             // SAFETY: as in `first_diff`, the variant proves AVX2 is present.
             Kind::Avx2 => unsafe { x86_64::avx2::first_zero_chunk(words, from, chunk) },
         }
+    }
+}
+
+/// First call: asks the CPU, caches the answer.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[cold]
+#[inline(never)]
+fn detect_slow() -> Backend {
+    let avx2 = std::is_x86_feature_detected!("avx2");
+    DETECTED.store(
+        if avx2 { 2 } else { 1 },
+        core::sync::atomic::Ordering::Relaxed,
+    );
+    if avx2 {
+        Backend(Kind::Avx2)
+    } else {
+        Backend(Kind::Scalar)
     }
 }
 

@@ -69,15 +69,6 @@ unsafe fn any_nonzero(v: [__m256i; 4]) -> bool {
 pub(crate) unsafe fn first_diff(words: &[u64], from: usize, pat: u64) -> Option<usize> {
     let n = words.len();
     let mut i = from;
-    // Most calls in dense data hit within a word or two: answer those without
-    // touching vector registers.
-    let prologue = n.min(from.saturating_add(2));
-    while i < prologue {
-        if words[i] != pat {
-            return Some(i);
-        }
-        i += 1;
-    }
     let vpat = _mm256_set1_epi64x(pat as i64);
     while i + STEP <= n {
         // SAFETY: `i + STEP <= n` was just checked; AVX2 is enabled here.
@@ -100,13 +91,6 @@ pub(crate) unsafe fn first_diff(words: &[u64], from: usize, pat: u64) -> Option<
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<usize> {
     let mut e = end.min(words.len());
-    let prologue = e.saturating_sub(2);
-    while e > prologue {
-        e -= 1;
-        if words[e] != pat {
-            return Some(e);
-        }
-    }
     let vpat = _mm256_set1_epi64x(pat as i64);
     while e >= STEP {
         let i = e - STEP;

@@ -1,0 +1,144 @@
+//! `bench membw`: memory read bandwidth, the physical limit of every scan.
+//!
+//! A buffer much larger than the last-level cache is filled (so page faults
+//! stay out of the timings) and then read start to end by one thread, and by
+//! every thread on its own slice. The read loop XORs 128 bytes per step into
+//! four AVX2 accumulators (scalar when AVX2 is missing), which is as fast as
+//! the memory system lets a core read.
+
+use std::hint::black_box;
+use std::thread;
+
+use super::{fmt_ns, progress, BenchError, Ctx, Mode, Report, Row, Table};
+
+/// Bandwidth figures of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct Bandwidth {
+    /// Single-thread read bandwidth, GB/s (1e9 bytes per second).
+    pub single: f64,
+}
+
+/// Runs `bench membw` on its own.
+pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
+    let (report, _) = measure(ctx)?;
+    Ok(report)
+}
+
+/// Measures bandwidth and returns its rows (for other benchmarks to include).
+pub fn measure(ctx: &Ctx) -> Result<(Report, Bandwidth), BenchError> {
+    let bytes: usize = match ctx.mode {
+        Mode::Quick => 64 << 20,
+        Mode::Default => 1 << 30,
+        Mode::Full => 4 << 30,
+    };
+    progress("membw", &format!("filling {} MiB", bytes >> 20));
+    let words = bytes / 8;
+    let mut buf: Vec<u64> = Vec::new();
+    buf.try_reserve_exact(words)
+        .map_err(|e| BenchError(format!("cannot allocate {} MiB: {e}", bytes >> 20)))?;
+    buf.extend((0..words as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let expect = buf.iter().fold(0u64, |a, &w| a ^ w);
+    super::verify(
+        "the XOR of the buffer",
+        &[("scalar", expect), ("read loop", read_xor(&buf))],
+    )?;
+
+    let threads = thread::available_parallelism().map_or(1, |n| n.get());
+    let timer = ctx.timer();
+    let mut report = Report::default();
+    let mut table = Table::new(
+        "membw: memory read bandwidth",
+        &["threads", "bytes", "time", "GB/s"],
+    );
+    let mut single = 0.0;
+    let mut counts = vec![1];
+    if threads > 1 {
+        counts.push(threads);
+    }
+    for &t in &counts {
+        progress("membw", &format!("reading with {t} thread(s)"));
+        let ns = if t == 1 {
+            timer.median_ns(|| {
+                black_box(read_xor(black_box(&buf)));
+            })
+        } else {
+            let chunk = buf.len().div_ceil(t);
+            timer.median_ns(|| {
+                thread::scope(|s| {
+                    for part in buf.chunks(chunk) {
+                        s.spawn(move || black_box(read_xor(black_box(part))));
+                    }
+                });
+            })
+        };
+        let gbps = bytes as f64 / ns;
+        if t == 1 {
+            single = gbps;
+        }
+        table.row(vec![
+            t.to_string(),
+            bytes.to_string(),
+            fmt_ns(ns),
+            format!("{gbps:.2}"),
+        ]);
+        report.push(
+            Row::new("read", "limit")
+                .field("threads", t)
+                .field("bytes", bytes)
+                .field("median_ns", ns)
+                .field("gbps", gbps),
+        );
+    }
+    table.print();
+    Ok((report, Bandwidth { single }))
+}
+
+/// XOR of every word, read as fast as the CPU allows.
+pub fn read_xor(buf: &[u64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 support was just checked.
+        return unsafe { read_xor_avx2(buf) };
+    }
+    read_xor_scalar(buf)
+}
+
+fn read_xor_scalar(buf: &[u64]) -> u64 {
+    let mut acc = [0u64; 4];
+    let mut chunks = buf.chunks_exact(4);
+    for c in &mut chunks {
+        for (a, w) in acc.iter_mut().zip(c) {
+            *a ^= w;
+        }
+    }
+    let tail = chunks.remainder().iter().fold(0, |a, &w| a ^ w);
+    acc[0] ^ acc[1] ^ acc[2] ^ acc[3] ^ tail
+}
+
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn read_xor_avx2(buf: &[u64]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_si256(); 4];
+    let mut chunks = buf.chunks_exact(16);
+    for c in &mut chunks {
+        let p = c.as_ptr().cast::<__m256i>();
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 16 words = 4 vectors; unaligned loads.
+            let v = unsafe { _mm256_loadu_si256(p.add(k)) };
+            *a = _mm256_xor_si256(*a, v);
+        }
+    }
+    let v = _mm256_xor_si256(
+        _mm256_xor_si256(acc[0], acc[1]),
+        _mm256_xor_si256(acc[2], acc[3]),
+    );
+    let mut lanes = [0u64; 4];
+    // SAFETY: `lanes` is 32 bytes, the size of one vector; unaligned store.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), v) };
+    lanes
+        .iter()
+        .fold(read_xor_scalar(chunks.remainder()), |a, &w| a ^ w)
+}

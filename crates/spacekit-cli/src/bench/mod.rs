@@ -1,0 +1,345 @@
+//! The benchmark framework: timing, verification, tables and JSON reports.
+//!
+//! Every benchmark computes each variant's answer once, outside the timed
+//! loop, and fails (non-zero exit, no JSON written) if any two disagree. Times
+//! are medians of repeated samples; each sample runs the operation enough
+//! times to last a fixed target, so short operations are not dominated by the
+//! clock.
+
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Map, Value};
+
+mod membw;
+mod zero_area;
+
+/// Arguments of `spacekit bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Benchmarks to run (all when none is named).
+    #[arg(value_enum)]
+    names: Vec<BenchName>,
+    /// Small sizes and few samples: a smoke run that still verifies every
+    /// result (what CI runs).
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// The seeds' full sizes and more samples (slower).
+    #[arg(long)]
+    full: bool,
+    /// Write the rows as JSON to FILE: one `{"bench": NAME, "rows": [...]}`
+    /// object for one benchmark, an array of them for several.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Seed of the random bitmaps (the same seed gives the same data).
+    #[arg(long, default_value_t = 0x5EED_0000)]
+    seed: u64,
+}
+
+/// The benchmarks `spacekit bench` knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BenchName {
+    /// Memory read bandwidth, one thread and all threads: the limit for scans.
+    Membw,
+    /// Seed 000: N consecutive clear bits with alignment, plus bit-scan speed
+    /// and a find_bit_benchmark-style table.
+    ZeroArea,
+}
+
+impl BenchName {
+    fn as_str(self) -> &'static str {
+        match self {
+            BenchName::Membw => "membw",
+            BenchName::ZeroArea => "zero-area",
+        }
+    }
+}
+
+/// How much work a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Quick,
+    Default,
+    Full,
+}
+
+/// Everything a benchmark needs from the command line.
+pub struct Ctx {
+    pub mode: Mode,
+    pub seed: u64,
+}
+
+impl Ctx {
+    /// A timer tuned to the mode.
+    pub fn timer(&self) -> Timer {
+        match self.mode {
+            Mode::Quick => Timer {
+                sample: Duration::from_micros(100),
+                samples: 5,
+                budget: Duration::from_millis(150),
+            },
+            Mode::Default => Timer {
+                sample: Duration::from_millis(2),
+                samples: 15,
+                budget: Duration::from_millis(1500),
+            },
+            Mode::Full => Timer {
+                sample: Duration::from_millis(5),
+                samples: 31,
+                budget: Duration::from_secs(8),
+            },
+        }
+    }
+}
+
+/// A benchmark failure: variants disagreed, or something could not be set up.
+#[derive(Debug)]
+pub struct BenchError(pub String);
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+/// Fails the benchmark unless every `(variant, answer)` equals the first.
+pub fn verify<T: PartialEq + fmt::Debug>(
+    what: &str,
+    answers: &[(&str, T)],
+) -> Result<(), BenchError> {
+    if let Some((first_name, first)) = answers.first() {
+        for (name, a) in &answers[1..] {
+            if a != first {
+                return Err(BenchError(format!(
+                    "variants disagree on {what}: {first_name} gives {first:?}, {name} gives {a:?}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Median-of-samples timer.
+#[derive(Clone, Copy, Debug)]
+pub struct Timer {
+    /// Target duration of one sample.
+    pub sample: Duration,
+    /// Number of samples.
+    pub samples: usize,
+    /// Stop sampling after this long (keeping at least 3 samples).
+    pub budget: Duration,
+}
+
+impl Timer {
+    /// Median nanoseconds per call of `f`.
+    pub fn median_ns(&self, mut f: impl FnMut()) -> f64 {
+        // One warm-up call also calibrates the batch size.
+        let t = Instant::now();
+        f();
+        let first = t.elapsed().as_nanos().max(1) as f64;
+        let batch = ((self.sample.as_nanos() as f64 / first) as usize).clamp(1, 1 << 24);
+        let started = Instant::now();
+        let mut v = Vec::with_capacity(self.samples);
+        for _ in 0..self.samples {
+            let t = Instant::now();
+            for _ in 0..batch {
+                f();
+            }
+            v.push(t.elapsed().as_nanos() as f64 / batch as f64);
+            if v.len() >= 3 && started.elapsed() > self.budget {
+                break;
+            }
+        }
+        median(&mut v)
+    }
+}
+
+/// Median of `v` (sorted in place); 0 for an empty slice.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One JSON row: `case`, `variant`, parameters, and the measured figures.
+#[derive(Clone, Debug)]
+pub struct Row(Map<String, Value>);
+
+impl Row {
+    pub fn new(case: &str, variant: &str) -> Row {
+        let mut m = Map::new();
+        m.insert("case".into(), json!(case));
+        m.insert("variant".into(), json!(variant));
+        Row(m)
+    }
+
+    pub fn field(mut self, key: &str, value: impl Into<Value>) -> Row {
+        self.0.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// The rows of one benchmark.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    pub fn push(&mut self, row: Row) {
+        self.rows.push(row);
+    }
+
+    fn to_json(&self, bench: &str) -> Value {
+        json!({
+            "bench": bench,
+            "rows": self.rows.iter().map(|r| Value::Object(r.0.clone())).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// A text table printed with aligned columns: first column left-aligned,
+/// the rest right-aligned.
+pub struct Table {
+    title: String,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(title: &str, header: &[&str]) -> Table {
+        Table {
+            title: title.into(),
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn print(&self) {
+        let mut width: Vec<usize> = self.header.iter().map(String::len).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate() {
+                if i < width.len() {
+                    width[i] = width[i].max(c.len());
+                }
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                let w = width.get(i).copied().unwrap_or(0);
+                if i == 0 {
+                    s.push_str(&format!("{c:<w$}"));
+                } else {
+                    s.push_str(&format!("  {c:>w$}"));
+                }
+            }
+            s
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "\n{}", self.title);
+        let _ = writeln!(out, "{}", line(&self.header));
+        for r in &self.rows {
+            let _ = writeln!(out, "{}", line(r));
+        }
+        let _ = out.flush();
+    }
+}
+
+/// Progress message on stderr.
+pub fn progress(bench: &str, msg: &str) {
+    eprintln!("[{bench}] {msg}");
+}
+
+/// Formats nanoseconds with a unit that keeps 3-4 significant digits.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e4 {
+        format!("{:.1} us", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Formats a ratio `a / b` as `12.3x`.
+pub fn fmt_ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.1}x", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+/// Runs the benchmarks named in `args`.
+pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
+    let mode = if args.quick {
+        Mode::Quick
+    } else if args.full {
+        Mode::Full
+    } else {
+        Mode::Default
+    };
+    let ctx = Ctx {
+        mode,
+        seed: args.seed,
+    };
+    let names: Vec<BenchName> = if args.names.is_empty() {
+        BenchName::value_variants().to_vec()
+    } else {
+        args.names.clone()
+    };
+    eprintln!(
+        "spacekit bench: {} ({:?} mode, bitmap backend {})",
+        names
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        mode,
+        spacekit::bitmap::Backend::detect().name()
+    );
+    let mut reports = Vec::new();
+    for &name in &names {
+        let report = match name {
+            BenchName::Membw => membw::run(&ctx)?,
+            BenchName::ZeroArea => zero_area::run(&ctx)?,
+        };
+        reports.push((name, report));
+    }
+    if let Some(path) = &args.json {
+        let value = if reports.len() == 1 {
+            reports[0].1.to_json(reports[0].0.as_str())
+        } else {
+            Value::Array(reports.iter().map(|(n, r)| r.to_json(n.as_str())).collect())
+        };
+        let text = serde_json::to_string_pretty(&value)
+            .map_err(|e| BenchError(format!("cannot encode JSON: {e}")))?;
+        // Write to a temporary file first so a failure never leaves half a report.
+        let tmp = path.with_extension("json.tmp");
+        fs::write(&tmp, text + "\n")
+            .and_then(|_| fs::rename(&tmp, path))
+            .map_err(|e| BenchError(format!("cannot write {}: {e}", path.display())))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
