@@ -41,7 +41,7 @@
 //! colliding bit contains it.)
 
 use super::arch::{scalar::zero_chunk_in_word, Backend, Chunk};
-use super::find::{next_in, skip_fwd};
+use super::find::{next_in, prev_in, skip_fwd};
 use super::word::{first_word_mask, last_word_mask, runs_of_ones, words_for, Align};
 
 /// How the search skips ahead between exact scans.
@@ -74,14 +74,23 @@ impl Filter {
         }
     }
 
-    /// Whether word `w` holds a unit the filter would stop at.
-    fn hits_word(self, w: u64) -> bool {
+    /// Whether the exact scan should read word `w` itself rather than hand
+    /// over: true when the filter would stop at `w` anyway. On sparse data the
+    /// strided block filter pays roughly one widening (a few words and two
+    /// mispredicted branches) per `m` words, the exact scan about three cycles
+    /// per word; past `m = 16` the filter wins, so it always takes over.
+    fn stays_exact(self, w: u64) -> bool {
         match self {
             Filter::Lane(c) => zero_chunk_in_word(w, c).is_some(),
-            Filter::Words(_) => w == 0,
+            Filter::Words(m) => m <= 16 && w == 0,
         }
     }
 }
+
+/// Longest window the kernel-style fast path tries (16 words).
+const QUICK_MAX: usize = 1024;
+/// Windows the fast path tries before the full scan.
+const QUICK_TRIES: usize = 4;
 
 /// Counters a benchmark can read; the search itself never depends on them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,6 +101,13 @@ pub struct AreaStats {
 }
 
 /// First block of `m` consecutive zero words in `words[from..]`.
+///
+/// Every run of `m` consecutive indices at or after `from` holds exactly one
+/// probe position `from + m - 1 + k*m`, so a tight strided loop over the
+/// probes skips everything that cannot hold a block (on random data it reads
+/// one word in `m`). A zero probe is widened to its zero run; if the run is
+/// long enough it is the first block (earlier blocks would hold an earlier,
+/// non-zero probe), otherwise probing restarts past the run's end.
 fn first_zero_block(words: &[u64], from: usize, m: usize, be: Backend) -> Option<usize> {
     if m == 1 {
         // First zero word: the lane filter at 64-bit width, with SIMD.
@@ -100,34 +116,37 @@ fn first_zero_block(words: &[u64], from: usize, m: usize, be: Backend) -> Option
             .map(|bit| bit / 64);
     }
     let n = words.len();
-    let mut a = from; // candidate block [a, a + m)
-    let mut known_zero_end = a; // words [a, known_zero_end) are known to be zero
+    let mut lo_bound = from;
+    let mut i = from.checked_add(m - 1)?;
     loop {
-        let last = a.checked_add(m - 1)?;
-        if last >= n {
+        while i < n && words[i] != 0 {
+            i += m;
+        }
+        if i >= n {
             return None;
         }
-        // Scan the candidate block backwards, stopping at words already known zero.
-        let mut k = last;
-        loop {
-            if k < known_zero_end {
-                return Some(a);
-            }
-            if words[k] != 0 {
-                break;
-            }
-            if k == known_zero_end {
-                return Some(a);
-            }
-            k -= 1;
+        let mut lo = i;
+        while lo > lo_bound && words[lo - 1] == 0 {
+            lo -= 1;
         }
-        // words[k] is set: no block can contain it. Everything in (k, last] is zero.
-        a = k + 1;
-        known_zero_end = last + 1;
+        let mut hi = i + 1;
+        while hi < n && hi - lo < m && words[hi] == 0 {
+            hi += 1;
+        }
+        if hi - lo >= m {
+            return Some(lo);
+        }
+        // [lo, hi) is too short and words[hi] is set (or hi == n).
+        lo_bound = hi + 1;
+        i = hi.checked_add(m)?;
     }
 }
 
 /// Lowest acceptable start of `nr` clear bits at or after `start`, below `nbits`.
+///
+/// This part is small and inlined into the caller; the full scan lives in
+/// [`scan`], out of line, so an immediate hit costs no more than the kernel's.
+#[inline(always)]
 pub(crate) fn find_clear_area(
     words: &[u64],
     nbits: usize,
@@ -149,11 +168,43 @@ pub(crate) fn find_clear_area(
     if nr > nbits - start {
         return None;
     }
-    // Fast path, the kernel's best case: the first acceptable window is
-    // already clear (sparse maps). At most three words are read.
-    let p0 = align.up(start)?;
-    if nr <= 128 && fits(p0, nr, nbits) && next_in::<false>(words, p0, p0 + nr, be).is_none() {
-        return Some(p0);
+    // Fast path, the kernel's best case on sparse maps: try the first few
+    // candidate windows the way seed 000 does (restart past the window's last
+    // set bit). Each try reads at most 16 words; if all fail, the full scan
+    // starts at the last candidate (no window starts earlier: every window
+    // starting at or before a window's last set bit contains it).
+    let mut start = align.up(start)?;
+    if nr <= QUICK_MAX {
+        for _ in 0..QUICK_TRIES {
+            if !fits(start, nr, nbits) {
+                return None;
+            }
+            match prev_in::<false>(words, start, start + nr, be) {
+                None => return Some(start),
+                Some(q) => start = align.up(q + 1)?,
+            }
+        }
+        if start >= nbits {
+            return None;
+        }
+    }
+    scan(words, nbits, start, nr, align, be, stats)
+}
+
+/// The full scan: exact word walk plus skip filters (see the module docs),
+/// for `nr > 0`; `None` when no window fits.
+#[inline(never)]
+fn scan(
+    words: &[u64],
+    nbits: usize,
+    start: usize,
+    nr: usize,
+    align: Align,
+    be: Backend,
+    stats: &mut AreaStats,
+) -> Option<usize> {
+    if start >= nbits || nr > nbits - start {
+        return None;
     }
     let nw = words_for(nbits);
     let words = &words[..nw];
@@ -214,10 +265,22 @@ pub(crate) fn find_clear_area(
                     }
                 }
                 r = base + 64 - x.leading_ones() as usize;
+                // With coarse alignment the next acceptable start may lie words
+                // ahead: jump there (no window can start before it).
+                let next = align.up(r)?;
+                if next / 64 > wi + 1 {
+                    wi = next / 64;
+                    lo_mask = first_word_mask(next);
+                    r = wi * 64;
+                    continue;
+                }
             }
             wi += 1;
             if let Some(f) = filter {
-                if wi * 64 - r < f.lane_bits() && !f.hits_word(raw) {
+                // Hand over only when the filter has something to skip: if the
+                // next word already holds a candidate lane, the filter would
+                // stop right there, so reading it here is cheaper.
+                if wi * 64 - r < f.lane_bits() && wi < nw && !f.stays_exact(words[wi]) {
                     break f;
                 }
             }

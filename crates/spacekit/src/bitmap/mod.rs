@@ -376,8 +376,18 @@ pub trait Bits: sealed::Sealed {
         align_mask: usize,
         align_offset: usize,
     ) -> Result<Option<usize>, BitmapError> {
-        self.find_clear_area_stats(start, nr, align_mask, align_offset)
-            .map(|(p, _)| p)
+        if align_mask & align_mask.wrapping_add(1) != 0 {
+            return Err(BitmapError::InvalidAlignMask { mask: align_mask });
+        }
+        Ok(area::find_clear_area(
+            self.words(),
+            self.bit_len(),
+            start,
+            nr,
+            Align::new(align_mask, align_offset),
+            self.backend(),
+            &mut AreaStats::default(),
+        ))
     }
 
     /// [`Bits::find_clear_area`], also returning how many times the search

@@ -49,8 +49,11 @@ pub(crate) struct Align {
 }
 
 impl Align {
+    #[inline(always)]
     pub(crate) fn new(mask: usize, offset: usize) -> Align {
-        let pattern = if mask < 64 {
+        let pattern = if mask == 0 {
+            !0
+        } else if mask < 64 {
             // One bit every `mask + 1` positions, by doubling (at most 6 steps),
             // shifted to the first acceptable position.
             let stride = mask + 1;

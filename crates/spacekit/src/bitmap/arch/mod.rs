@@ -93,7 +93,10 @@ impl Backend {
 
     /// Index of the first word at or after `from` that differs from `pat`
     /// (`pat` = 0: first non-zero word; `pat` = !0: first word with a clear bit).
-    #[inline]
+    // Out of line on purpose: callers look a few words ahead inline first, so
+    // only long skips get here, and keeping both loops out of the callers
+    // keeps the hot searches small enough to inline.
+    #[inline(never)]
     pub(crate) fn first_diff(self, words: &[u64], from: usize, pat: u64) -> Option<usize> {
         match self.0 {
             Kind::Scalar => scalar::first_diff(words, from, pat),
@@ -105,7 +108,10 @@ impl Backend {
     }
 
     /// Index of the last word strictly before `end` that differs from `pat`.
-    #[inline]
+    // Out of line on purpose: callers look a few words ahead inline first, so
+    // only long skips get here, and keeping both loops out of the callers
+    // keeps the hot searches small enough to inline.
+    #[inline(never)]
     pub(crate) fn last_diff(self, words: &[u64], end: usize, pat: u64) -> Option<usize> {
         match self.0 {
             Kind::Scalar => scalar::last_diff(words, end, pat),
@@ -117,7 +123,10 @@ impl Backend {
 
     /// Bit position of the first all-zero, `chunk`-aligned lane of `chunk` bits in
     /// `words[from..]`.
-    #[inline]
+    // Out of line on purpose: callers look a few words ahead inline first, so
+    // only long skips get here, and keeping both loops out of the callers
+    // keeps the hot searches small enough to inline.
+    #[inline(never)]
     pub(crate) fn first_zero_chunk(
         self,
         words: &[u64],

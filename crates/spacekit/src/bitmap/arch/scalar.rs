@@ -37,6 +37,9 @@ pub(crate) fn zero_chunk_in_word(w: u64, chunk: Chunk) -> Option<u32> {
 #[inline]
 pub(crate) fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
     let tail = words.get(from..)?;
+    if chunk == Chunk::B64 {
+        return tail.iter().position(|&w| w == 0).map(|i| (from + i) * 64);
+    }
     for (i, &w) in tail.iter().enumerate() {
         if let Some(off) = zero_chunk_in_word(w, chunk) {
             return Some((from + i) * 64 + off as usize);

@@ -107,23 +107,25 @@ pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<us
     super::super::scalar::last_diff(words, e, pat)
 }
 
-/// Per-byte mask (bit `b` = byte `b` of the vector) of the all-zero lanes of `v`.
+/// All-ones in every `chunk`-bit lane of `v` that is zero.
 #[inline(always)]
-unsafe fn zero_lane_bytes(v: __m256i, chunk: Chunk) -> u32 {
+unsafe fn zero_lanes(v: __m256i, chunk: Chunk) -> __m256i {
     // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
     unsafe {
         let z = _mm256_setzero_si256();
-        let eq = match chunk {
+        match chunk {
             Chunk::B8 => _mm256_cmpeq_epi8(v, z),
             Chunk::B16 => _mm256_cmpeq_epi16(v, z),
             Chunk::B32 => _mm256_cmpeq_epi32(v, z),
             Chunk::B64 => _mm256_cmpeq_epi64(v, z),
-        };
-        _mm256_movemask_epi8(eq) as u32
+        }
     }
 }
 
 /// Bit position of the first all-zero `chunk` lane in `words[from..]`.
+///
+/// The four lane compares of a 128-byte step are ORed and tested once; the
+/// byte masks that locate the lane are only built on a hit.
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -133,21 +135,23 @@ pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) 
     let mut i = from;
     while i + STEP <= n {
         // SAFETY: `i + STEP <= n`; unaligned loads; AVX2 is enabled here.
-        let (m0, m1, m2, m3) = unsafe {
+        let e = unsafe {
             let p = words.as_ptr().add(i).cast::<__m256i>();
-            (
-                zero_lane_bytes(_mm256_loadu_si256(p), chunk),
-                zero_lane_bytes(_mm256_loadu_si256(p.add(1)), chunk),
-                zero_lane_bytes(_mm256_loadu_si256(p.add(2)), chunk),
-                zero_lane_bytes(_mm256_loadu_si256(p.add(3)), chunk),
-            )
+            [
+                zero_lanes(_mm256_loadu_si256(p), chunk),
+                zero_lanes(_mm256_loadu_si256(p.add(1)), chunk),
+                zero_lanes(_mm256_loadu_si256(p.add(2)), chunk),
+                zero_lanes(_mm256_loadu_si256(p.add(3)), chunk),
+            ]
         };
-        if (m0 | m1 | m2 | m3) != 0 {
-            let lo = (m0 as u64) | (m1 as u64) << 32;
+        let any = _mm256_or_si256(_mm256_or_si256(e[0], e[1]), _mm256_or_si256(e[2], e[3]));
+        if _mm256_testz_si256(any, any) == 0 {
+            let m = |v| _mm256_movemask_epi8(v) as u32 as u64;
+            let lo = m(e[0]) | m(e[1]) << 32;
             let byte = if lo != 0 {
                 lo.trailing_zeros() as usize
             } else {
-                64 + ((m2 as u64) | (m3 as u64) << 32).trailing_zeros() as usize
+                64 + (m(e[2]) | m(e[3]) << 32).trailing_zeros() as usize
             };
             return Some(i * 64 + byte * 8);
         }
