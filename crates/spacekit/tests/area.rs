@@ -172,3 +172,90 @@ fn run_carried_over_skipped_clear_words_into_a_full_word() {
     }
     assert_eq!(map.find_clear_area(42, 401, 0, 0).unwrap(), None);
 }
+
+/// Linear-time model: `run[p]` = number of consecutive clear bits from p.
+fn naive_fast(bits: &[bool], start: usize, nr: usize, mask: usize, off: usize) -> Option<usize> {
+    let len = bits.len();
+    let mut run = vec![0usize; len + 1];
+    for p in (0..len).rev() {
+        run[p] = if bits[p] { 0 } else { run[p + 1] + 1 };
+    }
+    (start..len)
+        .filter(|&p| p.wrapping_add(off) & mask == 0)
+        .find(|&p| run[p] >= nr)
+}
+
+#[test]
+fn large_maps_long_requests_and_coarse_alignment() {
+    let mut rng = SmallRng::seed_from_u64(0xa11c);
+    for case in 0..600 {
+        let len = rng.random_range(1..40_000);
+        let (map, bits) = random_bitmap(&mut rng, len);
+        let nr = match case % 4 {
+            0 => rng.random_range(1..200),
+            1 => rng.random_range(100..1500),
+            2 => rng.random_range(1000..6000),
+            _ => rng.random_range(1..64),
+        };
+        let mask = match rng.random_range(0..4) {
+            0 => 0,
+            1 => (1usize << rng.random_range(0..7)) - 1,
+            2 => (1usize << rng.random_range(6..12)) - 1,
+            _ => (1usize << rng.random_range(9..14)) - 1,
+        };
+        let off = if rng.random_bool(0.5) {
+            0
+        } else {
+            rng.random_range(0..1 << 14)
+        };
+        let start = rng.random_range(0..len);
+        let want = naive_fast(&bits, start, nr, mask, off);
+        let ctx = format!("len={len} start={start} nr={nr} mask={mask} off={off}");
+        assert_eq!(
+            map.find_clear_area(start, nr, mask, off).unwrap(),
+            want,
+            "{ctx}"
+        );
+        assert_eq!(
+            ForceScalar(&map)
+                .find_clear_area(start, nr, mask, off)
+                .unwrap(),
+            want,
+            "scalar {ctx}"
+        );
+        let (k, _) =
+            find_next_zero_area_off(map.as_words(), len, start, nr, mask, off, AreaVariant::Seed);
+        assert_eq!((k < len).then_some(k), want, "seed port {ctx}");
+    }
+}
+
+#[test]
+fn sparse_maps_with_runs_of_every_length() {
+    // Clear runs of every length 1..=300 separated by one set bit: the first
+    // run of at least nr must be found for every nr, aligned or not.
+    let mut bits = Vec::new();
+    for l in 1..=300usize {
+        bits.extend(std::iter::repeat_n(false, l));
+        bits.push(true);
+    }
+    let mut map = Bitmap::new(bits.len());
+    for (i, &b) in bits.iter().enumerate() {
+        if b {
+            map.set(i).unwrap();
+        }
+    }
+    for nr in 1..=301 {
+        for mask in [0usize, 1, 7, 63, 255] {
+            let want = naive_fast(&bits, 0, nr, mask, 0);
+            assert_eq!(
+                map.find_clear_area(0, nr, mask, 0).unwrap(),
+                want,
+                "nr={nr} mask={mask}"
+            );
+            assert_eq!(
+                ForceScalar(&map).find_clear_area(0, nr, mask, 0).unwrap(),
+                want
+            );
+        }
+    }
+}

@@ -26,22 +26,8 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
 
 /// Measures bandwidth and returns its rows (for other benchmarks to include).
 pub fn measure(ctx: &Ctx) -> Result<(Report, Bandwidth), BenchError> {
-    let bytes: usize = match ctx.mode {
-        Mode::Quick => 64 << 20,
-        Mode::Default => 1 << 30,
-        Mode::Full => 4 << 30,
-    };
-    progress("membw", &format!("filling {} MiB", bytes >> 20));
-    let words = bytes / 8;
-    let mut buf: Vec<u64> = Vec::new();
-    buf.try_reserve_exact(words)
-        .map_err(|e| BenchError(format!("cannot allocate {} MiB: {e}", bytes >> 20)))?;
-    buf.extend((0..words as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-    let expect = buf.iter().fold(0u64, |a, &w| a ^ w);
-    super::verify(
-        "the XOR of the buffer",
-        &[("scalar", expect), ("read loop", read_xor(&buf))],
-    )?;
+    let buf = buffer(ctx)?;
+    let bytes = buf.len() * 8;
 
     let threads = thread::available_parallelism().map_or(1, |n| n.get());
     let timer = ctx.timer();
@@ -93,6 +79,28 @@ pub fn measure(ctx: &Ctx) -> Result<(Report, Bandwidth), BenchError> {
     Ok((report, Bandwidth { single }))
 }
 
+/// The buffer `bench membw` reads: much larger than the last-level cache,
+/// filled (so page faults stay out of timings) and checked once.
+pub fn buffer(ctx: &Ctx) -> Result<Vec<u64>, BenchError> {
+    let bytes: usize = match ctx.mode {
+        Mode::Quick => 64 << 20,
+        Mode::Default => 1 << 30,
+        Mode::Full => 4 << 30,
+    };
+    progress("membw", &format!("filling {} MiB", bytes >> 20));
+    let words = bytes / 8;
+    let mut buf: Vec<u64> = Vec::new();
+    buf.try_reserve_exact(words)
+        .map_err(|e| BenchError(format!("cannot allocate {} MiB: {e}", bytes >> 20)))?;
+    buf.extend((0..words as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let expect = buf.iter().fold(0u64, |a, &w| a ^ w);
+    super::verify(
+        "the XOR of the buffer",
+        &[("scalar", expect), ("read loop", read_xor(&buf))],
+    )?;
+    Ok(buf)
+}
+
 /// XOR of every word, read as fast as the CPU allows.
 pub fn read_xor(buf: &[u64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
@@ -121,6 +129,9 @@ fn read_xor_scalar(buf: &[u64]) -> u64 {
 #[target_feature(enable = "avx2")]
 unsafe fn read_xor_avx2(buf: &[u64]) -> u64 {
     use std::arch::x86_64::*;
+    // Start on a 32-byte boundary so no load straddles two cache lines.
+    let head = ((32 - buf.as_ptr() as usize % 32) % 32 / 8).min(buf.len());
+    let (head, buf) = buf.split_at(head);
     let mut acc = [_mm256_setzero_si256(); 4];
     let mut chunks = buf.chunks_exact(16);
     for c in &mut chunks {
@@ -138,7 +149,6 @@ unsafe fn read_xor_avx2(buf: &[u64]) -> u64 {
     let mut lanes = [0u64; 4];
     // SAFETY: `lanes` is 32 bytes, the size of one vector; unaligned store.
     unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), v) };
-    lanes
-        .iter()
-        .fold(read_xor_scalar(chunks.remainder()), |a, &w| a ^ w)
+    let rest = read_xor_scalar(chunks.remainder()) ^ read_xor_scalar(head);
+    lanes.iter().fold(rest, |a, &w| a ^ w)
 }

@@ -156,7 +156,81 @@ impl Timer {
                 break;
             }
         }
+        if std::env::var_os("SPACEKIT_TRACE").is_some() {
+            eprintln!("trace: first {first} batch {batch} samples {v:?}");
+        }
         median(&mut v)
+    }
+}
+
+impl Timer {
+    /// Median nanoseconds per call of `f` and of `g`, sampled alternately so
+    /// that drift on a noisy machine hits both alike (for ratios between an
+    /// operation and a physical limit). One call per sample.
+    pub fn median_pair(&self, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64, f64) {
+        f();
+        g();
+        let started = Instant::now();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..self.samples {
+            let t = Instant::now();
+            f();
+            a.push(t.elapsed().as_nanos() as f64);
+            let t = Instant::now();
+            g();
+            b.push(t.elapsed().as_nanos() as f64);
+            if a.len() >= 3 && started.elapsed() > self.budget * 2 {
+                break;
+            }
+        }
+        (median(&mut a), median(&mut b))
+    }
+}
+
+/// An operation to time, run `n` times per call (see [`batch`]).
+pub type Batch<'a> = Box<dyn FnMut(usize) + 'a>;
+
+/// Wraps `f` so one dynamic call runs it `n` times: the indirection is paid
+/// once per batch, not once per operation.
+pub fn batch<'a, F: FnMut() + 'a>(mut f: F) -> Batch<'a> {
+    Box::new(move |n| {
+        for _ in 0..n {
+            f();
+        }
+    })
+}
+
+impl Timer {
+    /// Median nanoseconds per call of each operation. Samples are taken
+    /// round-robin (one batch of every operation per round), so drift on a
+    /// noisy machine affects all variants alike and their ratios stay fair.
+    pub fn medians(&self, ops: &mut [Batch<'_>]) -> Vec<f64> {
+        let batches: Vec<usize> = ops
+            .iter_mut()
+            .map(|op| {
+                let t = Instant::now();
+                op(1);
+                let first = t.elapsed().as_nanos().max(1) as f64;
+                ((self.sample.as_nanos() as f64 / first) as usize).clamp(1, 1 << 24)
+            })
+            .collect();
+        let started = Instant::now();
+        let budget = self.budget * ops.len().max(1) as u32;
+        let mut samples = vec![Vec::with_capacity(self.samples); ops.len()];
+        for round in 0..self.samples {
+            for ((op, &n), v) in ops.iter_mut().zip(&batches).zip(&mut samples) {
+                let t = Instant::now();
+                op(n);
+                v.push(t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            if round >= 2 && started.elapsed() > budget {
+                break;
+            }
+        }
+        if std::env::var_os("SPACEKIT_TRACE").is_some() {
+            eprintln!("trace: batches {batches:?} samples {samples:?}");
+        }
+        samples.iter_mut().map(|v| median(v)).collect()
     }
 }
 

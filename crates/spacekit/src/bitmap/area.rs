@@ -210,6 +210,7 @@ fn scan(
     let words = &words[..nw];
     let tail = last_word_mask(nbits);
     let filter = Filter::for_len(nr);
+    let pattern = align.patterns();
 
     let mut wi = start / 64;
     let mut lo_mask = first_word_mask(start); // bits below `start` count as set
@@ -259,20 +260,22 @@ fn scan(
                     return Some(p);
                 }
                 if nr < 64 {
-                    let y = runs_of_ones(x, nr) & align.word_pattern(base);
+                    let y = runs_of_ones(x, nr) & pattern.at(base);
                     if y != 0 {
                         return Some(base + y.trailing_zeros() as usize);
                     }
                 }
                 r = base + 64 - x.leading_ones() as usize;
                 // With coarse alignment the next acceptable start may lie words
-                // ahead: jump there (no window can start before it).
+                // ahead: jump there (no window can start before it). Every
+                // position in [r, next) is unaligned, so later steps that
+                // restart from the word boundary below `next` re-derive it
+                // through `align.up`.
                 let next = align.up(r)?;
                 if next / 64 > wi + 1 {
-                    wi = next / 64;
                     lo_mask = first_word_mask(next);
-                    r = wi * 64;
-                    continue;
+                    wi = next / 64 - 1;
+                    r = (wi + 1) * 64;
                 }
             }
             wi += 1;
@@ -314,6 +317,7 @@ fn scan(
         } else {
             // [r, bound) is clear, so the run may as well start at s.
             r = s;
+            lo_mask = !0;
         }
     }
 }
@@ -322,4 +326,108 @@ fn scan(
 #[inline(always)]
 fn fits(p: usize, nr: usize, end: usize) -> bool {
     p <= end && end - p >= nr
+}
+
+#[cfg(test)]
+mod tests {
+    //! The full scan on its own, bypassing the kernel-style fast path that
+    //! answers most small cases before the scan runs.
+    use super::*;
+    use alloc::vec::Vec;
+
+    /// Lowest acceptable p >= start with `nr` clear bits, by brute force.
+    fn model(bits: &[bool], start: usize, nr: usize, mask: usize, off: usize) -> Option<usize> {
+        let mut run = alloc::vec![0usize; bits.len() + 1];
+        for p in (0..bits.len()).rev() {
+            run[p] = if bits[p] { 0 } else { run[p + 1] + 1 };
+        }
+        (start..bits.len())
+            .filter(|&p| p.wrapping_add(off) & mask == 0)
+            .find(|&p| run[p] >= nr)
+    }
+
+    fn words_of(bits: &[bool]) -> Vec<u64> {
+        let mut w = alloc::vec![0u64; bits.len().div_ceil(64)];
+        for (i, _) in bits.iter().enumerate().filter(|(_, &b)| b) {
+            w[i / 64] |= 1 << (i % 64);
+        }
+        w
+    }
+
+    fn scan_both(
+        bits: &[bool],
+        start: usize,
+        nr: usize,
+        mask: usize,
+        off: usize,
+    ) -> [Option<usize>; 2] {
+        let w = words_of(bits);
+        let a = Align::new(mask, off);
+        let mut st = AreaStats::default();
+        [
+            scan(&w, bits.len(), start, nr, a, Backend::detect(), &mut st),
+            scan(&w, bits.len(), start, nr, a, Backend::scalar(), &mut st),
+        ]
+    }
+
+    /// xorshift64*, enough for test data without a dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn clear_words_then_a_full_word() {
+        // A clear run over whole words skipped at SIMD speed, ending exactly
+        // at an all-set word, must be accepted.
+        let mut bits = alloc::vec![false; 1173];
+        bits[..304].iter_mut().for_each(|b| *b = true);
+        bits[704..1113].iter_mut().for_each(|b| *b = true);
+        for nr in [216, 300, 400, 401] {
+            let want = model(&bits, 42, nr, 0, 0);
+            assert_eq!(scan_both(&bits, 42, nr, 0, 0), [want; 2], "nr={nr}");
+        }
+    }
+
+    #[test]
+    fn random_maps_match_the_model() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for case in 0..3000 {
+            let len = 1 + rng.below(12_000);
+            // Run-structured maps with a per-case mean run length.
+            let mean = 1 + rng.below(if case % 2 == 0 { 400 } else { 3000 });
+            let mut bits = alloc::vec![false; len];
+            let mut i = 0;
+            let mut v = rng.below(2) == 1;
+            while i < len {
+                let l = 1 + rng.below(2 * mean);
+                let end = (i + l).min(len);
+                bits[i..end].iter_mut().for_each(|b| *b = v);
+                v = !v;
+                i = end;
+            }
+            let nr = 1 + match case % 3 {
+                0 => rng.below(64),
+                1 => rng.below(400),
+                _ => rng.below(3000),
+            };
+            let mask = (1usize << rng.below(12)) - 1;
+            let off = rng.below(5000);
+            let start = rng.below(len);
+            let want = model(&bits, start, nr, mask, off);
+            assert_eq!(
+                scan_both(&bits, start, nr, mask, off),
+                [want; 2],
+                "len={len} start={start} nr={nr} mask={mask} off={off}"
+            );
+        }
+    }
 }

@@ -47,18 +47,20 @@ pub(crate) fn skip_fwd(
     be.first_diff(words, i, x)
 }
 
-/// Last index below `end` whose word differs from `x`.
+/// Last index in `[lo, end)` whose word differs from `x`.
 #[inline(always)]
-fn skip_back(words: &[u64], end: usize, x: u64, be: Backend) -> Option<usize> {
-    let stop = end.saturating_sub(LOOKAHEAD);
-    let mut i = end;
-    while i > stop {
-        i -= 1;
-        if words[i] != x {
-            return Some(i);
-        }
+fn skip_back(words: &[u64], lo: usize, end: usize, x: u64, be: Backend) -> Option<usize> {
+    if lo >= end {
+        return None;
     }
-    be.last_diff(words, i, x)
+    let near = lo.max(end.saturating_sub(LOOKAHEAD));
+    if let Some(k) = words[near..end].iter().rposition(|&w| w != x) {
+        return Some(near + k);
+    }
+    if near == lo {
+        return None;
+    }
+    be.last_diff(&words[lo..near], near - lo, x).map(|k| lo + k)
 }
 
 /// First position in `[from, end)` holding a set bit (`CLEAR == false`) or a
@@ -102,7 +104,8 @@ pub(crate) fn prev_in<const CLEAR: bool>(
     let mut wi = (end - 1) / 64;
     let mut w = (words[wi] ^ x) & last_word_mask(end);
     if w == 0 {
-        wi = skip_back(words, wi, x, be)?;
+        // Only words from the one holding `start` can hold the answer.
+        wi = skip_back(words, start / 64, wi, x, be)?;
         w = words[wi] ^ x;
     }
     let pos = wi * 64 + 63 - w.leading_zeros() as usize;
@@ -110,7 +113,7 @@ pub(crate) fn prev_in<const CLEAR: bool>(
 }
 
 /// Number of set bits in `[start, end)`.
-pub(crate) fn count_ones_in(words: &[u64], start: usize, end: usize) -> usize {
+pub(crate) fn count_ones_in(words: &[u64], start: usize, end: usize, be: Backend) -> usize {
     if start >= end {
         return 0;
     }
@@ -118,30 +121,31 @@ pub(crate) fn count_ones_in(words: &[u64], start: usize, end: usize) -> usize {
     if fw == lw {
         return (words[fw] & first_word_mask(start) & last_word_mask(end)).count_ones() as usize;
     }
-    let mut n = (words[fw] & first_word_mask(start)).count_ones() as usize;
-    n += words[fw + 1..lw]
-        .iter()
-        .map(|w| w.count_ones() as usize)
-        .sum::<usize>();
-    n + (words[lw] & last_word_mask(end)).count_ones() as usize
+    let first = (words[fw] & first_word_mask(start)).count_ones() as usize;
+    let last = (words[lw] & last_word_mask(end)).count_ones() as usize;
+    let mid = &words[fw + 1..lw];
+    let mid = if mid.len() <= 4 {
+        mid.iter().map(|w| w.count_ones() as usize).sum()
+    } else {
+        be.count_ones(mid)
+    };
+    first + mid + last
 }
 
 /// Position of the `n`-th (from 0) set bit below `nbits` (find_nth_bit).
-pub(crate) fn nth_set(words: &[u64], nbits: usize, mut n: usize) -> Option<usize> {
+pub(crate) fn nth_set(words: &[u64], nbits: usize, n: usize, be: Backend) -> Option<usize> {
     let nw = words_for(nbits);
-    for (wi, &raw) in words[..nw].iter().enumerate() {
-        let w = if wi + 1 == nw {
-            raw & last_word_mask(nbits)
-        } else {
-            raw
-        };
-        let c = w.count_ones() as usize;
-        if n < c {
-            return Some(wi * 64 + select_in_word(w, n as u32) as usize);
-        }
-        n -= c;
+    if nw == 0 {
+        return None;
     }
-    None
+    // Whole words first (popcount blocks), then the masked last word.
+    let n = match be.nth_word(&words[..nw - 1], n) {
+        Ok((wi, rank)) => return Some(wi * 64 + select_in_word(words[wi], rank) as usize),
+        Err(rest) => rest,
+    };
+    let last = words[nw - 1] & last_word_mask(nbits);
+    ((last.count_ones() as usize) > n)
+        .then(|| (nw - 1) * 64 + select_in_word(last, n as u32) as usize)
 }
 
 /// Applies `op` to every bit of `[start, end)`: first partial word, whole words,

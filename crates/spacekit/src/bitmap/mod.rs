@@ -299,12 +299,12 @@ pub trait Bits: sealed::Sealed {
     /// Position of the `n`-th set bit, counting from 0 (find_nth_bit, which
     /// returns a value `>= size` where this returns `None`).
     fn nth_set(&self, n: usize) -> Option<usize> {
-        find::nth_set(self.words(), self.bit_len(), n)
+        find::nth_set(self.words(), self.bit_len(), n, self.backend())
     }
 
     /// Number of set bits (bitmap_weight).
     fn count_ones(&self) -> usize {
-        find::count_ones_in(self.words(), 0, self.bit_len())
+        find::count_ones_in(self.words(), 0, self.bit_len(), self.backend())
     }
 
     /// Number of set bits in `range`.
@@ -313,7 +313,7 @@ pub trait Bits: sealed::Sealed {
     /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
     fn count_ones_in(&self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::count_ones_in(self.words(), s, e))
+        Ok(find::count_ones_in(self.words(), s, e, self.backend()))
     }
 
     /// Whether every bit in `range` is set (true for an empty range).

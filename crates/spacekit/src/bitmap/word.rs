@@ -43,35 +43,12 @@ pub(crate) fn runs_of_ones(x: u64, n: usize) -> u64 {
 pub(crate) struct Align {
     mask: usize,
     offset: usize,
-    /// For `mask < 64`: the acceptable positions inside any word (the pattern is
-    /// the same for every word because `mask + 1` divides 64).
-    pattern: u64,
 }
 
 impl Align {
     #[inline(always)]
     pub(crate) fn new(mask: usize, offset: usize) -> Align {
-        let pattern = if mask == 0 {
-            !0
-        } else if mask < 64 {
-            // One bit every `mask + 1` positions, by doubling (at most 6 steps),
-            // shifted to the first acceptable position.
-            let stride = mask + 1;
-            let mut p = 1u64;
-            let mut width = stride;
-            while width < 64 {
-                p |= p << width;
-                width *= 2;
-            }
-            p << (offset.wrapping_neg() & mask)
-        } else {
-            0
-        };
-        Align {
-            mask,
-            offset,
-            pattern,
-        }
+        Align { mask, offset }
     }
 
     /// Smallest acceptable position `>= p`, or `None` if it would overflow.
@@ -81,14 +58,50 @@ impl Align {
         p.checked_add(delta)
     }
 
-    /// Acceptable positions within the word starting at bit `base` (a multiple
-    /// of 64), as a bit mask.
-    #[inline(always)]
-    pub(crate) fn word_pattern(&self, base: usize) -> u64 {
-        if self.mask < 64 {
-            self.pattern
+    /// The per-word masks of acceptable positions, for scans that test every
+    /// position of a word at once.
+    pub(crate) fn patterns(&self) -> AlignPattern {
+        let repeating = if self.mask == 0 {
+            !0
+        } else if self.mask < 64 {
+            // One bit every `mask + 1` positions, by doubling (at most 6 steps),
+            // shifted to the first acceptable position. The pattern is the
+            // same in every word because `mask + 1` divides 64.
+            let stride = self.mask + 1;
+            let mut p = 1u64;
+            let mut width = stride;
+            while width < 64 {
+                p |= p << width;
+                width *= 2;
+            }
+            p << (self.offset.wrapping_neg() & self.mask)
         } else {
-            let b = base.wrapping_add(self.offset).wrapping_neg() & self.mask;
+            0
+        };
+        AlignPattern {
+            align: *self,
+            repeating,
+        }
+    }
+}
+
+/// Acceptable positions inside each word, see [`Align::patterns`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AlignPattern {
+    align: Align,
+    /// For `mask < 64`: the pattern shared by every word.
+    repeating: u64,
+}
+
+impl AlignPattern {
+    /// Acceptable positions within the word starting at bit `base` (a
+    /// multiple of 64), as a bit mask.
+    #[inline(always)]
+    pub(crate) fn at(&self, base: usize) -> u64 {
+        if self.align.mask < 64 {
+            self.repeating
+        } else {
+            let b = base.wrapping_add(self.align.offset).wrapping_neg() & self.align.mask;
             if b < 64 {
                 1 << b
             } else {
@@ -185,10 +198,13 @@ mod tests {
         let a = Align::new(7, 3);
         assert_eq!(a.up(0), Some(5));
         assert_eq!(a.up(6), Some(13));
-        assert_eq!(a.word_pattern(0), 0x2020_2020_2020_2020);
+        assert_eq!(a.patterns().at(0), 0x2020_2020_2020_2020);
+        assert_eq!(Align::new(0, 9).patterns().at(64), !0);
+        assert_eq!(Align::new(63, 1).patterns().at(128), 1 << 63);
         let big = Align::new(127, 0);
-        assert_eq!(big.word_pattern(0), 1);
-        assert_eq!(big.word_pattern(64), 0);
+        assert_eq!(big.patterns().at(0), 1);
+        assert_eq!(big.patterns().at(64), 0);
+        assert_eq!(Align::new(127, 64).patterns().at(64), 1);
         assert_eq!(Align::new(usize::MAX >> 1, 0).up(5), Some(1 << 63));
         assert_eq!(Align::new(usize::MAX >> 1, 0).up((1 << 63) + 5), None);
     }

@@ -62,13 +62,23 @@ impl Backend {
                 _ => detect_slow(),
             }
         }
-        #[cfg(all(not(feature = "std"), target_arch = "x86_64", target_feature = "avx2"))]
+        #[cfg(all(
+            not(feature = "std"),
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "popcnt"
+        ))]
         {
             Backend(Kind::Avx2)
         }
         #[cfg(not(any(
             all(feature = "std", target_arch = "x86_64"),
-            all(not(feature = "std"), target_arch = "x86_64", target_feature = "avx2")
+            all(
+                not(feature = "std"),
+                target_arch = "x86_64",
+                target_feature = "avx2",
+                target_feature = "popcnt"
+            )
         )))]
         {
             Backend(Kind::Scalar)
@@ -147,7 +157,7 @@ impl Backend {
 #[cold]
 #[inline(never)]
 fn detect_slow() -> Backend {
-    let avx2 = std::is_x86_feature_detected!("avx2");
+    let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("popcnt");
     DETECTED.store(
         if avx2 { 2 } else { 1 },
         core::sync::atomic::Ordering::Relaxed,
@@ -156,6 +166,32 @@ fn detect_slow() -> Backend {
         Backend(Kind::Avx2)
     } else {
         Backend(Kind::Scalar)
+    }
+}
+
+impl Backend {
+    /// Number of set bits in `words`.
+    #[inline(never)]
+    pub(crate) fn count_ones(self, words: &[u64]) -> usize {
+        match self.0 {
+            Kind::Scalar => scalar::count_ones(words),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Kind::Avx2` is only built after AVX2 and POPCNT were
+            // detected.
+            Kind::Avx2 => unsafe { x86_64::avx2::count_ones(words) },
+        }
+    }
+
+    /// The word holding the `n`-th set bit and its rank there, or
+    /// `Err(n - total)`.
+    #[inline(never)]
+    pub(crate) fn nth_word(self, words: &[u64], n: usize) -> Result<(usize, u32), usize> {
+        match self.0 {
+            Kind::Scalar => scalar::nth_word(words, n),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `count_ones`.
+            Kind::Avx2 => unsafe { x86_64::avx2::nth_word(words, n) },
+        }
     }
 }
 

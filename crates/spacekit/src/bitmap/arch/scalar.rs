@@ -47,3 +47,34 @@ pub(crate) fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Opti
     }
     None
 }
+
+/// Number of set bits in `words`.
+#[inline(always)]
+pub(crate) fn count_ones(words: &[u64]) -> usize {
+    words.iter().map(|w| w.count_ones() as usize).sum()
+}
+
+/// The word holding the `n`-th set bit (from 0) and the bit's rank inside it,
+/// or `Err(n - total)` when `words` holds `total <= n` set bits. Counts eight
+/// words at a time, then narrows to the word.
+#[inline(always)]
+pub(crate) fn nth_word(words: &[u64], mut n: usize) -> Result<(usize, u32), usize> {
+    let mut chunks = words.chunks_exact(8);
+    let mut base = 0;
+    for c in &mut chunks {
+        let k = count_ones(c);
+        if n < k {
+            break;
+        }
+        n -= k;
+        base += 8;
+    }
+    for (i, &w) in words[base..].iter().enumerate() {
+        let k = w.count_ones() as usize;
+        if n < k {
+            return Ok((base + i, n as u32));
+        }
+        n -= k;
+    }
+    Err(n)
+}
