@@ -16,3 +16,8 @@ extern crate alloc;
 extern crate std;
 
 pub mod bitmap;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -38,7 +38,14 @@ pub struct BenchArgs {
     /// Seed of the random bitmaps (the same seed gives the same data).
     #[arg(long, default_value_t = 0x5EED_0000)]
     seed: u64,
+    /// Test hook: make the first verification fail, to check that a
+    /// disagreement exits non-zero and writes no JSON.
+    #[arg(long, hide = true)]
+    inject_mismatch: bool,
 }
+
+/// Set by `--inject-mismatch`: the next `verify` reports a disagreement.
+static INJECT_MISMATCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The benchmarks `spacekit bench` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -113,6 +120,11 @@ pub fn verify<T: PartialEq + fmt::Debug>(
     what: &str,
     answers: &[(&str, T)],
 ) -> Result<(), BenchError> {
+    if INJECT_MISMATCH.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        return Err(BenchError(format!(
+            "variants disagree on {what} (injected by --inject-mismatch)"
+        )));
+    }
     if let Some((first_name, first)) = answers.first() {
         for (name, a) in &answers[1..] {
             if a != first {
@@ -377,6 +389,7 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
         mode,
         seed: args.seed,
     };
+    INJECT_MISMATCH.store(args.inject_mismatch, std::sync::atomic::Ordering::Relaxed);
     let names: Vec<BenchName> = if args.names.is_empty() {
         BenchName::value_variants().to_vec()
     } else {
@@ -416,4 +429,40 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_reports_the_disagreeing_variant() {
+        assert!(verify("x", &[("a", 1), ("b", 1), ("c", 1)]).is_ok());
+        let e = verify("x", &[("a", 1), ("b", 1), ("c", 2)]).unwrap_err();
+        assert!(e.0.contains("c gives 2"), "{e}");
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+    }
+
+    #[test]
+    fn medians_time_every_operation() {
+        let t = Timer {
+            sample: Duration::from_micros(50),
+            samples: 3,
+            budget: Duration::from_millis(50),
+        };
+        let (mut a, mut b) = (0u64, 0u64);
+        let m = t.medians(&mut [batch(|| a += 1), batch(|| b += 1)]);
+        assert_eq!(m.len(), 2);
+        assert!(m.iter().all(|&x| x > 0.0));
+        assert!(
+            a >= 4 && b >= 4,
+            "each op ran its calibration call and 3 samples"
+        );
+    }
 }

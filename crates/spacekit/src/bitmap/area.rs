@@ -1,44 +1,55 @@
 //! Aligned search for `nr` consecutive clear bits (bitmap_find_next_zero_area_off).
 //!
+//! # Result
+//!
+//! The lowest `p >= start` with `(p + align_offset) & align_mask == 0` and bits
+//! `[p, p + nr)` all clear. The kernel's restart loop returns that same `p`: a
+//! restart never skips an acceptable window, because every window starting at
+//! or before the colliding bit contains it.
+//!
 //! # Algorithm
 //!
 //! The kernel's loop finds a clear bit, checks the window behind it for a set
-//! bit and restarts past it; on a random bitmap it restarts once per set bit and
-//! rereads the same words each time. Here the bitmap is read once, forward, by
-//! two cooperating loops:
+//! bit and restarts past it; on a random bitmap it restarts once per set bit
+//! (seed 000: once per *last* set bit of a window) and rereads the same words
+//! each time. Here three pieces cooperate:
 //!
-//! * **The exact scan** walks words carrying the start `r` of the clear run
-//!   that reaches the current word boundary. For each word it (1) ends the
-//!   carried run at the word's first set bit and accepts the lowest aligned start
-//!   in it if the window fits, (2) finds runs of `nr` clear bits inside the word
+//! * **The fast path** (inlined into the caller) tries the first four candidate
+//!   windows exactly as seed 000 does, for `nr <= 1024`: check the window,
+//!   restart past its last set bit. On sparse maps that is the whole search
+//!   and costs what the kernel's best case costs; otherwise the full scan starts
+//!   at the last candidate (no window starts earlier).
+//!
+//! * **The exact scan** reads words forward, carrying the start `r` of the
+//!   clear run that reaches the current word boundary. For each word it
+//!   (1) ends the carried run at the word's first set bit and accepts the lowest
+//!   aligned start in it if the window fits, (2) finds windows inside the word
 //!   with a doubling shift-and (`log2 nr` steps) masked by the alignment
 //!   pattern, and (3) starts a new carried run at the word's top clear bits.
-//!   Every candidate window start is therefore examined exactly once.
+//!   All-clear and all-set words are skipped in bulk (SIMD). With coarse
+//!   alignment it jumps straight to the next acceptable start after a
+//!   collision. Every candidate start is examined once.
 //!
-//! * **The skip filter** jumps over regions that cannot hold a window. Any run
-//!   of `nr >= 2c - 1` clear bits contains a whole aligned `c`-bit lane of zeros
-//!   (c = 8, 16, 32), so for 15 <= nr < 127 the filter looks for the next
-//!   all-zero byte / half-word / word-half with SIMD compares. A run of
+//! * **The skip filter** jumps over regions that cannot hold a window. A run of
+//!   `nr >= 2c - 1` clear bits contains a whole aligned `c`-bit lane of zeros,
+//!   so for 15 <= nr < 127 the filter looks for the next all-zero byte,
+//!   16-bit or 32-bit lane (c = 8, 16, 32) with SIMD compares. A run of
 //!   `nr >= 127` contains `m = (nr + 1) / 64 - 1` whole zero words: for `m = 1`
-//!   the filter finds the next zero word with SIMD, for `m > 1` it looks for
-//!   `m` consecutive zero words by probing the last word of each candidate
-//!   block and stepping past the nearest non-zero word (each word is read at
-//!   most once, and on random data only one word in `m` is read at all).
+//!   the filter finds the next zero word with SIMD; for `m > 1` it probes one
+//!   word in `m` (every block of `m` words holds exactly one probe) and widens
+//!   a zero probe to its zero run.
 //!
-//! The exact scan hands over to the filter at a word boundary `B` once the
-//! carried run is shorter than one lane (`B - r < c`; then any window starting
-//! in it needs a zero lane at or after `B`) and the word just read had no zero
-//! lane of its own (so sparse regions, where nearly every lane is zero, stay
-//! in the exact scan instead of bouncing). The filter's hit bounds the lowest
-//! possible window start from below; the exact scan resumes there, or at `r`
-//! if that is later. Neither loop ever moves backwards past `B`, so no word is
-//! read more than twice.
-//!
-//! The result is the kernel's: the lowest `p >= start` with
-//! `(p + align_offset) & align_mask == 0` and bits `[p, p + nr)` all clear.
-//! (The kernel's restart loop returns that same lowest `p`: a restart never
-//! skips an acceptable window, because every window starting at or before the
-//! colliding bit contains it.)
+//! The exact scan hands over to the filter at a word boundary `B` only when
+//! the carried run is shorter than one lane (`B - r < c`: then every window
+//! starting at or after `r` has its zero lane, or its whole zero words, at or
+//! after `B`, where the filter looks) and when the next word would not stop
+//! the filter anyway (for `m > 16` the strided filter always takes over: on
+//! sparse maps it is cheaper than reading every word). The filter's hit `z`
+//! bounds the window start from below (`z + c - nr` for a lane, `64 (a - 1) + 1`
+//! for a block of zero words starting at word `a`); the exact scan resumes
+//! there, or at `r` if that is later. Neither loop moves back before the
+//! word holding `r`, so each word is read at most a few times in total, not
+//! once per collision.
 
 use super::arch::{scalar::zero_chunk_in_word, Backend, Chunk};
 use super::find::{next_in, prev_in, skip_fwd};
