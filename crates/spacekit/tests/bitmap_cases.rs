@@ -16,57 +16,12 @@ use spacekit::bitmap::{
     BitsMut, ForceScalar,
 };
 
+mod common;
+use common::*;
+
 // ---------------------------------------------------------------------------
 // Model helpers
 // ---------------------------------------------------------------------------
-
-fn to_words(m: &[bool]) -> Vec<u64> {
-    let mut w = vec![0u64; m.len().div_ceil(64)];
-    for (i, _) in m.iter().enumerate().filter(|(_, &b)| b) {
-        w[i / 64] |= 1 << (i % 64);
-    }
-    w
-}
-
-fn bitmap_of(m: &[bool]) -> Bitmap {
-    Bitmap::from_words(to_words(m), m.len()).unwrap()
-}
-
-fn m_next(m: &[bool], from: usize, v: bool) -> Option<usize> {
-    (from..m.len()).find(|&i| m[i] == v)
-}
-
-fn m_prev(m: &[bool], at: usize, v: bool) -> Option<usize> {
-    if at >= m.len() {
-        return None;
-    }
-    (0..=at).rev().find(|&i| m[i] == v)
-}
-
-fn m_runs(m: &[bool], from: usize, v: bool) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = from;
-    while i < m.len() {
-        if m[i] == v {
-            let s = i;
-            while i < m.len() && m[i] == v {
-                i += 1;
-            }
-            out.push(s..i);
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-fn m_positions(m: &[bool], from: usize, v: bool) -> Vec<usize> {
-    (from..m.len()).filter(|&i| m[i] == v).collect()
-}
-
-fn m_count(m: &[bool]) -> usize {
-    m.iter().filter(|&&b| b).count()
-}
 
 /// Mask of the valid bits of the last word of a `len`-bit map.
 fn last_mask(len: usize) -> u64 {

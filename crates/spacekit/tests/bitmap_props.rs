@@ -13,6 +13,9 @@ use spacekit::bitmap::{
     ForceScalar,
 };
 
+mod common;
+use common::*;
+
 type Bounds = (Bound<usize>, Bound<usize>);
 
 // ---------------------------------------------------------------------------
@@ -38,46 +41,6 @@ fn words_with_tail(model: &[bool], tail: u64, extra: usize) -> Vec<u64> {
         }
     }
     words
-}
-
-fn to_words(model: &[bool]) -> Vec<u64> {
-    words_with_tail(model, 0, 0)
-}
-
-fn bitmap_of(model: &[bool]) -> Bitmap {
-    Bitmap::from_words(to_words(model), model.len()).unwrap()
-}
-
-fn m_next(m: &[bool], from: usize, v: bool) -> Option<usize> {
-    (from..m.len()).find(|&i| m[i] == v)
-}
-
-fn m_prev(m: &[bool], at: usize, v: bool) -> Option<usize> {
-    if at >= m.len() {
-        return None;
-    }
-    (0..=at).rev().find(|&i| m[i] == v)
-}
-
-fn m_runs(m: &[bool], from: usize, v: bool) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut i = from;
-    while i < m.len() {
-        if m[i] == v {
-            let s = i;
-            while i < m.len() && m[i] == v {
-                i += 1;
-            }
-            out.push(s..i);
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-fn m_positions(m: &[bool], from: usize, v: bool) -> Vec<usize> {
-    (from..m.len()).filter(|&i| m[i] == v).collect()
 }
 
 /// The documented range rule: `[start, end)` with `start <= end <= len`.

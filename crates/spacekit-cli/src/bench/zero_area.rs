@@ -71,6 +71,33 @@ struct AreaRun {
 
 const VARIANTS: [&str; 4] = ["before", "seed", "spacekit", "spacekit-scalar"];
 
+impl AreaRun {
+    /// One JSON row per variant, each starting from `row(variant)`.
+    fn push_rows(&self, report: &mut Report, row: impl Fn(&str) -> Row) {
+        for (k, v) in VARIANTS.iter().enumerate() {
+            report.push(
+                row(v)
+                    .field("restarts", self.restarts[k])
+                    .field("median_ns", self.ns[k]),
+            );
+        }
+    }
+
+    /// Table cells: restarts, the four times, seed/spacekit, before/spacekit.
+    fn cells(&self) -> Vec<String> {
+        let (r, ns) = (&self.restarts, &self.ns);
+        vec![
+            format!("{}/{}/{}", r[0], r[1], r[2]),
+            fmt_ns(ns[0]),
+            fmt_ns(ns[1]),
+            fmt_ns(ns[2]),
+            fmt_ns(ns[3]),
+            fmt_ratio(ns[1], ns[2]),
+            fmt_ratio(ns[0], ns[2]),
+        ]
+    }
+}
+
 /// Verifies and times one area search on `words` (nbits bits).
 fn area_case(
     ctx: &Ctx,
@@ -181,27 +208,15 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             progress(NAME, &format!("seed000 {} cnt={cnt}", pattern.test_name()));
             let what = format!("seed000 {} cnt={cnt}", pattern.test_name());
             let r = area_case(ctx, &words, SEED_BITS, cnt, 0, &what)?;
-            for (k, v) in VARIANTS.iter().enumerate() {
-                report.push(
-                    Row::new("seed000", v)
-                        .field("test", pattern.test_name())
-                        .field("cnt", cnt)
-                        .field("bits", SEED_BITS)
-                        .field("restarts", r.restarts[k])
-                        .field("median_ns", r.ns[k]),
-                );
-            }
-            table.row(vec![
-                pattern.test_name().into(),
-                cnt.to_string(),
-                format!("{}/{}/{}", r.restarts[0], r.restarts[1], r.restarts[2]),
-                fmt_ns(r.ns[0]),
-                fmt_ns(r.ns[1]),
-                fmt_ns(r.ns[2]),
-                fmt_ns(r.ns[3]),
-                fmt_ratio(r.ns[1], r.ns[2]),
-                fmt_ratio(r.ns[0], r.ns[2]),
-            ]);
+            r.push_rows(&mut report, |v| {
+                Row::new("seed000", v)
+                    .field("test", pattern.test_name())
+                    .field("cnt", cnt)
+                    .field("bits", SEED_BITS)
+            });
+            let mut cells = vec![pattern.test_name().into(), cnt.to_string()];
+            cells.extend(r.cells());
+            table.row(cells);
             let ratio = r.ns[1] / r.ns[2];
             let tag = format!("{} cnt={cnt}", pattern.test_name());
             if pattern == Pattern::Random && (cnt == 32 || cnt == 128) {
@@ -283,30 +298,21 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
                     pattern.test_name()
                 );
                 let r = area_case(ctx, &words, nbits, cnt, mask, &what)?;
-                for (k, v) in VARIANTS.iter().enumerate() {
-                    report.push(
-                        Row::new("large", v)
-                            .field("bytes", bytes)
-                            .field("test", pattern.test_name())
-                            .field("cnt", cnt)
-                            .field("align_mask", mask)
-                            .field("restarts", r.restarts[k])
-                            .field("median_ns", r.ns[k]),
-                    );
-                }
-                table.row(vec![
+                r.push_rows(&mut report, |v| {
+                    Row::new("large", v)
+                        .field("bytes", bytes)
+                        .field("test", pattern.test_name())
+                        .field("cnt", cnt)
+                        .field("align_mask", mask)
+                });
+                let mut cells = vec![
                     bytes.to_string(),
                     pattern.test_name().into(),
                     cnt.to_string(),
                     mask.to_string(),
-                    format!("{}/{}/{}", r.restarts[0], r.restarts[1], r.restarts[2]),
-                    fmt_ns(r.ns[0]),
-                    fmt_ns(r.ns[1]),
-                    fmt_ns(r.ns[2]),
-                    fmt_ns(r.ns[3]),
-                    fmt_ratio(r.ns[1], r.ns[2]),
-                    fmt_ratio(r.ns[0], r.ns[2]),
-                ]);
+                ];
+                cells.extend(r.cells());
+                table.row(cells);
             }
         }
     }
