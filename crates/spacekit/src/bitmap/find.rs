@@ -34,17 +34,23 @@ pub(crate) fn skip_fwd(
 ) -> Option<usize> {
     let words = &words[..nw];
     let stop = nw.min(from.saturating_add(LOOKAHEAD));
-    let mut i = from;
-    while i < stop {
-        if words[i] != x {
-            return Some(i);
+    let near = words.get(from..stop)?;
+    // Four words per branch: sparse maps have gaps of a few words.
+    let mut quads = near.chunks_exact(4);
+    for (q, c) in (&mut quads).enumerate() {
+        if (c[0] ^ x) | (c[1] ^ x) | (c[2] ^ x) | (c[3] ^ x) != 0 {
+            let k = c.iter().position(|&w| w != x).unwrap_or(0);
+            return Some(from + 4 * q + k);
         }
-        i += 1;
     }
-    if i >= nw {
+    let rest = quads.remainder();
+    if let Some(k) = rest.iter().position(|&w| w != x) {
+        return Some(stop - rest.len() + k);
+    }
+    if stop >= nw {
         return None;
     }
-    be.first_diff(words, i, x)
+    be.first_diff(words, stop, x)
 }
 
 /// Last index in `[lo, end)` whose word differs from `x`.
@@ -54,7 +60,18 @@ fn skip_back(words: &[u64], lo: usize, end: usize, x: u64, be: Backend) -> Optio
         return None;
     }
     let near = lo.max(end.saturating_sub(LOOKAHEAD));
-    if let Some(k) = words[near..end].iter().rposition(|&w| w != x) {
+    let seg = &words[near..end];
+    // Four words per branch, nearest first.
+    let mut i = seg.len();
+    while i >= 4 {
+        let c = &seg[i - 4..i];
+        if (c[0] ^ x) | (c[1] ^ x) | (c[2] ^ x) | (c[3] ^ x) != 0 {
+            let k = c.iter().rposition(|&w| w != x).unwrap_or(0);
+            return Some(near + i - 4 + k);
+        }
+        i -= 4;
+    }
+    if let Some(k) = seg[..i].iter().rposition(|&w| w != x) {
         return Some(near + k);
     }
     if near == lo {
