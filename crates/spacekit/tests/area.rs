@@ -259,3 +259,20 @@ fn sparse_maps_with_runs_of_every_length() {
         }
     }
 }
+
+#[test]
+fn restarts_count_candidates_like_the_kernel_loop() {
+    let mut map = Bitmap::new(4096);
+    // Immediate hit: one pass, as the kernel counts it.
+    let (p, st) = map.find_clear_area_stats(0, 8, 0, 0).unwrap();
+    assert_eq!((p, st.restarts), (Some(0), 1));
+    let (_, k) = find_next_zero_area_off(map.as_words(), 4096, 0, 8, 0, 0, AreaVariant::Seed);
+    assert_eq!(k, 1);
+    // Two collisions, each past the previous window: three candidates.
+    map.set(5).unwrap();
+    map.set(13).unwrap();
+    let (p, st) = map.find_clear_area_stats(0, 8, 0, 0).unwrap();
+    assert_eq!((p, st.restarts), (Some(14), 3));
+    let (k, again) = find_next_zero_area_off(map.as_words(), 4096, 0, 8, 0, 0, AreaVariant::Seed);
+    assert_eq!((k, again), (14, 3));
+}

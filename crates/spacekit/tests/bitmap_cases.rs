@@ -25,7 +25,7 @@ use common::*;
 
 /// Mask of the valid bits of the last word of a `len`-bit map.
 fn last_mask(len: usize) -> u64 {
-    if len % 64 == 0 {
+    if len.is_multiple_of(64) {
         !0
     } else {
         !0 >> (64 - len % 64)

@@ -151,11 +151,11 @@ pub struct Timer {
 impl Timer {
     /// Median nanoseconds per call of `f`.
     pub fn median_ns(&self, mut f: impl FnMut()) -> f64 {
-        // One warm-up call also calibrates the batch size.
-        let t = Instant::now();
-        f();
-        let first = t.elapsed().as_nanos().max(1) as f64;
-        let batch = ((self.sample.as_nanos() as f64 / first) as usize).clamp(1, 1 << 24);
+        let batch = self.calibrate(&mut |n| {
+            for _ in 0..n {
+                f();
+            }
+        });
         let started = Instant::now();
         let mut v = Vec::with_capacity(self.samples);
         for _ in 0..self.samples {
@@ -169,7 +169,7 @@ impl Timer {
             }
         }
         if std::env::var_os("SPACEKIT_TRACE").is_some() {
-            eprintln!("trace: first {first} batch {batch} samples {v:?}");
+            eprintln!("trace: batch {batch} samples {v:?}");
         }
         median(&mut v)
     }
@@ -213,19 +213,30 @@ pub fn batch<'a, F: FnMut() + 'a>(mut f: F) -> Batch<'a> {
 }
 
 impl Timer {
+    /// Calls per sample so one sample lasts about `self.sample`: one warm-up
+    /// call, then batches doubling until one takes at least a tenth of the
+    /// target (so a cold first call cannot skew the estimate).
+    fn calibrate(&self, op: &mut dyn FnMut(usize)) -> usize {
+        op(1);
+        let floor = self.sample / 10;
+        let mut n = 1usize;
+        loop {
+            let t = Instant::now();
+            op(n);
+            let took = t.elapsed();
+            if took >= floor || n >= 1 << 24 {
+                let per_call = took.as_nanos().max(1) as f64 / n as f64;
+                return ((self.sample.as_nanos() as f64 / per_call) as usize).clamp(1, 1 << 24);
+            }
+            n *= 2;
+        }
+    }
+
     /// Median nanoseconds per call of each operation. Samples are taken
     /// round-robin (one batch of every operation per round), so drift on a
     /// noisy machine affects all variants alike and their ratios stay fair.
     pub fn medians(&self, ops: &mut [Batch<'_>]) -> Vec<f64> {
-        let batches: Vec<usize> = ops
-            .iter_mut()
-            .map(|op| {
-                let t = Instant::now();
-                op(1);
-                let first = t.elapsed().as_nanos().max(1) as f64;
-                ((self.sample.as_nanos() as f64 / first) as usize).clamp(1, 1 << 24)
-            })
-            .collect();
+        let batches: Vec<usize> = ops.iter_mut().map(|op| self.calibrate(op)).collect();
         let started = Instant::now();
         let budget = self.budget * ops.len().max(1) as u32;
         let mut samples = vec![Vec::with_capacity(self.samples); ops.len()];

@@ -42,14 +42,15 @@
 //! The exact scan hands over to the filter at a word boundary `B` only when
 //! the carried run is shorter than one lane (`B - r < c`: then every window
 //! starting at or after `r` has its zero lane, or its whole zero words, at or
-//! after `B`, where the filter looks) and when the next word would not stop
-//! the filter anyway (for `m > 16` the strided filter always takes over: on
+//! after `B`, where the filter looks) and when the next word (the one at `B`)
+//! would not stop the filter anyway (for `m > 16` the strided filter always takes over: on
 //! sparse maps it is cheaper than reading every word). The filter's hit `z`
 //! bounds the window start from below (`z + c - nr` for a lane, `64 (a - 1) + 1`
 //! for a block of zero words starting at word `a`); the exact scan resumes
 //! there, or at `r` if that is later. Neither loop moves back before the
-//! word holding `r`, so each word is read at most a few times in total, not
-//! once per collision.
+//! word holding `r`, so a word is read a bounded number of times (a fast-path
+//! window, a filter probe and its widening, the exact scan), never once per
+//! collision as in the kernel's loop.
 
 use super::arch::{scalar::zero_chunk_in_word, Backend, Chunk};
 use super::find::{next_in, prev_in, skip_fwd};
@@ -98,7 +99,7 @@ impl Filter {
     }
 }
 
-/// Longest window the kernel-style fast path tries (16 words).
+/// Longest window the kernel-style fast path tries (16 or 17 words).
 const QUICK_MAX: usize = 1024;
 /// Windows the fast path tries before the full scan.
 const QUICK_TRIES: usize = 4;
@@ -106,8 +107,10 @@ const QUICK_TRIES: usize = 4;
 /// Counters a benchmark can read; the search itself never depends on them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AreaStats {
-    /// How many times the exact scan resumed after a filter skip (the
-    /// counterpart of the kernel's "goto again" count).
+    /// How many times the search started over from a new candidate: one for
+    /// the first, plus one per failed fast-path window and per resume after a
+    /// filter skip. The counterpart of the kernel loop's count of passes
+    /// through `again:` (which seed 000 reports as "goto again").
     pub restarts: usize,
 }
 
@@ -181,10 +184,11 @@ pub(crate) fn find_clear_area(
     }
     // Fast path, the kernel's best case on sparse maps: try the first few
     // candidate windows the way seed 000 does (restart past the window's last
-    // set bit). Each try reads at most 16 words; if all fail, the full scan
+    // set bit). Each try reads at most 17 words; if all fail, the full scan
     // starts at the last candidate (no window starts earlier: every window
     // starting at or before a window's last set bit contains it).
     let mut start = align.up(start)?;
+    stats.restarts += 1;
     if nr <= QUICK_MAX {
         for _ in 0..QUICK_TRIES {
             if !fits(start, nr, nbits) {
@@ -194,6 +198,7 @@ pub(crate) fn find_clear_area(
                 None => return Some(start),
                 Some(q) => start = align.up(q + 1)?,
             }
+            stats.restarts += 1;
         }
         if start >= nbits {
             return None;
@@ -214,6 +219,8 @@ fn scan(
     be: Backend,
     stats: &mut AreaStats,
 ) -> Option<usize> {
+    // The caller checked this for its own `start`; the fast path may have
+    // moved it since.
     if start >= nbits || nr > nbits - start {
         return None;
     }

@@ -363,8 +363,8 @@ pub trait Bits: sealed::Sealed {
     /// the aligned first clear bit at or after `start`, if it is below the
     /// length, as the kernel does. `start` past the end gives `Ok(None)`.
     ///
-    /// Unlike the kernel it reads each word at most twice, whatever the number
-    /// of collisions; see the module documentation.
+    /// Unlike the kernel it does not reread the bitmap once per collision; see
+    /// the algorithm in the source of `bitmap/area.rs`.
     ///
     /// # Errors
     /// [`BitmapError::InvalidAlignMask`] if `align_mask + 1` is not a power of
@@ -376,22 +376,12 @@ pub trait Bits: sealed::Sealed {
         align_mask: usize,
         align_offset: usize,
     ) -> Result<Option<usize>, BitmapError> {
-        if align_mask & align_mask.wrapping_add(1) != 0 {
-            return Err(BitmapError::InvalidAlignMask { mask: align_mask });
-        }
-        Ok(area::find_clear_area(
-            self.words(),
-            self.bit_len(),
-            start,
-            nr,
-            Align::new(align_mask, align_offset),
-            self.backend(),
-            &mut AreaStats::default(),
-        ))
+        self.find_clear_area_stats(start, nr, align_mask, align_offset)
+            .map(|(p, _)| p)
     }
 
     /// [`Bits::find_clear_area`], also returning how many times the search
-    /// skipped ahead and resumed (the benchmark's "restarts").
+    /// started over from a new candidate (the benchmark's "restarts").
     ///
     /// # Errors
     /// As [`Bits::find_clear_area`].

@@ -29,7 +29,15 @@ pub struct Backend(Kind);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Scalar,
+    // Never built in a no_std build for a target without AVX2.
     #[cfg(target_arch = "x86_64")]
+    #[cfg_attr(
+        not(any(
+            feature = "std",
+            all(target_feature = "avx2", target_feature = "popcnt")
+        )),
+        allow(dead_code)
+    )]
     Avx2,
 }
 

@@ -20,6 +20,10 @@ fn head_to_align(words: &[u64], i: usize) -> usize {
 }
 
 /// Bit `k` set iff 64-bit lane `k` of `v` is non-zero.
+///
+/// # Safety
+/// AVX2 must be available: call only from `#[target_feature(enable = "avx2")]`
+/// functions, into which this is inlined.
 #[inline(always)]
 unsafe fn nonzero_lanes(v: __m256i) -> u32 {
     // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
@@ -50,6 +54,9 @@ unsafe fn load4_xor(words: &[u64], i: usize, pat: __m256i) -> [__m256i; 4] {
 }
 
 /// Bit `k` set iff word `k` of the 16-word block differs from the pattern.
+///
+/// # Safety
+/// As [`nonzero_lanes`].
 #[inline(always)]
 unsafe fn block_mask(v: [__m256i; 4]) -> u32 {
     // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
@@ -61,6 +68,10 @@ unsafe fn block_mask(v: [__m256i; 4]) -> u32 {
     }
 }
 
+/// Whether any lane of the four vectors is non-zero.
+///
+/// # Safety
+/// As [`nonzero_lanes`].
 #[inline(always)]
 unsafe fn any_nonzero(v: [__m256i; 4]) -> bool {
     // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
@@ -108,7 +119,7 @@ pub(crate) unsafe fn first_diff(words: &[u64], from: usize, pat: u64) -> Option<
 pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<usize> {
     let mut e = end.min(words.len());
     // Walk down to a 32-byte boundary first.
-    while e > 0 && (words.as_ptr().wrapping_add(e) as usize) % 32 != 0 {
+    while e > 0 && !(words.as_ptr().wrapping_add(e) as usize).is_multiple_of(32) {
         e -= 1;
         if words[e] != pat {
             return Some(e);
@@ -131,6 +142,9 @@ pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<us
 }
 
 /// All-ones in every `chunk`-bit lane of `v` that is zero.
+///
+/// # Safety
+/// As [`nonzero_lanes`].
 #[inline(always)]
 unsafe fn zero_lanes(v: __m256i, chunk: Chunk) -> __m256i {
     // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
