@@ -153,6 +153,15 @@ fn check_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usi
     }
 }
 
+/// The alignment rule, if `mask` is of the form `2^k - 1`.
+#[inline(always)]
+fn check_align(mask: usize, offset: usize) -> Result<Align, BitmapError> {
+    if mask & mask.wrapping_add(1) != 0 {
+        return Err(BitmapError::InvalidAlignMask { mask });
+    }
+    Ok(Align::new(mask, offset))
+}
+
 fn check_index(index: usize, len: usize) -> Result<(), BitmapError> {
     if index < len {
         Ok(())
@@ -376,8 +385,17 @@ pub trait Bits: sealed::Sealed {
         align_mask: usize,
         align_offset: usize,
     ) -> Result<Option<usize>, BitmapError> {
-        self.find_clear_area_stats(start, nr, align_mask, align_offset)
-            .map(|(p, _)| p)
+        // Calls the search directly (not through `find_clear_area_stats`) so
+        // the unused counters vanish from the inlined fast path.
+        Ok(area::find_clear_area(
+            self.words(),
+            self.bit_len(),
+            start,
+            nr,
+            check_align(align_mask, align_offset)?,
+            self.backend(),
+            &mut AreaStats::default(),
+        ))
     }
 
     /// [`Bits::find_clear_area`], also returning how many times the search
@@ -393,16 +411,13 @@ pub trait Bits: sealed::Sealed {
         align_mask: usize,
         align_offset: usize,
     ) -> Result<(Option<usize>, AreaStats), BitmapError> {
-        if align_mask & align_mask.wrapping_add(1) != 0 {
-            return Err(BitmapError::InvalidAlignMask { mask: align_mask });
-        }
         let mut stats = AreaStats::default();
         let p = area::find_clear_area(
             self.words(),
             self.bit_len(),
             start,
             nr,
-            Align::new(align_mask, align_offset),
+            check_align(align_mask, align_offset)?,
             self.backend(),
             &mut stats,
         );
