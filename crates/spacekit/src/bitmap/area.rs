@@ -14,11 +14,14 @@
 //! (seed 000: once per *last* set bit of a window) and rereads the same words
 //! each time. Here three pieces cooperate:
 //!
-//! * **The fast path** (inlined into the caller) tries the first four candidate
-//!   windows exactly as seed 000 does, for `nr <= 1024`: check the window,
-//!   restart past its last set bit. On sparse maps that is the whole search
-//!   and costs what the kernel's best case costs; otherwise the full scan starts
-//!   at the last candidate (no window starts earlier).
+//! * **The fast path** (inlined into the caller), for `nr <= 1024`, restarts
+//!   the way seed 000 does: check the candidate window backwards, restart past
+//!   its last set bit. Windows restart past their last collision, so this
+//!   reads each word about once; its cost is per restart, which is small when
+//!   collisions are sparse and large when they are dense. So after four tries
+//!   it continues only while the collision it just found lay before the
+//!   window's last word (sparse), and otherwise hands over to the full scan at
+//!   the current candidate (no window starts earlier).
 //!
 //! * **The exact scan** reads words forward, carrying the start `r` of the
 //!   clear run that reaches the current word boundary. For each word it
@@ -101,7 +104,8 @@ impl Filter {
 
 /// Longest window the kernel-style fast path tries (16 or 17 words).
 const QUICK_MAX: usize = 1024;
-/// Windows the fast path tries before the full scan.
+/// Windows the fast path always tries; past them it continues only while
+/// collisions stay sparse.
 const QUICK_TRIES: usize = 4;
 
 /// Counters a benchmark can read; the search itself never depends on them.
@@ -182,23 +186,33 @@ pub(crate) fn find_clear_area(
     if nr > nbits - start {
         return None;
     }
-    // Fast path, the kernel's best case on sparse maps: try the first few
-    // candidate windows the way seed 000 does (restart past the window's last
-    // set bit). Each try reads at most 17 words; if all fail, the full scan
-    // starts at the last candidate (no window starts earlier: every window
-    // starting at or before a window's last set bit contains it).
+    // Fast path, for sparse maps: restart the way seed 000 does (past the
+    // window's last set bit). Each try reads at most 17 words; when it stops,
+    // the full scan starts at the current candidate (no window starts
+    // earlier: every window starting at or before a window's last set bit
+    // contains it).
     let mut start = align.up(start)?;
     stats.restarts += 1;
     if nr <= QUICK_MAX {
-        for _ in 0..QUICK_TRIES {
+        let mut tries = 0;
+        loop {
             if !fits(start, nr, nbits) {
                 return None;
             }
-            match prev_in::<false>(words, start, start + nr, be) {
-                None => return Some(start),
-                Some(q) => start = align.up(q + 1)?,
-            }
+            let end = start + nr;
+            let Some(q) = prev_in::<false>(words, start, end, be) else {
+                return Some(start);
+            };
+            start = align.up(q + 1)?;
             stats.restarts += 1;
+            tries += 1;
+            // Past the first few tries, keep restarting the seed's way only
+            // while collisions are sparse (the window's last set bit lies
+            // before its last word, so each try skips words unread); dense
+            // regions go to the full scan, whose filters skip them faster.
+            if tries >= QUICK_TRIES && q / 64 == (end - 1) / 64 {
+                break;
+            }
         }
         if start >= nbits {
             return None;
