@@ -127,29 +127,22 @@ fn area_case(
             ("spacekit-scalar", sca),
         ],
     )?;
+    let kernel_loop = |v| {
+        batch(move || {
+            black_box(kernel::find_next_zero_area_off(
+                black_box(words),
+                nbits,
+                0,
+                nr,
+                mask,
+                0,
+                v,
+            ));
+        })
+    };
     let m = ctx.timer().medians(&mut [
-        batch(|| {
-            black_box(kernel::find_next_zero_area_off(
-                black_box(words),
-                nbits,
-                0,
-                nr,
-                mask,
-                0,
-                AreaVariant::Before,
-            ));
-        }),
-        batch(|| {
-            black_box(kernel::find_next_zero_area_off(
-                black_box(words),
-                nbits,
-                0,
-                nr,
-                mask,
-                0,
-                AreaVariant::Seed,
-            ));
-        }),
+        kernel_loop(AreaVariant::Before),
+        kernel_loop(AreaVariant::Seed),
         batch(|| {
             black_box(black_box(&view).find_clear_area(0, nr, mask, 0).ok());
         }),
