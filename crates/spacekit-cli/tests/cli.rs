@@ -14,6 +14,26 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Runs `spacekit bench ARGS --json FILE`, requires success, parses FILE.
+fn bench_json(name: &str, args: &[&str]) -> serde_json::Value {
+    let path = tmp(name);
+    let out = spacekit()
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).ok();
+    v
+}
+
 #[test]
 fn help_explains_every_subcommand() {
     let out = spacekit().arg("--help").output().unwrap();
@@ -41,18 +61,7 @@ fn unknown_benchmark_is_rejected() {
 
 #[test]
 fn quick_zero_area_writes_the_documented_rows() {
-    let path = tmp("zero-area.json");
-    let out = spacekit()
-        .args(["bench", "zero-area", "--quick", "--json"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let v = bench_json("zero-area.json", &["zero-area", "--quick"]);
     assert_eq!(v["bench"], "zero-area");
     let rows = v["rows"].as_array().unwrap();
     let find = |case: &str, variant: &str| {
@@ -93,27 +102,14 @@ fn quick_zero_area_writes_the_documented_rows() {
     assert!(membw
         .iter()
         .all(|r| r["threads"].as_u64().is_some() && r["gbps"].as_f64().is_some()));
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
 fn several_benchmarks_write_an_array() {
-    let path = tmp("both.json");
-    let out = spacekit()
-        .args(["bench", "membw", "membw", "--quick", "--json"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let v = bench_json("both.json", &["membw", "membw", "--quick"]);
     let arr = v.as_array().unwrap();
     assert_eq!(arr.len(), 2);
     assert!(arr.iter().all(|b| b["bench"] == "membw"));
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]

@@ -20,13 +20,13 @@ pub struct Bandwidth {
 
 /// Runs `bench membw` on its own.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
-    let (report, _) = measure(ctx)?;
+    let (report, _) = measure(ctx, &buffer(ctx)?)?;
     Ok(report)
 }
 
-/// Measures bandwidth and returns its rows (for other benchmarks to include).
-pub fn measure(ctx: &Ctx) -> Result<(Report, Bandwidth), BenchError> {
-    let buf = buffer(ctx)?;
+/// Measures bandwidth over `buf` (made by [`buffer`]) and returns its rows,
+/// for other benchmarks to include.
+pub fn measure(ctx: &Ctx, buf: &[u64]) -> Result<(Report, Bandwidth), BenchError> {
     let bytes = buf.len() * 8;
 
     let threads = thread::available_parallelism().map_or(1, |n| n.get());
@@ -45,7 +45,7 @@ pub fn measure(ctx: &Ctx) -> Result<(Report, Bandwidth), BenchError> {
         progress("membw", &format!("reading with {t} thread(s)"));
         let ns = if t == 1 {
             timer.median_ns(|| {
-                black_box(read_xor(black_box(&buf)));
+                black_box(read_xor(black_box(buf)));
             })
         } else {
             let chunk = buf.len().div_ceil(t);

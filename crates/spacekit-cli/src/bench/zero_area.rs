@@ -71,6 +71,23 @@ struct AreaRun {
 
 const VARIANTS: [&str; 4] = ["before", "seed", "spacekit", "spacekit-scalar"];
 
+/// Table columns filled by [`AreaRun::cells`].
+const AREA_COLUMNS: [&str; 7] = [
+    "restarts b/s/spk",
+    "before",
+    "seed",
+    "spacekit",
+    "scalar",
+    "seed/spk",
+    "before/spk",
+];
+
+/// A table whose leading columns are `lead`, followed by [`AREA_COLUMNS`].
+fn area_table(title: &str, lead: &[&str]) -> Table {
+    let header: Vec<&str> = lead.iter().chain(AREA_COLUMNS.iter()).copied().collect();
+    Table::new(title, &header)
+}
+
 impl AreaRun {
     /// One JSON row per variant, each starting from `row(variant)`.
     fn push_rows(&self, report: &mut Report, row: impl Fn(&str) -> Row) {
@@ -190,23 +207,15 @@ impl Bars {
 
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let mut rng = SmallRng::seed_from_u64(ctx.seed);
-    let (mut report, bw) = membw::measure(ctx)?;
+    // One membw buffer serves the membw rows and the scans' paired samples.
+    let read_buf = membw::buffer(ctx)?;
+    let (mut report, bw) = membw::measure(ctx, &read_buf)?;
     let mut bars = Bars { lines: Vec::new() };
 
     // ---- 1. seed 000's table ----
-    let mut table = Table::new(
+    let mut table = area_table(
         "seed 000: bitmap_find_next_zero_area_off, 327,680 bits, start 0, no alignment",
-        &[
-            "test",
-            "cnt",
-            "restarts b/s/spk",
-            "before",
-            "seed",
-            "spacekit",
-            "scalar",
-            "seed/spk",
-            "before/spk",
-        ],
+        &["test", "cnt"],
     );
     for pattern in [Pattern::Random, Pattern::Sparse] {
         let words = pattern.make(&mut rng, SEED_BITS);
@@ -247,21 +256,9 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         Mode::Quick => &[1 << 20],
         _ => &[8 << 20, 64 << 20],
     };
-    let mut table = Table::new(
+    let mut table = area_table(
         "the same search on large bitmaps (align_mask as in the kernel: 2^k - 1)",
-        &[
-            "bytes",
-            "test",
-            "cnt",
-            "mask",
-            "restarts b/s/spk",
-            "before",
-            "seed",
-            "spacekit",
-            "scalar",
-            "seed/spk",
-            "before/spk",
-        ],
+        &["bytes", "test", "cnt", "mask"],
     );
     for &bytes in sizes {
         let nbits = bytes * 8;
@@ -334,7 +331,6 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         &["pattern", "bytes", "variant", "time", "GB/s", "membw GB/s", "of membw"],
     );
     let mut suspect = false;
-    let read_buf = membw::buffer(ctx)?;
     for (pattern, fill) in [("all-set", !0u64), ("all-clear", 0u64)] {
         progress(NAME, &format!("scan {pattern} {} MiB", scan_bytes >> 20));
         let nbits = scan_bytes * 8;
