@@ -4,6 +4,11 @@
 //!   clear bit, counts, runs, and the aligned search for `nr` consecutive clear
 //!   bits (Linux's `bitmap_find_next_zero_area_off`) that reads the bitmap once
 //!   instead of restarting per collision. AVX2 with a scalar fallback.
+//! * [`crc32c`] — raw and standard CRC-32C, and updates in O(log n): `shift`,
+//!   `combine`, `flip_range` (a run of bits flipped) and `splice` (a region
+//!   rewritten). PCLMULQDQ with a portable fallback; bulk CRC from `crc-fast`.
+//! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
+//!   update keeps current.
 //!
 //! The crate is `#![no_std]` with `alloc`; the default `std` feature adds
 //! runtime CPU feature detection.
@@ -16,6 +21,8 @@ extern crate alloc;
 extern crate std;
 
 pub mod bitmap;
+pub mod checked_bitmap;
+pub mod crc32c;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -131,8 +131,24 @@ impl fmt::Display for BitmapError {
 
 impl core::error::Error for BitmapError {}
 
-/// Converts `range` to `[start, end)` inside `len` bits.
-fn check_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize), BitmapError> {
+/// Converts `range` to `(start, end)`, end exclusive, checking that it fits in
+/// `len` bits — the rule every range-taking call here applies. Useful for
+/// wrappers that need the bounds before they call into a bitmap.
+///
+/// ```
+/// use spacekit::bitmap::check_range;
+///
+/// assert_eq!(check_range(3..=5, 10), Ok((3, 6)));
+/// assert!(check_range(8..11, 10).is_err());
+/// ```
+///
+/// # Errors
+/// [`BitmapError::RangeOutOfBounds`] if the range ends past `len`, starts
+/// after it ends, or overflows.
+pub fn check_range(
+    range: impl RangeBounds<usize>,
+    len: usize,
+) -> Result<(usize, usize), BitmapError> {
     let start = match range.start_bound() {
         Bound::Included(&s) => Some(s),
         Bound::Excluded(&s) => s.checked_add(1),

@@ -1,0 +1,354 @@
+//! A bitmap whose CRC-32C is kept current by every update.
+//!
+//! ext4 stores, for each block group, a block bitmap and an inode bitmap and a
+//! raw CRC-32C of each (seeded with the filesystem's checksum seed) over only
+//! the bytes that hold real bits: `clusters_per_group / 8` bytes of the block
+//! bitmap, `inodes_per_group / 8` of the inode bitmap. Recomputing it after
+//! each allocation costs O(block size); [`ChecksummedBitmap`] updates it in
+//! O(log n) instead (seed 001's `ext4_block_bitmap_csum_set_range()`):
+//!
+//! * when every bit of an updated range changes (allocating free blocks,
+//!   freeing used ones, any flip) — [`crate::crc32c::flip_range`];
+//! * when only some do — a splice over the words that changed: the CRC of the
+//!   XOR of old and new words, shifted past the rest of the buffer;
+//! * bits at or past `8 * csum_len` change no checksum.
+
+use alloc::vec::Vec;
+use core::ops::RangeBounds;
+
+use crate::bitmap::{check_range, Bitmap, BitmapError, Bits, BitsMut};
+use crate::crc32c::{CrcError, Engine};
+
+/// A bitmap plus the raw CRC-32C, under a seed, of its first `csum_len` bytes
+/// in the on-disk little-endian layout (bit `i` = bit `i % 8` of byte
+/// `i / 8`).
+///
+/// Bits can only change through this type's methods, each of which keeps the
+/// checksum current; [`ChecksummedBitmap::verify`] recomputes it from scratch.
+///
+/// ```
+/// use spacekit::checked_bitmap::ChecksummedBitmap;
+///
+/// // A 4 KiB ext4 block bitmap of a group with 32768 blocks (all bytes count).
+/// let block = vec![0u8; 4096];
+/// let mut map = ChecksummedBitmap::from_bytes(&block, 0xDEAD_BEEF, 4096)?;
+/// map.set_range(100..140)?;          // every bit flips: O(log n)
+/// map.set_range(120..200)?;          // some already set: splice
+/// map.clear(130)?;
+/// assert!(map.verify());
+/// assert_eq!(map.checksum(), spacekit::crc32c::raw(0xDEAD_BEEF, &map.to_bytes()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChecksummedBitmap {
+    bits: Bitmap,
+    seed: u32,
+    csum_len: usize,
+    crc: u32,
+    engine: Engine,
+}
+
+/// Words of XOR fed to the bulk CRC at a time by the splice path.
+const SPLICE_CHUNK_WORDS: usize = 32;
+
+impl ChecksummedBitmap {
+    /// Reads `bytes` (all of them become bits) and computes the raw CRC-32C of
+    /// the first `csum_len` bytes from `seed`.
+    ///
+    /// # Errors
+    /// [`CrcError::ChecksumLenTooLong`] if `csum_len > bytes.len()`.
+    pub fn from_bytes(bytes: &[u8], seed: u32, csum_len: usize) -> Result<Self, CrcError> {
+        Self::from_bytes_with(Engine::detect(), bytes, seed, csum_len)
+    }
+
+    /// [`ChecksummedBitmap::from_bytes`] with a chosen [`Engine`] (tests use
+    /// [`Engine::portable`] to run the fallbacks).
+    ///
+    /// # Errors
+    /// As [`ChecksummedBitmap::from_bytes`].
+    pub fn from_bytes_with(
+        engine: Engine,
+        bytes: &[u8],
+        seed: u32,
+        csum_len: usize,
+    ) -> Result<Self, CrcError> {
+        if csum_len > bytes.len() {
+            return Err(CrcError::ChecksumLenTooLong {
+                csum_len,
+                len: bytes.len(),
+            });
+        }
+        let bits = bytes
+            .len()
+            .checked_mul(8)
+            .and_then(|n| Bitmap::from_le_bytes(bytes, n).ok())
+            .ok_or(CrcError::BufferTooLarge {
+                buf_len: bytes.len() as u64,
+            })?;
+        let crc = engine.raw(seed, &bytes[..csum_len]);
+        Ok(ChecksummedBitmap {
+            bits,
+            seed,
+            csum_len,
+            crc,
+            engine,
+        })
+    }
+
+    /// The current raw CRC-32C of the first `csum_len` bytes under the seed —
+    /// the value ext4 stores (its low 16 bits for 32-byte group descriptors).
+    pub fn checksum(&self) -> u32 {
+        self.crc
+    }
+
+    /// The seed the checksum starts from.
+    pub fn seed(&self) -> u32 {
+        self.seed
+    }
+
+    /// How many leading bytes the checksum covers.
+    pub fn csum_len(&self) -> usize {
+        self.csum_len
+    }
+
+    /// The bits, read-only.
+    pub fn bitmap(&self) -> &Bitmap {
+        &self.bits
+    }
+
+    /// Length in bits (8 per byte given at construction).
+    pub fn len(&self) -> usize {
+        self.bits.len()
+    }
+
+    /// Whether there are no bits at all.
+    pub fn is_empty(&self) -> bool {
+        self.bits.is_empty()
+    }
+
+    /// The bytes to write back to disk.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.bits.to_le_bytes()
+    }
+
+    /// Writes the bytes into `out` (same length as at construction).
+    ///
+    /// # Errors
+    /// [`BitmapError::LengthMismatch`] if `out` has another length.
+    pub fn store_bytes(&self, out: &mut [u8]) -> Result<(), BitmapError> {
+        self.bits.store_le_bytes(out)
+    }
+
+    /// The checksum computed from scratch over the current bits.
+    pub fn recompute(&self) -> u32 {
+        raw_words(self.engine, self.seed, self.bits.as_words(), self.csum_len)
+    }
+
+    /// Whether the kept checksum equals a fresh computation.
+    pub fn verify(&self) -> bool {
+        self.recompute() == self.crc
+    }
+
+    /// Takes the bitmap and its checksum apart.
+    pub fn into_parts(self) -> (Bitmap, u32) {
+        (self.bits, self.crc)
+    }
+
+    /// Sets bit `index`; returns its previous value.
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end; nothing changes then.
+    pub fn set(&mut self, index: usize) -> Result<bool, BitmapError> {
+        let old = self.bits.set(index)?;
+        if !old {
+            self.flip_crc(index, index + 1);
+        }
+        Ok(old)
+    }
+
+    /// Clears bit `index`; returns its previous value.
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end; nothing changes then.
+    pub fn clear(&mut self, index: usize) -> Result<bool, BitmapError> {
+        let old = self.bits.clear(index)?;
+        if old {
+            self.flip_crc(index, index + 1);
+        }
+        Ok(old)
+    }
+
+    /// Flips bit `index`; returns its previous value.
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end; nothing changes then.
+    pub fn flip(&mut self, index: usize) -> Result<bool, BitmapError> {
+        let old = self.bits.flip(index)?;
+        self.flip_crc(index, index + 1);
+        Ok(old)
+    }
+
+    /// Sets every bit in `range`; returns how many changed.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit; nothing
+    /// changes then.
+    pub fn set_range(&mut self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
+        self.update(range, Op::Set)
+    }
+
+    /// Clears every bit in `range`; returns how many changed.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit; nothing
+    /// changes then.
+    pub fn clear_range(&mut self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
+        self.update(range, Op::Clear)
+    }
+
+    /// Flips every bit in `range`; returns how many changed (all of them).
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`] if the range does not fit; nothing
+    /// changes then.
+    pub fn flip_range(&mut self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
+        self.update(range, Op::Flip)
+    }
+
+    /// The bits `[start, end)` all flipped: update the checksum for the part
+    /// inside `csum_len`.
+    fn flip_crc(&mut self, start: usize, end: usize) {
+        let cb = self.csum_len * 8;
+        let (s, e) = (start.min(cb), end.min(cb));
+        if s < e {
+            // The range fits in csum_len bytes by construction, so this cannot
+            // fail; keep the old value rather than panic if it ever did.
+            if let Ok(c) =
+                self.engine
+                    .flip_range(self.crc, self.csum_len as u64, s as u64, (e - s) as u64)
+            {
+                self.crc = c;
+            }
+        }
+    }
+
+    fn update(&mut self, range: impl RangeBounds<usize>, op: Op) -> Result<usize, BitmapError> {
+        let (s, e) = check_range(range, self.bits.len())?;
+        let cb = self.csum_len * 8;
+        let (cs, ce) = (s.min(cb), e.min(cb));
+        // Bits of [cs, ce) that will change.
+        let changing = |bits: &Bitmap, lo: usize, hi: usize| -> usize {
+            if lo >= hi {
+                return 0;
+            }
+            match op {
+                Op::Flip => hi - lo,
+                Op::Set => (hi - lo) - bits.count_ones_in(lo..hi).unwrap_or(0),
+                Op::Clear => bits.count_ones_in(lo..hi).unwrap_or(0),
+            }
+        };
+        let inside = changing(&self.bits, cs, ce);
+        let outside = if e > cb {
+            changing(&self.bits, s.max(cb), e)
+        } else {
+            0
+        };
+        if inside == ce - cs {
+            self.flip_crc(cs, ce);
+        } else if inside > 0 {
+            self.splice_crc(cs, ce, op);
+        }
+        match op {
+            Op::Set => self.bits.set_range(s..e)?,
+            Op::Clear => self.bits.clear_range(s..e)?,
+            Op::Flip => self.bits.flip_range(s..e)?,
+        }
+        Ok(inside + outside)
+    }
+
+    /// Some bits of `[s, e)` (inside `csum_len`) change under `op`: CRC the XOR
+    /// of old and new words from the first changed word to the last, then
+    /// shift it past the rest of the checksummed bytes.
+    fn splice_crc(&mut self, s: usize, e: usize, op: Op) {
+        let words = self.bits.as_words();
+        let delta = |w: usize| -> u64 {
+            let lo = s.max(w * 64);
+            let hi = e.min(w * 64 + 64);
+            let mask = if hi - lo == 64 {
+                !0
+            } else {
+                ((1u64 << (hi - lo)) - 1) << (lo % 64)
+            };
+            match op {
+                Op::Set => !words[w] & mask,
+                Op::Clear => words[w] & mask,
+                Op::Flip => mask,
+            }
+        };
+        let (w0, w1) = (s / 64, (e - 1) / 64);
+        let Some(first) = (w0..=w1).find(|&w| delta(w) != 0) else {
+            return;
+        };
+        let last = (first..=w1).rev().find(|&w| delta(w) != 0).unwrap_or(first);
+        // The region ends at a byte, clipped to csum_len (a word may straddle it; its
+        // delta has no bits past e <= 8 * csum_len).
+        let end_byte = ((last + 1) * 8).min(self.csum_len);
+        let mut d = 0u32;
+        let mut buf = [0u8; SPLICE_CHUNK_WORDS * 8];
+        let mut w = first;
+        while w <= last {
+            let n = (last + 1 - w).min(SPLICE_CHUNK_WORDS);
+            for (k, out) in buf.chunks_exact_mut(8).take(n).enumerate() {
+                out.copy_from_slice(&delta(w + k).to_le_bytes());
+            }
+            let bytes = (n * 8).min(end_byte - w * 8);
+            d = self.engine.raw(d, &buf[..bytes]);
+            w += n;
+        }
+        self.crc = self
+            .engine
+            .apply_delta(self.crc, d, (self.csum_len - end_byte) as u64);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Set,
+    Clear,
+    Flip,
+}
+
+/// Raw CRC of the first `nbytes` little-endian bytes of `words`.
+fn raw_words(engine: Engine, crc: u32, words: &[u64], nbytes: usize) -> u32 {
+    debug_assert!(nbytes <= words.len() * 8);
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: `u64` has no padding and every byte pattern is a valid `u8`;
+        // the length stays inside `words` (nbytes <= 8 * words.len(), which
+        // every caller guarantees: csum_len <= byte length of the bitmap), and
+        // `u8` has alignment 1. On a little-endian target the in-memory bytes
+        // are the on-disk layout.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), nbytes.min(words.len() * 8))
+        };
+        engine.raw(crc, bytes)
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let mut crc = crc;
+        let mut left = nbytes;
+        for chunk in words.chunks(SPLICE_CHUNK_WORDS) {
+            if left == 0 {
+                break;
+            }
+            let mut buf = [0u8; SPLICE_CHUNK_WORDS * 8];
+            for (out, w) in buf.chunks_exact_mut(8).zip(chunk) {
+                out.copy_from_slice(&w.to_le_bytes());
+            }
+            let n = left.min(chunk.len() * 8);
+            crc = engine.raw(crc, &buf[..n]);
+            left -= n;
+        }
+        crc
+    }
+}

@@ -1,0 +1,78 @@
+//! PCLMULQDQ instantiation of the remainder arithmetic.
+//!
+//! Values stay in XMM registers from the table loads to the final quotient;
+//! each Montgomery product is three `pclmulqdq` and one `pxor`.
+
+use core::arch::x86_64::{
+    __m128i, _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_set_epi64x,
+    _mm_srli_si128, _mm_xor_si128,
+};
+
+use super::super::gf2::{self, Mont, Q, QINV};
+
+/// One remainder in the low lane of an XMM register.
+///
+/// Only the `#[target_feature(enable = "pclmulqdq")]` entry points below
+/// create and use these, and those are only called once PCLMULQDQ was
+/// detected; that is what makes the intrinsic calls in the trait methods
+/// sound.
+#[derive(Clone, Copy)]
+pub(crate) struct Clmul(__m128i);
+
+impl Mont for Clmul {
+    #[inline(always)]
+    fn load(v: u64) -> Self {
+        // SAFETY: SSE2 is part of the x86_64 baseline.
+        Clmul(unsafe { _mm_cvtsi64_si128(v as i64) })
+    }
+    #[inline(always)]
+    fn mul(self, b: Self) -> Self {
+        // SAFETY: `Clmul` values only exist inside the PCLMULQDQ entry points
+        // of this module (see the type's documentation).
+        unsafe {
+            let qinv = _mm_set_epi64x(0, QINV as i64);
+            let q = _mm_set_epi64x(0, Q as i64);
+            let p = _mm_clmulepi64_si128(self.0, b.0, 0x00);
+            let m = _mm_clmulepi64_si128(p, qinv, 0x00);
+            let t = _mm_clmulepi64_si128(m, q, 0x00);
+            Clmul(_mm_srli_si128(_mm_xor_si128(p, t), 8))
+        }
+    }
+    #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        // SAFETY: SSE2 is part of the x86_64 baseline.
+        Clmul(unsafe { _mm_xor_si128(self.0, b.0) })
+    }
+    #[inline(always)]
+    fn get(self) -> u64 {
+        // SAFETY: SSE2 is part of the x86_64 baseline.
+        unsafe { _mm_cvtsi128_si64(self.0) as u64 }
+    }
+    #[inline(always)]
+    fn div_x1(self) -> u64 {
+        // SAFETY: as in `mul`. The low 64 bits of v * (1 + x + ... + x^63)
+        // are the prefix XOR of v's coefficients.
+        unsafe {
+            let ones = _mm_set_epi64x(0, -1);
+            _mm_cvtsi128_si64(_mm_clmulepi64_si128(self.0, ones, 0x00)) as u64
+        }
+    }
+}
+
+/// [`gf2::flip_delta`] with PCLMULQDQ.
+///
+/// # Safety
+/// The CPU must support PCLMULQDQ.
+#[target_feature(enable = "pclmulqdq")]
+pub(crate) unsafe fn flip_delta(a: u64, b: u64) -> u32 {
+    gf2::flip_delta::<Clmul>(a, b)
+}
+
+/// [`gf2::mul_xpow`] with PCLMULQDQ.
+///
+/// # Safety
+/// The CPU must support PCLMULQDQ.
+#[target_feature(enable = "pclmulqdq")]
+pub(crate) unsafe fn mul_xpow(crc: u32, e: u64) -> u32 {
+    gf2::mul_xpow::<Clmul>(crc, e)
+}

@@ -1,0 +1,311 @@
+//! Arithmetic on CRC-32C remainders: multiplying by `x^e` in O(log e).
+//!
+//! # The polynomials
+//!
+//! CRC-32C divides by `P = 0x1_1EDC_6F41` (degree 32). `P` has an even number
+//! of terms, so `(x + 1)` divides it and has no inverse modulo `P`. That
+//! matters for [`flip_delta`]: the CRC of a run of `n` one bits involves
+//! `(x^n + 1) / (x + 1)`. We therefore compute modulo `Q = P * (x + 1)`
+//! (degree 33), where the division is exact, and only reduce modulo `P` at the
+//! end:
+//!
+//! ```text
+//! x^a + x^b  (mod Q)  is divisible by (x + 1), and
+//! ((x^a + x^b) mod Q) / (x + 1)  ≡  (x^a + x^b) / (x + 1)  (mod P).
+//! ```
+//!
+//! `x` has multiplicative order `ORDER = 2^32 - 2` modulo `Q` (checked by a
+//! unit test), so exponents can be reduced modulo `ORDER` and never need more
+//! than 32 bits.
+//!
+//! Everything here uses the *normal* bit order (bit `k` of an integer is the
+//! coefficient of `x^k`); CRC values use the reflected order, so callers
+//! convert with `u32::reverse_bits`.
+//!
+//! # Montgomery products
+//!
+//! A product of two remainders has degree up to 64; reducing it modulo `Q`
+//! with a Barrett step needs shifts by 33 bits that straddle 64-bit lanes. A
+//! Montgomery product with `R = x^64` needs none: for `p = a * b`,
+//!
+//! ```text
+//! m = (p mod x^64) * Q^-1  mod x^64
+//! mont(a, b) = (p + m * Q) / x^64   ≡  a * b * x^-64  (mod Q)
+//! ```
+//!
+//! which is three carry-less multiplies and one XOR, and the result lands in
+//! the upper 64 bits. Its degree is at most 32 whenever `deg a <= 63` and
+//! `deg b <= 32`, so it is the canonical remainder. Table entries are kept in
+//! Montgomery form (`t * x^64 mod Q`): a product of a *plain* value and a
+//! Montgomery-form value is plain again, and a product of two Montgomery-form
+//! values stays in Montgomery form.
+//!
+//! # Powers of x
+//!
+//! [`pow_x`] computes `leaf * x^(e & !63) mod Q`. The low six bits of the
+//! exponent are folded into the plain `leaf` by the caller (for `x^e` the leaf
+//! is simply `1 << (e & 63)`); the rest is split into 6-bit digits, each looked
+//! up in a 64-entry table of Montgomery-form powers, and the few factors are
+//! multiplied as a balanced tree: depth 2 for exponents below 2^24 (buffers
+//! under 2 MiB), depth 3 up to 2^36. The tables take 5 * 64 * 8 = 2560 bytes.
+
+/// CRC-32C's generator polynomial, normal bit order, with its `x^32` term.
+pub(crate) const P: u64 = 0x1_1EDC_6F41;
+/// `P * (x + 1)`, degree 33.
+pub(crate) const Q: u64 = P ^ (P << 1);
+/// Multiplicative order of `x` modulo `Q`.
+pub(crate) const ORDER: u64 = (1 << 32) - 2;
+/// `Q^-1 mod x^64`.
+pub(crate) const QINV: u64 = inverse_mod_x64(Q);
+/// `x^128 mod Q`: a Montgomery product with it undoes one `x^-64`.
+pub(crate) const MONT_R2: u64 = xpow_mod_q(128);
+
+/// Bits of the exponent each table covers.
+const DIGIT_BITS: u32 = 6;
+/// Number of digit tables: exponent bits 6..36.
+const DIGITS: usize = 5;
+/// Exponents below this need no reduction modulo `ORDER`.
+pub(crate) const EXP_LIMIT: u64 = 1 << (DIGIT_BITS * (DIGITS as u32 + 1));
+
+/// `TABLE[j][d] = x^(d * 2^(6 + 6j)) * x^64 mod Q`.
+static TABLE: [[u64; 64]; DIGITS] = build_table();
+
+/// Carry-less product of two polynomials of degree < 64 (portable).
+#[inline(always)]
+pub(crate) const fn clmul_portable(a: u64, b: u64) -> u128 {
+    // Four bits of `b` at a time, against a table of the 16 multiples of `a`.
+    let mut t = [0u128; 16];
+    let mut k = 1;
+    while k < 16 {
+        t[k] = if k & 1 == 0 {
+            t[k / 2] << 1
+        } else {
+            t[k - 1] ^ a as u128
+        };
+        k += 1;
+    }
+    let mut r = 0u128;
+    let mut i = 16;
+    while i > 0 {
+        i -= 1;
+        r = (r << 4) ^ t[((b >> (4 * i)) & 15) as usize];
+    }
+    r
+}
+
+/// Bit-serial `a * b mod Q` for build-time tables (`deg a, deg b <= 33`).
+const fn mulmod_q(a: u64, b: u64) -> u64 {
+    let p = clmul_portable(a, b);
+    let mut r = p;
+    let mut bit = 127;
+    while bit >= 33 {
+        if (r >> bit) & 1 == 1 {
+            r ^= (Q as u128) << (bit - 33);
+        }
+        bit -= 1;
+    }
+    r as u64
+}
+
+/// `x^e mod Q` by square-and-multiply (build time only).
+const fn xpow_mod_q(mut e: u64) -> u64 {
+    let mut result = 1u64;
+    let mut base = 2u64;
+    while e != 0 {
+        if e & 1 == 1 {
+            result = mulmod_q(result, base);
+        }
+        base = mulmod_q(base, base);
+        e >>= 1;
+    }
+    result
+}
+
+/// The inverse of an odd polynomial modulo `x^64`.
+const fn inverse_mod_x64(q: u64) -> u64 {
+    // Solve q * inv = 1 one bit at a time, lowest first.
+    let mut inv = 0u64;
+    let mut rem = 1u64;
+    let mut i = 0;
+    while i < 64 {
+        if (rem >> i) & 1 == 1 {
+            inv |= 1 << i;
+            rem ^= q << i;
+        }
+        i += 1;
+    }
+    inv
+}
+
+const fn build_table() -> [[u64; 64]; DIGITS] {
+    let mut t = [[0u64; 64]; DIGITS];
+    let mut j = 0;
+    while j < DIGITS {
+        let step = xpow_mod_q(1 << (DIGIT_BITS as usize * (j + 1)));
+        t[j][0] = xpow_mod_q(64);
+        let mut d = 1;
+        while d < 64 {
+            t[j][d] = mulmod_q(t[j][d - 1], step);
+            d += 1;
+        }
+        j += 1;
+    }
+    t
+}
+
+/// A carry-less multiply unit: the portable one below, or PCLMULQDQ.
+///
+/// `Self` is the unit's register type holding one remainder.
+pub(crate) trait Mont: Copy {
+    /// Moves a polynomial into a register.
+    fn load(v: u64) -> Self;
+    /// Montgomery product `a * b * x^-64 mod Q` (`deg a <= 63`, `deg b <= 32`).
+    fn mul(self, b: Self) -> Self;
+    /// Sum (XOR).
+    fn add(self, b: Self) -> Self;
+    /// The polynomial, as an integer.
+    fn get(self) -> u64;
+    /// `v / (x + 1)` for a `v` it divides (`deg v <= 63`), i.e. the prefix XOR
+    /// of the coefficients from the lowest up.
+    fn div_x1(self) -> u64;
+}
+
+/// The portable unit: carry-less products by 4-bit windows.
+#[derive(Clone, Copy)]
+pub(crate) struct Portable(u64);
+
+impl Mont for Portable {
+    #[inline(always)]
+    fn load(v: u64) -> Self {
+        Portable(v)
+    }
+    #[inline(always)]
+    fn mul(self, b: Self) -> Self {
+        let p = clmul_portable(self.0, b.0);
+        let m = clmul_portable(p as u64, QINV) as u64;
+        let t = p ^ clmul_portable(m, Q);
+        Portable((t >> 64) as u64)
+    }
+    #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        Portable(self.0 ^ b.0)
+    }
+    #[inline(always)]
+    fn get(self) -> u64 {
+        self.0
+    }
+    #[inline(always)]
+    fn div_x1(self) -> u64 {
+        let mut v = self.0;
+        v ^= v << 1;
+        v ^= v << 2;
+        v ^= v << 4;
+        v ^= v << 8;
+        v ^= v << 16;
+        v ^= v << 32;
+        v
+    }
+}
+
+/// `leaf * x^(e & !63) mod Q` as a plain remainder (`deg <= 32`), for
+/// `deg leaf <= 63` and `e < EXP_LIMIT`.
+#[inline(always)]
+pub(crate) fn pow_x<M: Mont>(leaf: u64, e: u64) -> M {
+    debug_assert!(e < EXP_LIMIT);
+    let h = e >> DIGIT_BITS;
+    let digit = |j: usize| M::load(TABLE[j][((h >> (DIGIT_BITS as usize * j)) & 63) as usize]);
+    let l = M::load(leaf);
+    if h < 1 << (3 * DIGIT_BITS) {
+        // plain * Mont = plain; Mont * Mont = Mont.
+        l.mul(digit(0)).mul(digit(1).mul(digit(2)))
+    } else {
+        let a = l.mul(digit(0));
+        let b = digit(1).mul(digit(2));
+        let c = digit(3).mul(digit(4));
+        a.mul(b).mul(c)
+    }
+}
+
+/// Reduces an exponent below [`EXP_LIMIT`] without changing `x^e mod Q`.
+#[inline(always)]
+pub(crate) fn reduce_exp(e: u64) -> u64 {
+    if e < EXP_LIMIT {
+        e
+    } else {
+        e % ORDER
+    }
+}
+
+/// The raw CRC (zero initial value) of a message of `a - 32` bits that is all
+/// zero except bits `[a - 32 - (a - b) .. a - 32)` counted from its end, i.e.
+/// `(x^a + x^b) / (x + 1) mod P`, reflected. Requires `a > b`, both below
+/// [`EXP_LIMIT`].
+#[inline(always)]
+pub(crate) fn flip_delta<M: Mont>(a: u64, b: u64) -> u32 {
+    let va: M = pow_x(1 << (a & 63), a);
+    let vb: M = pow_x(1 << (b & 63), b);
+    // deg(va + vb) <= 32 and (x + 1) divides it, so the quotient has degree
+    // <= 31 and is already reduced modulo P.
+    (va.add(vb).div_x1() as u32).reverse_bits()
+}
+
+/// `crc * x^e mod P` on reflected CRC values (`e < EXP_LIMIT`).
+#[inline(always)]
+pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
+    let c = M::load(u64::from(crc.reverse_bits()));
+    let xe: M = pow_x(1 << (e & 63), e);
+    // c * xe * x^-64, then * x^128 * x^-64.
+    let r = c.mul(xe).mul(M::load(MONT_R2)).get();
+    let r = if r >> 32 != 0 { r ^ P } else { r };
+    (r as u32).reverse_bits()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `x^e mod Q` the slow way.
+    fn slow_pow(e: u64) -> u64 {
+        xpow_mod_q(e)
+    }
+
+    #[test]
+    fn order_of_x_modulo_q() {
+        assert_eq!(xpow_mod_q(ORDER), 1);
+        // ORDER = 2 * (2^31 - 1) with 2^31 - 1 prime: no proper divisor works.
+        assert_ne!(xpow_mod_q(2), 1);
+        assert_ne!(xpow_mod_q(ORDER / 2), 1);
+    }
+
+    #[test]
+    fn q_inverse() {
+        assert_eq!(clmul_portable(Q, QINV) as u64, 1);
+    }
+
+    #[test]
+    fn pow_matches_square_and_multiply() {
+        let mut e = 1u64;
+        for k in 0..2000u64 {
+            // A spread of exponents: small, around table boundaries, large.
+            e = e
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let exp = match k % 4 {
+                0 => k,
+                1 => e >> 40,
+                2 => e >> 28,
+                _ => (1u64 << (k % 36)).wrapping_sub(k % 3),
+            } % EXP_LIMIT;
+            let got: Portable = pow_x(1 << (exp & 63), exp);
+            assert_eq!(got.get(), slow_pow(exp), "x^{exp}");
+        }
+    }
+
+    #[test]
+    fn div_x1_inverts_multiplication() {
+        for v in [1u64, 0x1234_5678, 0xFFFF_FFFF, 0x1_0000_0001] {
+            let times = v ^ (v << 1);
+            assert_eq!(Portable(times).div_x1(), v);
+        }
+    }
+}
