@@ -7,4 +7,5 @@
 //! algorithm, not a translation artefact. They return the kernel's sentinel
 //! values (`size` for "not found") exactly like the originals.
 
+pub mod crc_flip;
 pub mod find_bit;

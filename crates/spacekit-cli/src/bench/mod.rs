@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 
+mod crc;
 mod membw;
 mod zero_area;
 
@@ -55,6 +56,9 @@ enum BenchName {
     /// Seed 000: N consecutive clear bits with alignment, plus bit-scan speed
     /// and a find_bit_benchmark-style table.
     ZeroArea,
+    /// Seed 001: incremental CRC-32C (flip_range vs full recompute vs the
+    /// seed's matrices), combine vs the crates, bulk throughput.
+    Crc,
 }
 
 impl BenchName {
@@ -62,6 +66,7 @@ impl BenchName {
         match self {
             BenchName::Membw => "membw",
             BenchName::ZeroArea => "zero-area",
+            BenchName::Crc => "crc",
         }
     }
 }
@@ -360,6 +365,33 @@ impl Table {
     }
 }
 
+/// The bars, checked on the rows of one run and printed after its
+/// tables as `[met]` / `[NOT MET]` lines.
+pub struct Bars {
+    bench: &'static str,
+    lines: Vec<(bool, String)>,
+}
+
+impl Bars {
+    pub fn new(bench: &'static str) -> Bars {
+        Bars {
+            bench,
+            lines: Vec::new(),
+        }
+    }
+
+    pub fn check(&mut self, ok: bool, text: String) {
+        self.lines.push((ok, text));
+    }
+
+    pub fn print(&self) {
+        println!("\n{} bars (ratios from this run):", self.bench);
+        for (ok, text) in &self.lines {
+            println!("  [{}] {text}", if *ok { "met" } else { "NOT MET" });
+        }
+    }
+}
+
 /// Progress message on stderr.
 pub fn progress(bench: &str, msg: &str) {
     eprintln!("[{bench}] {msg}");
@@ -421,6 +453,7 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
         let report = match name {
             BenchName::Membw => membw::run(&ctx)?,
             BenchName::ZeroArea => zero_area::run(&ctx)?,
+            BenchName::Crc => crc::run(&ctx)?,
         };
         reports.push((name, report));
     }

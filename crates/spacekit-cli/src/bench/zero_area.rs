@@ -21,7 +21,8 @@ use rand::{Rng, SeedableRng};
 use spacekit::bitmap::{BitView, Bits, ForceScalar};
 
 use super::{
-    batch, fmt_ns, fmt_ratio, membw, progress, verify, BenchError, Ctx, Mode, Report, Row, Table,
+    batch, fmt_ns, fmt_ratio, membw, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row,
+    Table,
 };
 
 const NAME: &str = "zero-area";
@@ -174,35 +175,17 @@ fn area_case(
     })
 }
 
-/// Bars of the issue, checked on the rows of this run and printed.
-struct Bars {
-    lines: Vec<(bool, String)>,
-}
-
-impl Bars {
-    fn check(&mut self, ok: bool, text: String) {
-        self.lines.push((ok, text));
-    }
-
-    /// spacekit must not be slower than the faster of `before` and `seed`.
-    fn never_slower(&mut self, tag: &str, r: &AreaRun) {
-        let fastest_peer = r.ns[0].min(r.ns[1]);
-        self.check(
-            r.ns[2] <= fastest_peer,
-            format!(
-                "{tag}: spacekit {} vs fastest of before/seed {} (bar: never slower)",
-                fmt_ns(r.ns[2]),
-                fmt_ns(fastest_peer)
-            ),
-        );
-    }
-
-    fn print(&self) {
-        println!("\nzero-area bars (ratios from this run):");
-        for (ok, text) in &self.lines {
-            println!("  [{}] {text}", if *ok { "met" } else { "NOT MET" });
-        }
-    }
+/// spacekit must not be slower than the faster of `before` and `seed`.
+fn never_slower(bars: &mut Bars, tag: &str, r: &AreaRun) {
+    let fastest_peer = r.ns[0].min(r.ns[1]);
+    bars.check(
+        r.ns[2] <= fastest_peer,
+        format!(
+            "{tag}: spacekit {} vs fastest of before/seed {} (bar: never slower)",
+            fmt_ns(r.ns[2]),
+            fmt_ns(fastest_peer)
+        ),
+    );
 }
 
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
@@ -210,7 +193,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     // One membw buffer serves the membw rows and the scans' paired samples.
     let read_buf = membw::buffer(ctx)?;
     let (mut report, bw) = membw::measure(ctx, &read_buf)?;
-    let mut bars = Bars { lines: Vec::new() };
+    let mut bars = Bars::new(NAME);
 
     // ---- 1. seed 000's table ----
     let mut table = area_table(
@@ -246,7 +229,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
                     format!("{tag}: seed/spacekit = {ratio:.1}x (bar: >= 5x)"),
                 );
             }
-            bars.never_slower(&tag, &r);
+            never_slower(&mut bars, &tag, &r);
         }
     }
     table.print();
@@ -300,7 +283,8 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
                         .field("cnt", cnt)
                         .field("align_mask", mask)
                 });
-                bars.never_slower(
+                never_slower(
+                    &mut bars,
                     &format!(
                         "{} MiB {} cnt={cnt} mask={mask}",
                         bytes >> 20,
