@@ -44,7 +44,7 @@ fn help_explains_every_subcommand() {
     let out = spacekit().args(["bench", "--help"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for word in ["membw", "zero-area", "--quick", "--full", "--json"] {
+    for word in ["membw", "zero-area", "crc", "--quick", "--full", "--json"] {
         assert!(text.contains(word), "bench --help lacks {word}: {text}");
     }
     assert!(!text.contains("inject"), "the test hook stays hidden");
@@ -102,6 +102,46 @@ fn quick_zero_area_writes_the_documented_rows() {
     assert!(membw
         .iter()
         .all(|r| r["threads"].as_u64().is_some() && r["gbps"].as_f64().is_some()));
+}
+
+#[test]
+fn quick_crc_writes_the_documented_rows() {
+    let v = bench_json("crc.json", &["crc", "--quick"]);
+    assert_eq!(v["bench"], "crc");
+    let rows = v["rows"].as_array().unwrap();
+    let find = |case: &str, variant: &str| -> Vec<&serde_json::Value> {
+        rows.iter()
+            .filter(|r| r["case"] == case && r["variant"] == variant)
+            .collect()
+    };
+    for (case, variant) in [
+        ("flip", "spacekit"),
+        ("flip", "seed"),
+        ("flip", "spacekit-scalar"),
+        ("full", "before"),
+        ("combine", "spacekit"),
+        ("combine", "crc32c"),
+        ("combine", "crc-fast"),
+        ("bulk", "spacekit"),
+        ("bulk", "crc32c"),
+        ("bulk", "crc-fast"),
+    ] {
+        let found = find(case, variant);
+        assert!(!found.is_empty(), "no {case}/{variant} row");
+        for r in found {
+            assert!(r["size"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+            if case == "bulk" {
+                assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+            }
+        }
+    }
+    // Seed 001's table sizes that quick mode keeps, for each flip variant.
+    let sizes: Vec<u64> = find("flip", "spacekit")
+        .iter()
+        .map(|r| r["size"].as_u64().unwrap())
+        .collect();
+    assert!(sizes.contains(&1024) && sizes.contains(&65536), "{sizes:?}");
 }
 
 #[test]
