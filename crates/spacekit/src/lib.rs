@@ -10,8 +10,9 @@
 //! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
 //!   update keeps current.
 //!
-//! The crate is `#![no_std]` with `alloc`; the default `std` feature adds
-//! runtime CPU feature detection.
+//! The crate is `#![no_std]` with `alloc`. Default features: `std` (runtime CPU
+//! feature detection) and `crc-fast` (bulk CRC-32C from the `crc-fast` crate;
+//! without it a portable slicing-by-8 path is used).
 #![cfg_attr(not(test), no_std)]
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
