@@ -383,8 +383,9 @@ pub fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
 ///
 /// Seed 001's `crc32c_flip_range()`. Only valid when every bit of the range
 /// really changed (setting bits that were all clear, clearing bits that were
-/// all set); for partial changes use [`splice`]. Works for raw CRCs under any
-/// seed; for a standard CRC-32C value `c` use `!flip_range(!c, ...)`.
+/// all set); for partial changes use [`splice`]. The update XORs in the CRC
+/// of the change alone, so it is the same for a raw CRC under any seed and for
+/// a standard CRC-32C value of the buffer.
 ///
 /// # Errors
 /// [`CrcError::BitRangeOutOfBounds`] if the range ends past the buffer,
@@ -399,8 +400,9 @@ pub fn flip_range(crc: u32, buf_len: u64, first_bit: u64, nbits: u64) -> Result<
 /// changed from `old` to `new`: one pass over the region plus an O(log
 /// buf_len) shift, never touching the rest of the buffer.
 ///
-/// Seed 001's planned `crc32c_splice()` for directory and extent blocks. For a
-/// standard CRC-32C value `c` use `!splice(!c, ...)`.
+/// Seed 001's planned `crc32c_splice()` for directory and extent blocks. Like
+/// [`flip_range`], it applies to raw CRCs under any seed and to standard
+/// CRC-32C values alike.
 ///
 /// # Errors
 /// [`CrcError::LengthMismatch`] if `old` and `new` differ in length,
