@@ -6,7 +6,8 @@
 //!
 //! 1. the CRC of the flip mask itself: its bytes (a partial first byte, whole
 //!    `0xFF` bytes, a partial last byte) go through the ordinary hardware
-//!    CRC-32C, so this step costs O(nbits / 8);
+//!    CRC-32C, so this step costs O(nbits / 8) (a mask of up to 16 bytes is
+//!    built on the stack and hashed in one call);
 //! 2. the mask is followed by `trailing` zero bytes; multiplying by
 //!    `x^(8 * trailing)` is done by one 32x32 GF(2) matrix per set bit of
 //!    `trailing` (matrix `k` shifts by `2^k` bytes), each matrix applied as
@@ -112,23 +113,31 @@ impl SeedFlip {
         }
         let last_bit = first_bit + nbits - 1;
         let (b0, b1) = (first_bit / 8, last_bit / 8);
-        let mut mask_crc;
-        if b0 == b1 {
-            let m = ((1u16 << nbits) - 1) as u8;
-            mask_crc = hw(0, &[m << (first_bit % 8)]);
+        let first = 0xFFu8 << (first_bit % 8);
+        let last = 0xFFu8 >> (7 - last_bit % 8);
+        let span = (b1 - b0 + 1) as usize;
+        let mask_crc = if span <= SHORT {
+            // A short mask is built on the stack and hashed in one call.
+            let mut m = [0xFFu8; SHORT];
+            m[0] = first;
+            m[span - 1] &= last;
+            hw(0, &m[..span])
         } else {
-            mask_crc = hw(0, &[0xFFu8 << (first_bit % 8)]);
-            let mut full = b1 - b0 - 1;
+            let mut c = hw(0, &[first]);
+            let mut full = span as u64 - 2;
             while full > 0 {
                 let n = full.min(ONES.len() as u64) as usize;
-                mask_crc = hw(mask_crc, &ONES[..n]);
+                c = hw(c, &ONES[..n]);
                 full -= n as u64;
             }
-            mask_crc = hw(mask_crc, &[0xFFu8 >> (7 - last_bit % 8)]);
-        }
+            hw(c, &[last])
+        };
         crc ^ self.shift(mask_crc, buf_len - 1 - b1)
     }
 }
+
+/// Masks up to this many bytes are hashed in one call.
+const SHORT: usize = 16;
 
 /// A run of ones fed to the hardware CRC for the mask's middle bytes.
 static ONES: [u8; 4096] = [0xFF; 4096];

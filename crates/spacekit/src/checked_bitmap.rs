@@ -5,12 +5,13 @@
 //! the bytes that hold real bits: `clusters_per_group / 8` bytes of the block
 //! bitmap, `inodes_per_group / 8` of the inode bitmap. Recomputing it after
 //! each allocation costs O(block size); [`ChecksummedBitmap`] updates it in
-//! O(log n) instead (seed 001's `ext4_block_bitmap_csum_set_range()`):
+//! O(log n) instead (like the `ext4_block_bitmap_csum_set_range()` proposed
+//! for Linux in 2026):
 //!
 //! * when every bit of an updated range changes (allocating free blocks,
 //!   freeing used ones, any flip) — [`crate::crc32c::flip_range`];
-//! * when only some do — a splice over the words that changed: the CRC of the
-//!   XOR of old and new words, shifted past the rest of the buffer;
+//! * when only some do — a splice over the range's words: the CRC of the old
+//!   words XOR the CRC of the new ones, shifted past the rest of the buffer;
 //! * bits at or past `8 * csum_len` change no checksum.
 
 use alloc::vec::Vec;
@@ -39,7 +40,7 @@ use crate::crc32c::{CrcError, Engine};
 /// assert_eq!(map.checksum(), spacekit::crc32c::raw(0xDEAD_BEEF, &map.to_bytes()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ChecksummedBitmap {
     bits: Bitmap,
     seed: u32,
@@ -48,8 +49,22 @@ pub struct ChecksummedBitmap {
     engine: Engine,
 }
 
-/// Words of XOR fed to the bulk CRC at a time by the splice path.
-const SPLICE_CHUNK_WORDS: usize = 32;
+/// Equal bits, seed, checksummed length and checksum (the engine that keeps
+/// the checksum is not part of the value).
+impl PartialEq for ChecksummedBitmap {
+    fn eq(&self, other: &Self) -> bool {
+        self.bits == other.bits
+            && self.seed == other.seed
+            && self.csum_len == other.csum_len
+            && self.crc == other.crc
+    }
+}
+
+impl Eq for ChecksummedBitmap {}
+
+/// Words converted at a time where the byte view must be built (big-endian).
+#[cfg(not(target_endian = "little"))]
+const CHUNK_WORDS: usize = 32;
 
 impl ChecksummedBitmap {
     /// Reads `bytes` (all of them become bits) and computes the raw CRC-32C of
@@ -221,12 +236,13 @@ impl ChecksummedBitmap {
         let cb = self.csum_len * 8;
         let (s, e) = (start.min(cb), end.min(cb));
         if s < e {
-            // The range fits in csum_len bytes by construction, so this cannot
-            // fail; keep the old value rather than panic if it ever did.
-            if let Ok(c) =
+            let c =
                 self.engine
-                    .flip_range(self.crc, self.csum_len as u64, s as u64, (e - s) as u64)
-            {
+                    .flip_range(self.crc, self.csum_len as u64, s as u64, (e - s) as u64);
+            // The range lies inside csum_len bytes, so flip_range cannot
+            // reject it.
+            debug_assert!(c.is_ok());
+            if let Ok(c) = c {
                 self.crc = c;
             }
         }
@@ -236,15 +252,16 @@ impl ChecksummedBitmap {
         let (s, e) = check_range(range, self.bits.len())?;
         let cb = self.csum_len * 8;
         let (cs, ce) = (s.min(cb), e.min(cb));
-        // Bits of [cs, ce) that will change.
+        // How many bits of [lo, hi) the op changes.
         let changing = |bits: &Bitmap, lo: usize, hi: usize| -> usize {
             if lo >= hi {
                 return 0;
             }
+            let ones = bits.count_ones_in(lo..hi).unwrap_or(0);
             match op {
                 Op::Flip => hi - lo,
-                Op::Set => (hi - lo) - bits.count_ones_in(lo..hi).unwrap_or(0),
-                Op::Clear => bits.count_ones_in(lo..hi).unwrap_or(0),
+                Op::Set => (hi - lo) - ones,
+                Op::Clear => ones,
             }
         };
         let inside = changing(&self.bits, cs, ce);
@@ -253,61 +270,35 @@ impl ChecksummedBitmap {
         } else {
             0
         };
-        if inside == ce - cs {
-            self.flip_crc(cs, ce);
-        } else if inside > 0 {
-            self.splice_crc(cs, ce, op);
-        }
+        // Some but not all bits inside change: splice the range's words. The
+        // span is whole words, clipped to csum_len bytes.
+        let span = (inside > 0 && inside < ce - cs).then(|| {
+            let first = cs / 64 * 8;
+            let end = ((ce - 1) / 64 * 8 + 8).min(self.csum_len);
+            (first, end)
+        });
+        let old_span = span.map(|(a, b)| self.span_crc(a, b));
         match op {
             Op::Set => self.bits.set_range(s..e)?,
             Op::Clear => self.bits.clear_range(s..e)?,
             Op::Flip => self.bits.flip_range(s..e)?,
         }
+        match (span, old_span) {
+            (Some((a, b)), Some(old)) => {
+                let delta = old ^ self.span_crc(a, b);
+                self.crc = self
+                    .engine
+                    .apply_delta(self.crc, delta, (self.csum_len - b) as u64);
+            }
+            _ if inside > 0 => self.flip_crc(cs, ce),
+            _ => {}
+        }
         Ok(inside + outside)
     }
 
-    /// Some bits of `[s, e)` (inside `csum_len`) change under `op`: CRC the XOR
-    /// of old and new words from the first changed word to the last, then
-    /// shift it past the rest of the checksummed bytes.
-    fn splice_crc(&mut self, s: usize, e: usize, op: Op) {
-        let words = self.bits.as_words();
-        let delta = |w: usize| -> u64 {
-            let lo = s.max(w * 64);
-            let hi = e.min(w * 64 + 64);
-            let mask = if hi - lo == 64 {
-                !0
-            } else {
-                ((1u64 << (hi - lo)) - 1) << (lo % 64)
-            };
-            match op {
-                Op::Set => !words[w] & mask,
-                Op::Clear => words[w] & mask,
-                Op::Flip => mask,
-            }
-        };
-        let (w0, w1) = (s / 64, (e - 1) / 64);
-        let Some(first) = (w0..=w1).find(|&w| delta(w) != 0) else {
-            return;
-        };
-        let last = (first..=w1).rev().find(|&w| delta(w) != 0).unwrap_or(first);
-        // The region ends at a byte, clipped to csum_len (a word may straddle it; its
-        // delta has no bits past e <= 8 * csum_len).
-        let end_byte = ((last + 1) * 8).min(self.csum_len);
-        let mut d = 0u32;
-        let mut buf = [0u8; SPLICE_CHUNK_WORDS * 8];
-        let mut w = first;
-        while w <= last {
-            let n = (last + 1 - w).min(SPLICE_CHUNK_WORDS);
-            for (k, out) in buf.chunks_exact_mut(8).take(n).enumerate() {
-                out.copy_from_slice(&delta(w + k).to_le_bytes());
-            }
-            let bytes = (n * 8).min(end_byte - w * 8);
-            d = self.engine.raw(d, &buf[..bytes]);
-            w += n;
-        }
-        self.crc = self
-            .engine
-            .apply_delta(self.crc, d, (self.csum_len - end_byte) as u64);
+    /// Raw CRC (from 0) of bytes `[a, b)`, `a` a multiple of 8.
+    fn span_crc(&self, a: usize, b: usize) -> u32 {
+        raw_words(self.engine, 0, &self.bits.as_words()[a / 8..], b - a)
     }
 }
 
@@ -337,11 +328,11 @@ fn raw_words(engine: Engine, crc: u32, words: &[u64], nbytes: usize) -> u32 {
     {
         let mut crc = crc;
         let mut left = nbytes;
-        for chunk in words.chunks(SPLICE_CHUNK_WORDS) {
+        for chunk in words.chunks(CHUNK_WORDS) {
             if left == 0 {
                 break;
             }
-            let mut buf = [0u8; SPLICE_CHUNK_WORDS * 8];
+            let mut buf = [0u8; CHUNK_WORDS * 8];
             for (out, w) in buf.chunks_exact_mut(8).zip(chunk) {
                 out.copy_from_slice(&w.to_le_bytes());
             }

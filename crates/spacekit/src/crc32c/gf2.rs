@@ -238,8 +238,8 @@ pub(crate) fn reduce_exp(e: u64) -> u64 {
 
 /// The raw CRC (zero initial value) of a message of `a - 32` bits that is all
 /// zero except bits `[a - 32 - (a - b) .. a - 32)` counted from its end, i.e.
-/// `(x^a + x^b) / (x + 1) mod P`, reflected. Requires `a > b`, both below
-/// [`EXP_LIMIT`].
+/// `(x^a + x^b) / (x + 1) mod P`, reflected. Both exponents below
+/// [`EXP_LIMIT`] (in either order: the expression is symmetric).
 #[inline(always)]
 pub(crate) fn flip_delta<M: Mont>(a: u64, b: u64) -> u32 {
     let va: M = pow_x(1 << (a & 63), a);

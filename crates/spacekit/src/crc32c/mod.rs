@@ -99,7 +99,8 @@ pub enum CrcError {
         /// Bytes in the buffer.
         len: usize,
     },
-    /// A buffer length whose size in bits does not fit in a `u64`.
+    /// A buffer length whose size in bits does not fit in a `u64` (or, for a
+    /// bitmap, in a `usize`).
     BufferTooLarge {
         /// The length given, in bytes.
         buf_len: u64,
@@ -133,7 +134,7 @@ impl fmt::Display for CrcError {
                 write!(f, "cannot checksum {csum_len} bytes of a {len}-byte buffer")
             }
             CrcError::BufferTooLarge { buf_len } => {
-                write!(f, "a buffer of {buf_len} bytes has more than 2^64 bits")
+                write!(f, "a buffer of {buf_len} bytes has 2^64 bits or more")
             }
         }
     }
@@ -304,14 +305,9 @@ impl Engine {
                 })
             }
         };
-        let mut delta = 0u32;
-        let mut chunk = [0u8; 256];
-        for (o, n) in old.chunks(chunk.len()).zip(new.chunks(chunk.len())) {
-            for ((c, &a), &b) in chunk.iter_mut().zip(o).zip(n) {
-                *c = a ^ b;
-            }
-            delta = self.raw(delta, &chunk[..o.len()]);
-        }
+        // Linearity: the CRC of old ^ new is the XOR of their CRCs (both from
+        // 0), so two bulk passes replace a copy into a scratch buffer.
+        let delta = self.raw(0, old) ^ self.raw(0, new);
         Ok(crc ^ self.shift(delta, buf_len - end))
     }
 
@@ -348,7 +344,8 @@ pub fn checksum(bytes: &[u8]) -> u32 {
 /// `crc` of the message: `crc * x^(8 * nbytes) mod P`, in O(log nbytes).
 ///
 /// Equivalently `raw(crc, &[0; nbytes])`. The Linux kernel had this as
-/// `crc32c_shift` (bit-serial, removed in 2025).
+/// `crc32_generic_shift` (logarithmic, but with a bit-serial multiply; removed
+/// in 2025).
 #[inline]
 pub fn shift(crc: u32, nbytes: u64) -> u32 {
     Engine::detect().shift(crc, nbytes)
@@ -379,9 +376,9 @@ pub fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
 /// The new raw CRC of a `buf_len`-byte buffer after exactly the bits
 /// `[first_bit, first_bit + nbits)` flipped (bit `i` = bit `i % 8` of byte
 /// `i / 8`). The cost is a few table lookups and carry-less multiplies,
-/// independent of `nbits`, for buffers of any size.
+/// independent of `nbits`, for buffers of up to 2^61 - 1 bytes.
 ///
-/// Seed 001's `crc32c_flip_range()`. Only valid when every bit of the range
+/// The `crc32c_flip_range()` proposed for Linux's ext4 bitmap checksums (2026). Only valid when every bit of the range
 /// really changed (setting bits that were all clear, clearing bits that were
 /// all set); for partial changes use [`splice`]. The update XORs in the CRC
 /// of the change alone, so it is the same for a raw CRC under any seed and for
@@ -400,7 +397,7 @@ pub fn flip_range(crc: u32, buf_len: u64, first_bit: u64, nbits: u64) -> Result<
 /// changed from `old` to `new`: one pass over the region plus an O(log
 /// buf_len) shift, never touching the rest of the buffer.
 ///
-/// Seed 001's planned `crc32c_splice()` for directory and extent blocks. Like
+/// The `crc32c_splice()` planned for Linux's ext4 directory and extent blocks. Like
 /// [`flip_range`], it applies to raw CRCs under any seed and to standard
 /// CRC-32C values alike.
 ///

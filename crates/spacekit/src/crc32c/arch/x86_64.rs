@@ -12,12 +12,12 @@ use super::super::gf2::{self, Mont, Q, QINV};
 
 /// One remainder in the low lane of an XMM register.
 ///
-/// Only the `#[target_feature(enable = "pclmulqdq")]` entry points below
-/// create and use these, and those are only called once PCLMULQDQ was
-/// detected; that is what makes the intrinsic calls in the trait methods
-/// sound.
+/// Private to this module, and only instantiated (as the type parameter of
+/// the generic algorithms) by the `#[target_feature(enable = "pclmulqdq")]`
+/// entry points below, which callers reach only once PCLMULQDQ was detected;
+/// that is what makes the intrinsic calls in the trait methods sound.
 #[derive(Clone, Copy)]
-pub(crate) struct Clmul(__m128i);
+struct Clmul(__m128i);
 
 impl Mont for Clmul {
     #[inline(always)]
@@ -27,8 +27,8 @@ impl Mont for Clmul {
     }
     #[inline(always)]
     fn mul(self, b: Self) -> Self {
-        // SAFETY: `Clmul` values only exist inside the PCLMULQDQ entry points
-        // of this module (see the type's documentation).
+        // SAFETY: `Clmul` is only instantiated by this module's PCLMULQDQ
+        // entry points (see the type's documentation).
         unsafe {
             let qinv = _mm_set_epi64x(0, QINV as i64);
             let q = _mm_set_epi64x(0, Q as i64);
