@@ -257,11 +257,11 @@ impl ChecksummedBitmap {
             if lo >= hi {
                 return 0;
             }
-            let ones = bits.count_ones_in(lo..hi).unwrap_or(0);
+            let ones = || bits.count_ones_in(lo..hi).unwrap_or(0);
             match op {
                 Op::Flip => hi - lo,
-                Op::Set => (hi - lo) - ones,
-                Op::Clear => ones,
+                Op::Set => (hi - lo) - ones(),
+                Op::Clear => ones(),
             }
         };
         let inside = changing(&self.bits, cs, ce);
