@@ -7,6 +7,9 @@
 //! * [`crc32c`] — raw and standard CRC-32C, and updates in O(log n): `shift`,
 //!   `combine`, `flip_range` (a run of bits flipped) and `splice` (a region
 //!   rewritten). PCLMULQDQ with a portable fallback; bulk CRC from `crc-fast`.
+//! * [`dirty`] — dirty-page logs: an atomic dirty bitmap marked a word at a
+//!   time, and dirty bitmap → `MemoryRangeTable` (Cloud Hypervisor's wire
+//!   format) without a step per dirty page.
 //! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
 //!   update keeps current.
 //!
@@ -24,6 +27,7 @@ extern crate std;
 pub mod bitmap;
 pub mod checked_bitmap;
 pub mod crc32c;
+pub mod dirty;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

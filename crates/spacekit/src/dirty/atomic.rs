@@ -1,0 +1,195 @@
+//! `DirtyBitmap`: a dirty-page log that many threads mark and one harvests.
+//!
+//! # Memory orderings
+//!
+//! * [`DirtyBitmap::mark`] sets bits with `fetch_or(Release)`, one per word the
+//!   range touches (not one per page). A writer marks *after* it stored to
+//!   guest memory, so the release publishes those stores with the bit.
+//! * [`DirtyBitmap::harvest_into`] first reads each word with a `Relaxed`
+//!   load and skips it when zero; otherwise it takes the word with
+//!   `swap(0, Acquire)`. The acquire pairs with the marks' release: a page
+//!   seen dirty is read with the writer's stores visible. A mark that races
+//!   with the relaxed load and is missed stays set in the word, so the next
+//!   harvest returns it: nothing marked is ever lost, only deferred.
+//! * [`DirtyBitmap::reset_range`] clears with `fetch_and(Relaxed)`: it only
+//!   discards information.
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use super::{page_shift, DirtyError};
+
+/// An atomic dirty bitmap over a guest memory region `[base, base + len)`
+/// with pages of any power-of-two size.
+///
+/// ```
+/// use spacekit::dirty::DirtyBitmap;
+///
+/// let log = DirtyBitmap::new(0x4000_0000, 1 << 30, 4096)?;
+/// log.mark(0x4000_1ff0, 0x20)?;            // touches pages 1 and 2
+/// assert!(log.is_dirty(0x4000_2000)?);
+/// let words = log.take();
+/// assert_eq!(words[0], 0b110);
+/// assert!(!log.is_dirty(0x4000_2000)?);    // harvesting clears
+/// # Ok::<(), spacekit::dirty::DirtyError>(())
+/// ```
+#[derive(Debug)]
+pub struct DirtyBitmap {
+    words: Vec<AtomicU64>,
+    base: u64,
+    len: u64,
+    shift: u32,
+    pages: u64,
+}
+
+impl DirtyBitmap {
+    /// A clean log of `len` bytes from `base` (the last page may be partial).
+    ///
+    /// # Errors
+    /// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two;
+    /// [`DirtyError::OutOfRange`] if `base + len` overflows or the bitmap
+    /// would not fit in memory.
+    pub fn new(base: u64, len: u64, page_size: u64) -> Result<Self, DirtyError> {
+        let shift = page_shift(page_size)?;
+        if base.checked_add(len).is_none() {
+            return Err(DirtyError::OutOfRange { addr: base, len });
+        }
+        let pages = len.div_ceil(page_size);
+        let nwords = usize::try_from(pages.div_ceil(64))
+            .map_err(|_| DirtyError::OutOfRange { addr: base, len })?;
+        let mut words = Vec::new();
+        words
+            .try_reserve_exact(nwords)
+            .map_err(|_| DirtyError::OutOfRange { addr: base, len })?;
+        words.resize_with(nwords, || AtomicU64::new(0));
+        Ok(DirtyBitmap {
+            words,
+            base,
+            len,
+            shift,
+            pages,
+        })
+    }
+
+    /// Number of pages tracked.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// Number of `u64` words of the bitmap.
+    pub fn words(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// First address tracked.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Pages `[first, last]` of the byte range, checked against the region.
+    fn pages_of(&self, addr: u64, len: u64) -> Result<Option<(u64, u64)>, DirtyError> {
+        let err = DirtyError::OutOfRange { addr, len };
+        let off = addr.checked_sub(self.base).ok_or(err.clone())?;
+        let end = off.checked_add(len).ok_or(err.clone())?;
+        if end > self.len {
+            return Err(err);
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        Ok(Some((off >> self.shift, (end - 1) >> self.shift)))
+    }
+
+    /// Applies `f(word, mask)` to every word of pages `[first, last]`.
+    #[inline]
+    fn for_words(&self, first: u64, last: u64, f: impl Fn(&AtomicU64, u64)) {
+        let (w0, w1) = ((first / 64) as usize, (last / 64) as usize);
+        for w in w0..=w1 {
+            let lo = if w == w0 { first % 64 } else { 0 };
+            let hi = if w == w1 { last % 64 } else { 63 };
+            let mask = (!0u64 >> (63 - hi)) & (!0u64 << lo);
+            f(&self.words[w], mask);
+        }
+    }
+
+    /// Marks every page that `[addr, addr + len)` touches dirty: one
+    /// `fetch_or` per word. `len == 0` marks nothing.
+    ///
+    /// # Errors
+    /// [`DirtyError::OutOfRange`] if the range leaves the region; nothing is
+    /// marked then.
+    pub fn mark(&self, addr: u64, len: u64) -> Result<(), DirtyError> {
+        if let Some((a, b)) = self.pages_of(addr, len)? {
+            self.for_words(a, b, |w, m| {
+                w.fetch_or(m, Ordering::Release);
+            });
+        }
+        Ok(())
+    }
+
+    /// Clears the pages `[addr, addr + len)` touches, without harvesting them.
+    ///
+    /// # Errors
+    /// [`DirtyError::OutOfRange`] if the range leaves the region; nothing
+    /// changes then.
+    pub fn reset_range(&self, addr: u64, len: u64) -> Result<(), DirtyError> {
+        if let Some((a, b)) = self.pages_of(addr, len)? {
+            self.for_words(a, b, |w, m| {
+                w.fetch_and(!m, Ordering::Relaxed);
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the page holding `addr` is dirty.
+    ///
+    /// # Errors
+    /// [`DirtyError::OutOfRange`] if `addr` is outside the region.
+    pub fn is_dirty(&self, addr: u64) -> Result<bool, DirtyError> {
+        match self.pages_of(addr, 1)? {
+            Some((p, _)) => {
+                Ok(self.words[(p / 64) as usize].load(Ordering::Acquire) >> (p % 64) & 1 != 0)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Moves the log into `out` (one word per 64 pages) and clears it: clean
+    /// words cost one plain load, dirty ones one atomic swap. Returns the
+    /// number of dirty words.
+    ///
+    /// # Errors
+    /// [`DirtyError::LengthMismatch`] unless `out.len() == self.words()`;
+    /// nothing is harvested then.
+    pub fn harvest_into(&self, out: &mut [u64]) -> Result<usize, DirtyError> {
+        if out.len() != self.words.len() {
+            return Err(DirtyError::LengthMismatch {
+                expected: self.words.len(),
+                found: out.len(),
+            });
+        }
+        let mut dirty = 0;
+        for (o, w) in out.iter_mut().zip(&self.words) {
+            *o = if w.load(Ordering::Relaxed) == 0 {
+                0
+            } else {
+                dirty += 1;
+                w.swap(0, Ordering::Acquire)
+            };
+        }
+        Ok(dirty)
+    }
+
+    /// [`DirtyBitmap::harvest_into`] a new vector.
+    pub fn take(&self) -> Vec<u64> {
+        let mut out = alloc::vec![0u64; self.words.len()];
+        // The length is right by construction.
+        let _ = self.harvest_into(&mut out);
+        out
+    }
+}

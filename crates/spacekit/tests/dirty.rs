@@ -1,0 +1,256 @@
+//! Dirty logs: range extraction and tables against a per-bit model, the wire
+//! format, and the atomic bitmap (including concurrent marking while
+//! harvesting).
+
+use proptest::prelude::*;
+use spacekit::dirty::{ranges, DirtyBitmap, DirtyError, MemoryRange, MemoryRangeTable};
+
+/// Per-bit model: one step per page, coalescing adjacent pages, then joining
+/// ranges at most `gap` pages apart.
+fn model(words: &[u64], page: u64, base: u64, gap: u64) -> Vec<MemoryRange> {
+    let mut out: Vec<MemoryRange> = Vec::new();
+    for i in 0..words.len() as u64 * 64 {
+        if words[(i / 64) as usize] >> (i % 64) & 1 == 0 {
+            continue;
+        }
+        let gpa = base + i * page;
+        match out.last_mut() {
+            Some(last) if gpa - (last.gpa + last.length) <= gap * page => {
+                last.length = gpa + page - last.gpa;
+            }
+            _ => out.push(MemoryRange { gpa, length: page }),
+        }
+    }
+    out
+}
+
+/// Bitmaps of random runs: density and run length vary per case.
+fn arb_bitmap() -> impl Strategy<Value = Vec<u64>> {
+    (0usize..=2000, any::<u64>(), 0u32..=100, 1u64..=200).prop_map(|(n, seed, pct, run)| {
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut w = vec![0u64; n];
+        let bits = n as u64 * 64;
+        let mut i = 0;
+        while i < bits {
+            let len = next() % run + 1;
+            if next() % 100 < u64::from(pct) {
+                for b in i..(i + len).min(bits) {
+                    w[(b / 64) as usize] |= 1 << (b % 64);
+                }
+            }
+            i += len;
+        }
+        w
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn ranges_match_the_per_bit_model(words in arb_bitmap(), shift in 9u32..=21, base_pages in 0u64..1 << 20) {
+        let page = 1u64 << shift;
+        let base = base_pages * page;
+        let got: Vec<_> = ranges(&words, page, base).unwrap().collect();
+        prop_assert_eq!(got, model(&words, page, base, 0));
+    }
+
+    #[test]
+    fn table_merges_gaps_like_the_model(words in arb_bitmap(), gap in 0u64..=70) {
+        let t = MemoryRangeTable::from_bitmap(&words, 4096, 0x1000_0000, gap).unwrap();
+        prop_assert_eq!(t.ranges(), &model(&words, 4096, 0x1000_0000, gap)[..]);
+        // Reuse: refilling a cleared table gives the same ranges.
+        let mut again = t.clone();
+        again.clear();
+        again.extend_from_bitmap(&words, 4096, 0x1000_0000, gap).unwrap();
+        prop_assert_eq!(&again, &t);
+    }
+
+    #[test]
+    fn partition_keeps_order_and_bytes(words in arb_bitmap(), max_pages in 1u64..=300) {
+        let t = MemoryRangeTable::from_bitmap(&words, 4096, 0, 0).unwrap();
+        let max = max_pages * 4096;
+        let parts = t.partition(max);
+        let mut flat = MemoryRangeTable::new();
+        for (k, p) in parts.iter().enumerate() {
+            prop_assert!(p.total_bytes() <= max);
+            if k + 1 < parts.len() {
+                prop_assert_eq!(p.total_bytes(), max, "only the last part is short");
+            }
+            for r in p.ranges() {
+                flat.push_merging(*r, 0);
+            }
+        }
+        prop_assert_eq!(flat, t);
+    }
+
+    #[test]
+    fn wire_format_round_trips(words in arb_bitmap()) {
+        let t = MemoryRangeTable::from_bitmap(&words, 4096, 0x8000_0000, 0).unwrap();
+        let bytes = t.to_bytes();
+        prop_assert_eq!(bytes.len(), t.len() * 16);
+        prop_assert_eq!(MemoryRangeTable::from_bytes(&bytes).unwrap(), t);
+    }
+}
+
+#[test]
+fn runs_crossing_words_coalesce() {
+    // Bits 60..=67 and 127..=128: each one range.
+    let words = [0xF000_0000_0000_0000u64, 0x8000_0000_0000_000F, 1];
+    let got: Vec<_> = ranges(&words, 4096, 0).unwrap().collect();
+    assert_eq!(
+        got,
+        [
+            MemoryRange {
+                gpa: 60 * 4096,
+                length: 8 * 4096
+            },
+            MemoryRange {
+                gpa: 127 * 4096,
+                length: 2 * 4096
+            },
+        ]
+    );
+    let all = [!0u64; 5];
+    let got: Vec<_> = ranges(&all, 1 << 21, 0).unwrap().collect();
+    assert_eq!(
+        got,
+        [MemoryRange {
+            gpa: 0,
+            length: 320 << 21
+        }]
+    );
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    assert_eq!(
+        ranges(&[1], 3000, 0).err(),
+        Some(DirtyError::InvalidPageSize { page_size: 3000 })
+    );
+    assert_eq!(
+        MemoryRangeTable::from_bytes(&[0; 17]),
+        Err(DirtyError::BadWireLength { len: 17 })
+    );
+    let mut wire = MemoryRangeTable::new();
+    wire.push(MemoryRange {
+        gpa: 0,
+        length: 4096,
+    });
+    let mut bytes = wire.to_bytes();
+    bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+    bytes.extend_from_slice(&2u64.to_le_bytes());
+    assert_eq!(
+        MemoryRangeTable::from_bytes(&bytes),
+        Err(DirtyError::RangeOverflow { index: 1 })
+    );
+    // Truncated input is rejected, never silently shortened.
+    assert!(MemoryRangeTable::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+
+    let log = DirtyBitmap::new(0x1000, 0x10_0000, 4096).unwrap();
+    assert!(log.mark(0x0fff, 1).is_err(), "before the region");
+    assert!(log.mark(0x10_0000, 0x1001).is_err(), "past the end");
+    assert!(log.mark(u64::MAX, 2).is_err(), "overflow");
+    assert!(log.is_dirty(0x10_1000).is_err());
+    assert_eq!(
+        log.take().iter().filter(|&&w| w != 0).count(),
+        0,
+        "nothing marked by failed calls"
+    );
+    let mut short = vec![0u64; 3];
+    assert!(log.harvest_into(&mut short).is_err());
+    assert!(DirtyBitmap::new(0, 4096, 1000).is_err());
+    assert!(DirtyBitmap::new(u64::MAX, 2, 4096).is_err());
+}
+
+#[test]
+fn mark_reset_and_harvest_follow_a_page_model() {
+    let page = 4096u64;
+    let base = 0x4000_0000u64;
+    let len = 1000 * page + 123; // a partial last page
+    let log = DirtyBitmap::new(base, len, page).unwrap();
+    assert_eq!(log.pages(), 1001);
+    let mut model = vec![false; 1001];
+    let mut s = 0x1234_5678_9abc_def1u64;
+    for round in 0..2000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let off = s % len;
+        let n = (s >> 32) % (70 * page) % (len - off) + 1;
+        let (a, b) = (off / page, (off + n - 1) / page);
+        if round % 5 == 4 {
+            log.reset_range(base + off, n).unwrap();
+            model[a as usize..=b as usize].fill(false);
+        } else {
+            log.mark(base + off, n).unwrap();
+            model[a as usize..=b as usize].fill(true);
+        }
+        if round % 97 == 0 {
+            let p = s % 1001;
+            assert_eq!(log.is_dirty(base + p * page).unwrap(), model[p as usize]);
+        }
+        if round % 400 == 399 {
+            let mut out = vec![!0u64; log.words()];
+            let dirty = log.harvest_into(&mut out).unwrap();
+            for (p, &m) in model.iter().enumerate() {
+                assert_eq!(out[p / 64] >> (p % 64) & 1 == 1, m, "page {p}");
+            }
+            assert_eq!(dirty, out.iter().filter(|&&w| w != 0).count());
+            assert!(out.iter().skip(1001 / 64 + 1).all(|&w| w == 0));
+            model.fill(false);
+            assert!(
+                log.take().iter().all(|&w| w == 0),
+                "harvest cleared the log"
+            );
+        }
+    }
+}
+
+#[test]
+fn concurrent_marks_are_never_lost() {
+    let pages = 64 * 512u64;
+    let log = DirtyBitmap::new(0, pages * 4096, 4096).unwrap();
+    let threads = 4u64;
+    let mut union = vec![0u64; log.words()];
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        let log = &log;
+        let done = &done;
+        for t in 0..threads {
+            sc.spawn(move || {
+                // Thread t marks every page p with p % threads == t, in
+                // ranges of 1..=3 pages of its own, many times over.
+                for pass in 0..20u64 {
+                    let mut p = t;
+                    while p < pages {
+                        log.mark(p * 4096, 1 + (pass + p) % 4096).unwrap();
+                        p += threads * (1 + pass % 3);
+                    }
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Release);
+            });
+        }
+        let mut out = vec![0u64; log.words()];
+        loop {
+            let finished = done.load(std::sync::atomic::Ordering::Acquire) == threads as usize;
+            log.harvest_into(&mut out).unwrap();
+            for (u, o) in union.iter_mut().zip(&out) {
+                *u |= o;
+            }
+            if finished {
+                break;
+            }
+        }
+    });
+    // Pass 0 marks every page p (thread p % threads) at least once; the last
+    // harvest ran after every thread finished, so every page must be in the
+    // union of the harvests.
+    assert!(union.iter().all(|&w| w == !0), "a marked page was lost");
+}
