@@ -286,9 +286,7 @@ impl ChecksummedBitmap {
         match (span, old_span) {
             (Some((a, b)), Some(old)) => {
                 let delta = old ^ self.span_crc(a, b);
-                self.crc = self
-                    .engine
-                    .apply_delta(self.crc, delta, (self.csum_len - b) as u64);
+                self.crc ^= self.engine.shift(delta, (self.csum_len - b) as u64);
             }
             _ if inside > 0 => self.flip_crc(cs, ce),
             _ => {}

@@ -64,7 +64,7 @@ pub(crate) const MONT_R2: u64 = xpow_mod_q(128);
 const DIGIT_BITS: u32 = 6;
 /// Number of digit tables: exponent bits 6..36.
 const DIGITS: usize = 5;
-/// Exponents below this need no reduction modulo `ORDER`.
+/// Exponents must stay below this (reduce larger ones modulo `ORDER`).
 pub(crate) const EXP_LIMIT: u64 = 1 << (DIGIT_BITS * (DIGITS as u32 + 1));
 
 /// `TABLE[j][d] = x^(d * 2^(6 + 6j)) * x^64 mod Q`.
@@ -223,16 +223,6 @@ pub(crate) fn pow_x<M: Mont>(leaf: u64, e: u64) -> M {
         let b = digit(1).mul(digit(2));
         let c = digit(3).mul(digit(4));
         a.mul(b).mul(c)
-    }
-}
-
-/// Reduces an exponent below [`EXP_LIMIT`] without changing `x^e mod Q`.
-#[inline(always)]
-pub(crate) fn reduce_exp(e: u64) -> u64 {
-    if e < EXP_LIMIT {
-        e
-    } else {
-        e % ORDER
     }
 }
 

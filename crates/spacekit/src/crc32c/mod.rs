@@ -225,13 +225,14 @@ impl Engine {
     /// See [`shift`].
     #[inline]
     pub fn shift(self, crc: u32, nbytes: u64) -> u32 {
-        // 8 * nbytes without overflow, reduced so that x^e is unchanged.
+        // 8 * nbytes without overflow and below EXP_LIMIT (2^36), reduced
+        // modulo the order of x where needed so that x^e is unchanged.
         let e = if nbytes < 1 << 33 {
             nbytes * 8
         } else {
             (nbytes % gf2::ORDER) * 8
         };
-        self.unit.mul_xpow(crc, gf2::reduce_exp(e))
+        self.unit.mul_xpow(crc, e)
     }
 
     /// See [`combine`].
@@ -276,7 +277,8 @@ impl Engine {
                 (after - nbits) % gf2::ORDER + 32,
             ),
         };
-        Ok(crc ^ self.unit.flip_delta(gf2::reduce_exp(a), gf2::reduce_exp(b)))
+        // Both exponents are now below EXP_LIMIT.
+        Ok(crc ^ self.unit.flip_delta(a, b))
     }
 
     /// See [`splice`].
@@ -309,14 +311,6 @@ impl Engine {
         // 0), so two bulk passes replace a copy into a scratch buffer.
         let delta = self.raw(0, old) ^ self.raw(0, new);
         Ok(crc ^ self.shift(delta, buf_len - end))
-    }
-
-    /// The new raw CRC after a region followed by `bytes_after` bytes changed
-    /// by an XOR whose raw CRC (from 0) is `delta_crc`: the streaming form of
-    /// [`Engine::splice`], for callers that produce the XOR in pieces.
-    #[inline]
-    pub(crate) fn apply_delta(self, crc: u32, delta_crc: u32, bytes_after: u64) -> u32 {
-        crc ^ self.shift(delta_crc, bytes_after)
     }
 }
 
