@@ -3,7 +3,51 @@
 //! harvesting).
 
 use proptest::prelude::*;
-use spacekit::dirty::{ranges, DirtyBitmap, DirtyError, MemoryRange, MemoryRangeTable};
+use spacekit::bitmap::Backend;
+use spacekit::dirty::{
+    ranges, ranges_or, ranges_or_with, ranges_with, DirtyBitmap, DirtyError, MemoryRange,
+    MemoryRangeTable, ScanOpts,
+};
+
+/// Every way of building ranges over `a` (or `a | b`): the iterators and the
+/// serial and parallel table builders, each with the detected backend and
+/// the scalar one, parallel blocks of `block` words. Each result is paired
+/// with a label for failure messages.
+fn all_paths(
+    a: &[u64],
+    b: Option<&[u64]>,
+    page: u64,
+    base: u64,
+    gap: u64,
+    block: usize,
+) -> Vec<(String, Vec<MemoryRange>)> {
+    let mut out = Vec::new();
+    for backend in [Backend::detect(), Backend::scalar()] {
+        let opts = ScanOpts {
+            backend,
+            block_words: block,
+        };
+        let name = backend.name();
+        if gap == 0 {
+            let it: Vec<_> = match b {
+                None => ranges_with(a, page, base, opts).unwrap().collect(),
+                Some(b) => ranges_or_with(a, b, page, base, opts).unwrap().collect(),
+            };
+            out.push((format!("iter/{name}"), it));
+        }
+        for par in [false, true] {
+            let mut t = MemoryRangeTable::new();
+            t.extend_with(a, b, page, base, gap, opts, par).unwrap();
+            out.push((format!("table/{name}/par={par}"), t.ranges().to_vec()));
+        }
+    }
+    out
+}
+
+/// The OR of two bitmaps, for the model.
+fn or(a: &[u64], b: &[u64]) -> Vec<u64> {
+    a.iter().zip(b).map(|(x, y)| x | y).collect()
+}
 
 /// Per-bit model: one step per page, coalescing adjacent pages, then joining
 /// ranges at most `gap` pages apart.
@@ -73,6 +117,36 @@ proptest! {
     }
 
     #[test]
+    fn every_path_matches_the_model(words in arb_bitmap(), gap in prop_oneof![Just(0u64), 0u64..=70], block in 1usize..=40) {
+        let want = model(&words, 4096, 0x1_0000_0000, gap);
+        for (name, got) in all_paths(&words, None, 4096, 0x1_0000_0000, gap, block) {
+            prop_assert_eq!(&got, &want, "{}", name);
+        }
+    }
+
+    #[test]
+    fn or_of_two_bitmaps_matches_the_model(
+        a in arb_bitmap(),
+        seed in any::<u64>(),
+        gap in prop_oneof![Just(0u64), 0u64..=9],
+        block in 1usize..=40,
+    ) {
+        // A second log over the same pages: sparse random bits, sometimes
+        // whole words.
+        let mut s = seed | 1;
+        let b: Vec<u64> = a.iter().map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            match s % 8 { 0 => !0, 1..=3 => s & (s >> 17) & (s >> 33), _ => 0 }
+        }).collect();
+        let want = model(&or(&a, &b), 4096, 0, gap);
+        for (name, got) in all_paths(&a, Some(&b), 4096, 0, gap, block) {
+            prop_assert_eq!(&got, &want, "{}", name);
+        }
+    }
+
+    #[test]
     fn partition_keeps_order_and_bytes(words in arb_bitmap(), max_pages in 1u64..=300) {
         let t = MemoryRangeTable::from_bitmap(&words, 4096, 0, 0).unwrap();
         let max = max_pages * 4096;
@@ -126,6 +200,110 @@ fn runs_crossing_words_coalesce() {
             length: 320 << 21
         }]
     );
+}
+
+#[test]
+fn runs_crossing_every_chunk_edge() {
+    // Blocks of 1..=5 words over 24 words; runs of every length from 1 to
+    // 130 bits placed at every offset around each block edge, plus a run
+    // spanning several blocks and one reaching the end of the bitmap.
+    for block in 1..=5usize {
+        let nw = 24;
+        for edge in (block..nw).step_by(block) {
+            for len in [1usize, 2, 63, 64, 65, 127, 128, 130] {
+                for back in [0usize, 1, 2, 31, 63, 64, 65] {
+                    let mut w = vec![0u64; nw];
+                    let start = (edge * 64).saturating_sub(back);
+                    let end = (start + len).min(nw * 64);
+                    for bit in start..end {
+                        w[bit / 64] |= 1 << (bit % 64);
+                    }
+                    // Something earlier and later too, so blocks have
+                    // neighbours with edges.
+                    w[0] |= 1 << 3;
+                    w[nw - 1] |= 1 << 63;
+                    let want = model(&w, 4096, 0, 0);
+                    for (name, got) in all_paths(&w, None, 4096, 0, 0, block) {
+                        assert_eq!(got, want, "{name}: block {block} edge {edge} len {len} back {back}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn or_length_mismatch_is_an_error() {
+    let a = [1u64; 4];
+    let b = [1u64; 3];
+    let want = DirtyError::LengthMismatch {
+        expected: 4,
+        found: 3,
+    };
+    assert_eq!(ranges_or(&a, &b, 4096, 0).err(), Some(want.clone()));
+    let mut t = MemoryRangeTable::from_bitmap(&[1], 4096, 0, 0).unwrap();
+    let before = t.clone();
+    assert_eq!(
+        t.extend_from_bitmaps_or(&a, &b, 4096, 0, 0),
+        Err(want.clone())
+    );
+    assert_eq!(t.par_extend_from_bitmaps_or(&a, &b, 4096, 0, 0), Err(want));
+    assert_eq!(t, before, "a failed call leaves the table alone");
+}
+
+#[test]
+fn extend_joins_across_calls_and_spans_are_checked() {
+    // Two halves of one bitmap appended in turn give the whole bitmap's
+    // ranges: the run across the seam joins.
+    let w = [0xFF00_0000_0000_0000u64, 0xFF, 0, 1 << 63, !0];
+    let whole = MemoryRangeTable::from_bitmap(&w, 4096, 0, 0).unwrap();
+    let mut t = MemoryRangeTable::from_bitmap(&w[..1], 4096, 0, 0).unwrap();
+    t.extend_from_bitmap(&w[1..4], 4096, 64 * 4096, 0).unwrap();
+    t.par_extend_from_bitmap(&w[4..], 4096, 4 * 64 * 4096, 0)
+        .unwrap();
+    assert_eq!(t, whole);
+    // A bitmap whose last page would end past 2^64 is refused.
+    assert!(matches!(
+        ranges(&[1, 2], 1 << 40, u64::MAX - (1 << 45)),
+        Err(DirtyError::OutOfRange { .. })
+    ));
+    assert!(MemoryRangeTable::from_bitmap(&[0; 4], 1 << 62, 0, 0).is_err());
+}
+
+#[test]
+fn large_bitmaps_agree_on_every_path() {
+    // Big enough for the default parallel block size (16 Ki words) to split
+    // the work several ways; densities from clean to full.
+    let nw = 5 * 16 * 1024 + 77;
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    for pct in [0u64, 1, 10, 50, 100] {
+        let w: Vec<u64> = (0..nw)
+            .map(|i| {
+                let mut x = 0u64;
+                for b in 0..64 {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    if s % 1000 < pct * 10 || (i / 600) % 7 == 3 && pct > 0 {
+                        x |= 1 << b;
+                    }
+                }
+                x
+            })
+            .collect();
+        let want: Vec<_> = ranges(&w, 4096, 0).unwrap().collect();
+        assert_eq!(want, model(&w, 4096, 0, 0), "{pct}%");
+        let mut par = MemoryRangeTable::new();
+        par.par_extend_from_bitmap(&w, 4096, 0, 0).unwrap();
+        assert_eq!(par.ranges(), &want[..], "{pct}% parallel");
+        let or_par = {
+            let mut t = MemoryRangeTable::new();
+            let zero = vec![0u64; nw];
+            t.par_extend_from_bitmaps_or(&zero, &w, 4096, 0, 0).unwrap();
+            t
+        };
+        assert_eq!(or_par, par, "{pct}% parallel OR with a clean log");
+    }
 }
 
 #[test]

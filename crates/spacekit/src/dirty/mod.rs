@@ -10,6 +10,7 @@
 //! sparse nor dense bitmaps cost a step per dirty page.
 
 mod atomic;
+mod scan;
 mod table;
 
 pub use atomic::DirtyBitmap;
@@ -17,7 +18,10 @@ pub use table::{MemoryRangeTable, WIRE_RANGE_BYTES};
 
 use core::fmt;
 
-use crate::bitmap::{Bits, SetRuns};
+use alloc::vec::Vec;
+
+use crate::bitmap::Backend;
+use scan::{One, Or, Scanner, Words};
 
 /// A guest-physical memory range, laid out as Cloud Hypervisor's
 /// `vm_migration::protocol::MemoryRange` (`#[repr(C)] { gpa: u64, length: u64 }`).
@@ -108,8 +112,45 @@ pub(crate) fn page_shift(page_size: u64) -> Result<u32, DirtyError> {
     }
 }
 
+/// Checks that every page of a `words`-word bitmap at `base` has an address:
+/// `base + 64 * words * page_size` must not pass 2^64.
+pub(crate) fn check_span(words: usize, shift: u32, base: u64) -> Result<(), DirtyError> {
+    let bytes = (words as u64)
+        .checked_mul(64)
+        .and_then(|bits| bits.checked_mul(1u64 << shift));
+    match bytes.and_then(|b| base.checked_add(b)) {
+        Some(_) => Ok(()),
+        None => Err(DirtyError::OutOfRange {
+            addr: base,
+            len: bytes.unwrap_or(u64::MAX),
+        }),
+    }
+}
+
+/// How a scan runs: which word-skipping backend, and (for the parallel
+/// table builders) how many words each parallel block holds. Tests and
+/// benchmarks use it to force the scalar path or small blocks.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct ScanOpts {
+    /// Word-skipping implementation.
+    pub backend: Backend,
+    /// Words per block of the parallel scan.
+    pub block_words: usize,
+}
+
+impl Default for ScanOpts {
+    fn default() -> Self {
+        ScanOpts {
+            backend: Backend::detect(),
+            block_words: 16 * 1024,
+        }
+    }
+}
+
 /// The dirty ranges of `bitmap` (bit `i` = page `base + i * page_size`), in
-/// ascending address order, each a maximal run of dirty pages.
+/// ascending address order, each a maximal run of dirty pages, coalesced
+/// across word boundaries.
 ///
 /// ```
 /// use spacekit::dirty::{ranges, MemoryRange};
@@ -124,35 +165,152 @@ pub(crate) fn page_shift(page_size: u64) -> Result<u32, DirtyError> {
 /// ```
 ///
 /// # Errors
-/// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two.
+/// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two;
+/// [`DirtyError::OutOfRange`] if the bitmap's last page would end past 2^64.
 pub fn ranges(bitmap: &[u64], page_size: u64, base: u64) -> Result<DirtyRanges<'_>, DirtyError> {
-    let shift = page_shift(page_size)?;
-    Ok(DirtyRanges {
-        runs: bitmap.set_runs(0),
-        shift,
+    ranges_with(bitmap, page_size, base, ScanOpts::default())
+}
+
+/// [`ranges`] with explicit [`ScanOpts`].
+#[doc(hidden)]
+pub fn ranges_with(
+    bitmap: &[u64],
+    page_size: u64,
+    base: u64,
+    opts: ScanOpts,
+) -> Result<DirtyRanges<'_>, DirtyError> {
+    Ok(DirtyRanges(RangeIter::new(
+        One(bitmap),
+        page_size,
         base,
-    })
+        opts.backend,
+    )?))
+}
+
+/// The dirty ranges of `a | b` (a hypervisor's log and a VMM's own), as
+/// [`ranges`] would give for the OR of the two, without building it.
+///
+/// ```
+/// use spacekit::dirty::{ranges_or, MemoryRange};
+///
+/// let kvm = [0b0011u64];
+/// let vmm = [0b1100u64];
+/// let got: Vec<_> = ranges_or(&kvm, &vmm, 4096, 0)?.collect();
+/// assert_eq!(got, [MemoryRange { gpa: 0, length: 4 * 4096 }]);
+/// # Ok::<(), spacekit::dirty::DirtyError>(())
+/// ```
+///
+/// # Errors
+/// [`DirtyError::LengthMismatch`] if the bitmaps differ in length (never a
+/// silent truncation); otherwise as [`ranges`].
+pub fn ranges_or<'a>(
+    a: &'a [u64],
+    b: &'a [u64],
+    page_size: u64,
+    base: u64,
+) -> Result<DirtyRangesOr<'a>, DirtyError> {
+    ranges_or_with(a, b, page_size, base, ScanOpts::default())
+}
+
+/// [`ranges_or`] with explicit [`ScanOpts`].
+#[doc(hidden)]
+pub fn ranges_or_with<'a>(
+    a: &'a [u64],
+    b: &'a [u64],
+    page_size: u64,
+    base: u64,
+    opts: ScanOpts,
+) -> Result<DirtyRangesOr<'a>, DirtyError> {
+    Ok(DirtyRangesOr(RangeIter::new(
+        Or::new(a, b)?,
+        page_size,
+        base,
+        opts.backend,
+    )?))
+}
+
+/// The range between edge positions `s` and `e` (in pages).
+#[inline(always)]
+pub(crate) fn range_of(s: u64, e: u64, shift: u32, base: u64) -> MemoryRange {
+    MemoryRange {
+        gpa: base + (s << shift),
+        length: (e - s) << shift,
+    }
+}
+
+/// Ranges from a buffered edge scan.
+#[derive(Clone, Debug)]
+struct RangeIter<W> {
+    scan: Scanner<W>,
+    buf: Vec<u64>,
+    pos: usize,
+    len: usize,
+    shift: u32,
+    base: u64,
+}
+
+impl<W: Words> RangeIter<W> {
+    fn new(src: W, page_size: u64, base: u64, be: Backend) -> Result<Self, DirtyError> {
+        let shift = page_shift(page_size)?;
+        check_span(src.len(), shift, base)?;
+        Ok(RangeIter {
+            scan: Scanner::new(src, 0, src.len(), be, true),
+            buf: alloc::vec![0; scan::BUF],
+            pos: 0,
+            len: 0,
+            shift,
+            base,
+        })
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<MemoryRange> {
+        loop {
+            if self.pos + 2 <= self.len {
+                let (s, e) = (self.buf[self.pos], self.buf[self.pos + 1]);
+                self.pos += 2;
+                return Some(range_of(s, e, self.shift, self.base));
+            }
+            if self.scan.done() {
+                return None;
+            }
+            // At most one edge (an open run's start) is left over.
+            let rest = self.len - self.pos;
+            if rest == 1 {
+                self.buf[0] = self.buf[self.pos];
+            }
+            self.len = scan::fill::<W, false>(&mut self.scan, &mut self.buf, rest);
+            self.pos = 0;
+        }
+    }
 }
 
 /// Iterator of [`ranges`].
 #[derive(Clone, Debug)]
-pub struct DirtyRanges<'a> {
-    runs: SetRuns<'a>,
-    shift: u32,
-    base: u64,
-}
+pub struct DirtyRanges<'a>(RangeIter<One<'a>>);
 
 impl Iterator for DirtyRanges<'_> {
     type Item = MemoryRange;
 
     #[inline]
     fn next(&mut self) -> Option<MemoryRange> {
-        let r = self.runs.next()?;
-        Some(MemoryRange {
-            gpa: self.base.wrapping_add((r.start as u64) << self.shift),
-            length: ((r.end - r.start) as u64) << self.shift,
-        })
+        self.0.next()
     }
 }
 
 impl core::iter::FusedIterator for DirtyRanges<'_> {}
+
+/// Iterator of [`ranges_or`].
+#[derive(Clone, Debug)]
+pub struct DirtyRangesOr<'a>(RangeIter<Or<'a>>);
+
+impl Iterator for DirtyRangesOr<'_> {
+    type Item = MemoryRange;
+
+    #[inline]
+    fn next(&mut self) -> Option<MemoryRange> {
+        self.0.next()
+    }
+}
+
+impl core::iter::FusedIterator for DirtyRangesOr<'_> {}

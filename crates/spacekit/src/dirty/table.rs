@@ -3,7 +3,76 @@
 
 use alloc::vec::Vec;
 
-use super::{page_shift, ranges, DirtyError, MemoryRange};
+use super::scan::{self, One, Or, Scanner, Words};
+use super::{check_span, page_shift, range_of, DirtyError, MemoryRange, ScanOpts};
+
+/// Whether `next` starts at most `gap` bytes after `last` ends.
+#[inline]
+fn joinable(last: &MemoryRange, next: &MemoryRange, gap: u64) -> bool {
+    let end = last.end();
+    next.gpa >= end && next.gpa - end <= gap
+}
+
+/// Writes the ranges that start in words `[lo, hi)` of `src` into `out`, in
+/// order, and returns how many it wrote. `skip_first`: the block's first
+/// edge ends a run begun in an earlier block, which that block writes. A run
+/// still open at `hi` is followed past the block to its end.
+#[cfg(feature = "rayon")]
+#[allow(clippy::too_many_arguments)]
+fn write_block<W: Words>(
+    src: W,
+    lo: usize,
+    hi: usize,
+    skip_first: bool,
+    out: &mut [core::mem::MaybeUninit<MemoryRange>],
+    shift: u32,
+    base: u64,
+    be: crate::bitmap::Backend,
+) -> usize {
+    let mut buf = [0u64; scan::BUF];
+    let mut s = Scanner::new(src, lo, hi, be, false);
+    let mut k = 0;
+    let mut first = skip_first;
+    let mut w = 0;
+    loop {
+        k = scan::fill::<W, false>(&mut s, &mut buf, k);
+        let from = if first && k > 0 {
+            first = false;
+            1
+        } else {
+            0
+        };
+        let edges = &buf[from..k];
+        for p in edges.chunks_exact(2) {
+            if let Some(slot) = out.get_mut(w) {
+                slot.write(range_of(p[0], p[1], shift, base));
+            }
+            w += 1;
+        }
+        let odd = edges.len() % 2 == 1;
+        if odd {
+            buf[0] = edges[edges.len() - 1];
+        }
+        k = usize::from(odd);
+        if s.done() {
+            break;
+        }
+    }
+    if k == 1 {
+        // The last run starts here and is still open at `hi`: it ends at
+        // the first clean page after the block, or at the end of the bitmap.
+        let n = src.len();
+        let end = match src.skip(hi, n, !0, be) {
+            Some(j) => j as u64 * 64 + u64::from((!src.word(j)).trailing_zeros()),
+            None => n as u64 * 64,
+        };
+        if let Some(slot) = out.get_mut(w) {
+            slot.write(range_of(buf[0], end, shift, base));
+        }
+        w += 1;
+    }
+    w
+}
 
 /// Bytes per range on the wire: `gpa` then `length`, little-endian `u64`s.
 pub const WIRE_RANGE_BYTES: usize = 16;
@@ -56,7 +125,8 @@ impl MemoryRangeTable {
     ///
     /// # Errors
     /// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two;
-    /// the table is unchanged then.
+    /// [`DirtyError::OutOfRange`] if the bitmap's last page would end past
+    /// 2^64. The table is unchanged then.
     pub fn extend_from_bitmap(
         &mut self,
         bitmap: &[u64],
@@ -64,12 +134,272 @@ impl MemoryRangeTable {
         base: u64,
         merge_gap: u64,
     ) -> Result<(), DirtyError> {
+        self.extend_with(
+            bitmap,
+            None,
+            page_size,
+            base,
+            merge_gap,
+            ScanOpts::default(),
+            false,
+        )
+    }
+
+    /// The dirty ranges of `a | b` (see [`super::ranges_or`]), joining
+    /// ranges at most `merge_gap` clean pages apart.
+    ///
+    /// # Errors
+    /// [`DirtyError::LengthMismatch`] if the bitmaps differ in length;
+    /// otherwise as [`MemoryRangeTable::from_bitmap`].
+    pub fn from_bitmaps_or(
+        a: &[u64],
+        b: &[u64],
+        page_size: u64,
+        base: u64,
+        merge_gap: u64,
+    ) -> Result<Self, DirtyError> {
+        let mut t = Self::new();
+        t.extend_from_bitmaps_or(a, b, page_size, base, merge_gap)?;
+        Ok(t)
+    }
+
+    /// [`MemoryRangeTable::extend_from_bitmap`] over `a | b`, without
+    /// building the OR.
+    ///
+    /// # Errors
+    /// [`DirtyError::LengthMismatch`] if the bitmaps differ in length;
+    /// otherwise as [`MemoryRangeTable::extend_from_bitmap`]. The table is
+    /// unchanged on error.
+    pub fn extend_from_bitmaps_or(
+        &mut self,
+        a: &[u64],
+        b: &[u64],
+        page_size: u64,
+        base: u64,
+        merge_gap: u64,
+    ) -> Result<(), DirtyError> {
+        self.extend_with(
+            a,
+            Some(b),
+            page_size,
+            base,
+            merge_gap,
+            ScanOpts::default(),
+            false,
+        )
+    }
+
+    /// [`MemoryRangeTable::extend_from_bitmap`] on all threads of rayon's
+    /// pool: the bitmap is cut into blocks, each block's edges are counted in
+    /// parallel, and each block then writes its own ranges straight into the
+    /// table at the offset the counts give; a run crossing block edges is
+    /// written whole by the block it starts in. The result is identical to
+    /// the serial scan. Small bitmaps are scanned serially.
+    ///
+    /// # Errors
+    /// As [`MemoryRangeTable::extend_from_bitmap`].
+    #[cfg(feature = "rayon")]
+    pub fn par_extend_from_bitmap(
+        &mut self,
+        bitmap: &[u64],
+        page_size: u64,
+        base: u64,
+        merge_gap: u64,
+    ) -> Result<(), DirtyError> {
+        self.extend_with(
+            bitmap,
+            None,
+            page_size,
+            base,
+            merge_gap,
+            ScanOpts::default(),
+            true,
+        )
+    }
+
+    /// [`MemoryRangeTable::par_extend_from_bitmap`] over `a | b`.
+    ///
+    /// # Errors
+    /// As [`MemoryRangeTable::extend_from_bitmaps_or`].
+    #[cfg(feature = "rayon")]
+    pub fn par_extend_from_bitmaps_or(
+        &mut self,
+        a: &[u64],
+        b: &[u64],
+        page_size: u64,
+        base: u64,
+        merge_gap: u64,
+    ) -> Result<(), DirtyError> {
+        self.extend_with(
+            a,
+            Some(b),
+            page_size,
+            base,
+            merge_gap,
+            ScanOpts::default(),
+            true,
+        )
+    }
+
+    /// Every table builder in one: `a` or `a | b`, serial or parallel
+    /// (`parallel` is ignored without the `rayon` feature), with explicit
+    /// [`ScanOpts`].
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn extend_with(
+        &mut self,
+        a: &[u64],
+        b: Option<&[u64]>,
+        page_size: u64,
+        base: u64,
+        merge_gap: u64,
+        opts: ScanOpts,
+        parallel: bool,
+    ) -> Result<(), DirtyError> {
         let shift = page_shift(page_size)?;
-        let gap = merge_gap.checked_shl(shift).unwrap_or(u64::MAX);
-        for r in ranges(bitmap, page_size, base)? {
-            self.push_merging(r, gap);
+        check_span(a.len(), shift, base)?;
+        let gap = if merge_gap > u64::MAX >> shift {
+            u64::MAX
+        } else {
+            merge_gap << shift
+        };
+        let old = self.data.len();
+        match b {
+            None => self.extend_words(One(a), shift, base, opts, parallel),
+            Some(b) => self.extend_words(Or::new(a, b)?, shift, base, opts, parallel),
+        }
+        // Join across the old/new seam, and gaps of up to `merge_gap` pages.
+        let seam = old.saturating_sub(1);
+        let joins_seam = old > 0
+            && old < self.data.len()
+            && joinable(&self.data[old - 1], &self.data[old], gap);
+        if gap > 0 || joins_seam {
+            self.merge_from(seam, gap);
         }
         Ok(())
+    }
+
+    /// Appends the maximal runs of `src` as ranges (no gap merging).
+    fn extend_words<W: Words>(
+        &mut self,
+        src: W,
+        shift: u32,
+        base: u64,
+        opts: ScanOpts,
+        parallel: bool,
+    ) {
+        #[cfg(feature = "rayon")]
+        if parallel && src.len() >= 2 * opts.block_words.max(1) {
+            self.extend_par(src, shift, base, opts);
+            return;
+        }
+        let _ = parallel;
+        let mut buf = [0u64; scan::BUF];
+        let mut s = Scanner::new(src, 0, src.len(), opts.backend, true);
+        let mut k = 0;
+        loop {
+            k = scan::fill::<W, false>(&mut s, &mut buf, k);
+            let pairs = k / 2;
+            self.append_pairs(&buf[..2 * pairs], shift, base);
+            // An open run's start waits for its end in the next batch.
+            if k % 2 == 1 {
+                buf[0] = buf[k - 1];
+            }
+            k %= 2;
+            if s.done() {
+                break;
+            }
+        }
+    }
+
+    /// Appends one range per pair of edges.
+    #[inline]
+    fn append_pairs(&mut self, edges: &[u64], shift: u32, base: u64) {
+        let n = edges.len() / 2;
+        self.data.reserve(n);
+        let len = self.data.len();
+        let spare = &mut self.data.spare_capacity_mut()[..n];
+        for (slot, p) in spare.iter_mut().zip(edges.chunks_exact(2)) {
+            slot.write(range_of(p[0], p[1], shift, base));
+        }
+        // SAFETY: `reserve(n)` made room for `n` more ranges and the loop
+        // above initialised exactly those `n` slots (both iterators have `n`
+        // items).
+        unsafe { self.data.set_len(len + n) };
+    }
+
+    /// The parallel scan: count edges per block, size each block's share of
+    /// the output from the prefix sums, then let every block write its ranges
+    /// in place.
+    #[cfg(feature = "rayon")]
+    fn extend_par<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
+        use core::mem::MaybeUninit;
+        use rayon::prelude::*;
+
+        let n = src.len();
+        let bw = opts.block_words.max(1);
+        let nblocks = n.div_ceil(bw);
+        let be = opts.backend;
+        let counts: Vec<usize> = (0..nblocks)
+            .into_par_iter()
+            .map(|b| scan::count_edges(src, b * bw, ((b + 1) * bw).min(n), be))
+            .collect();
+        // off[b]: global index of block b's first edge. Even indices are
+        // starts; the range of start edge g is number g / 2.
+        let mut off = Vec::with_capacity(nblocks + 1);
+        let mut total = 0usize;
+        for c in &counts {
+            off.push(total);
+            total += c;
+        }
+        let terminal = usize::from(src.word(n - 1) >> 63 == 1);
+        off.push(total + terminal);
+        let nr = (total + terminal) / 2;
+        let old = self.data.len();
+        self.data.reserve(nr);
+        let mut rest: &mut [MaybeUninit<MemoryRange>] = &mut self.data.spare_capacity_mut()[..nr];
+        let mut parts = Vec::with_capacity(nblocks);
+        for b in 0..nblocks {
+            let starts = off[b + 1].div_ceil(2) - off[b].div_ceil(2);
+            let (head, tail) = rest.split_at_mut(starts);
+            rest = tail;
+            if !head.is_empty() {
+                parts.push((b, off[b] % 2 == 1, head));
+            }
+        }
+        let written: usize = parts
+            .into_par_iter()
+            .map(|(b, skip_first, out)| {
+                write_block(src, b * bw, ((b + 1) * bw).min(n), skip_first, out, shift, base, be)
+            })
+            .sum();
+        // Each block fills exactly its share (the bitmap is immutable while
+        // borrowed, so both passes see the same edges); anything else is a
+        // bug, and stopping is better than exposing uninitialised ranges.
+        assert_eq!(written, nr, "parallel dirty scan: edge counts disagree");
+        // SAFETY: `reserve(nr)` made room for `nr` ranges past `old`, the
+        // blocks' disjoint slices cover exactly those `nr` slots, and every
+        // block initialised its whole slice (checked just above).
+        unsafe { self.data.set_len(old + nr) };
+    }
+
+    /// Joins ranges from index `from` on that lie at most `gap` bytes apart.
+    fn merge_from(&mut self, from: usize, gap: u64) {
+        let d = &mut self.data;
+        if from >= d.len() {
+            return;
+        }
+        let mut w = from;
+        for r in from + 1..d.len() {
+            let cur = d[r];
+            if joinable(&d[w], &cur, gap) {
+                d[w].length = cur.end() - d[w].gpa;
+            } else {
+                w += 1;
+                d[w] = cur;
+            }
+        }
+        d.truncate(w + 1);
     }
 
     /// Appends `r`, joining it to the last range when it starts at most
@@ -77,8 +407,7 @@ impl MemoryRangeTable {
     #[inline]
     pub fn push_merging(&mut self, r: MemoryRange, gap_bytes: u64) {
         if let Some(last) = self.data.last_mut() {
-            let end = last.end();
-            if r.gpa >= end && r.gpa - end <= gap_bytes {
+            if joinable(last, &r, gap_bytes) {
                 last.length = r.end() - last.gpa;
                 return;
             }

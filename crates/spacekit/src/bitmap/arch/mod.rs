@@ -100,6 +100,16 @@ impl Backend {
         Backend(Kind::Scalar)
     }
 
+    /// Whether this is the AVX2 backend (which also proves POPCNT).
+    #[inline]
+    pub(crate) fn is_avx2(self) -> bool {
+        match self.0 {
+            Kind::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx2 => true,
+        }
+    }
+
     /// A short name for reports: `"avx2"` or `"scalar"`.
     pub fn name(self) -> &'static str {
         match self.0 {
