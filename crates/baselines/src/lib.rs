@@ -8,4 +8,5 @@
 //! values (`size` for "not found") exactly like the originals.
 
 pub mod crc_flip;
+pub mod dirty_log;
 pub mod find_bit;

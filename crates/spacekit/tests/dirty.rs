@@ -224,7 +224,10 @@ fn runs_crossing_every_chunk_edge() {
                     w[nw - 1] |= 1 << 63;
                     let want = model(&w, 4096, 0, 0);
                     for (name, got) in all_paths(&w, None, 4096, 0, 0, block) {
-                        assert_eq!(got, want, "{name}: block {block} edge {edge} len {len} back {back}");
+                        assert_eq!(
+                            got, want,
+                            "{name}: block {block} edge {edge} len {len} back {back}"
+                        );
                     }
                 }
             }

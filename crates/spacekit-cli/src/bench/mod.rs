@@ -16,6 +16,7 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 
 mod crc;
+mod dirty;
 mod membw;
 mod zero_area;
 
@@ -59,6 +60,9 @@ enum BenchName {
     /// Seed 001: incremental CRC-32C (flip_range vs full recompute vs the
     /// seed's matrices), combine vs the crates, bulk throughput.
     Crc,
+    /// Seed 004: a VM's dirty bitmap to memory ranges (per-bit loop vs the
+    /// seed's set-bit iterator vs spacekit, one thread and all threads).
+    Dirty,
 }
 
 impl BenchName {
@@ -67,6 +71,7 @@ impl BenchName {
             BenchName::Membw => "membw",
             BenchName::ZeroArea => "zero-area",
             BenchName::Crc => "crc",
+            BenchName::Dirty => "dirty",
         }
     }
 }
@@ -454,6 +459,7 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
             BenchName::Membw => membw::run(&ctx)?,
             BenchName::ZeroArea => zero_area::run(&ctx)?,
             BenchName::Crc => crc::run(&ctx)?,
+            BenchName::Dirty => dirty::run(&ctx)?,
         };
         reports.push((name, report));
     }

@@ -45,9 +45,9 @@ mod iter;
 mod word;
 
 pub use arch::Backend;
-pub(crate) use find::skip_fwd as skip_words;
 pub use area::AreaStats;
 pub use bytes::{load_le_bytes, store_le_bytes};
+pub(crate) use find::skip_fwd as skip_words;
 pub use iter::{ClearRuns, Ones, SetRuns, Zeros};
 
 use alloc::vec;

@@ -270,9 +270,8 @@ impl MemoryRangeTable {
         }
         // Join across the old/new seam, and gaps of up to `merge_gap` pages.
         let seam = old.saturating_sub(1);
-        let joins_seam = old > 0
-            && old < self.data.len()
-            && joinable(&self.data[old - 1], &self.data[old], gap);
+        let joins_seam =
+            old > 0 && old < self.data.len() && joinable(&self.data[old - 1], &self.data[old], gap);
         if gap > 0 || joins_seam {
             self.merge_from(seam, gap);
         }
@@ -294,38 +293,7 @@ impl MemoryRangeTable {
             return;
         }
         let _ = parallel;
-        let mut buf = [0u64; scan::BUF];
-        let mut s = Scanner::new(src, 0, src.len(), opts.backend, true);
-        let mut k = 0;
-        loop {
-            k = scan::fill::<W, false>(&mut s, &mut buf, k);
-            let pairs = k / 2;
-            self.append_pairs(&buf[..2 * pairs], shift, base);
-            // An open run's start waits for its end in the next batch.
-            if k % 2 == 1 {
-                buf[0] = buf[k - 1];
-            }
-            k %= 2;
-            if s.done() {
-                break;
-            }
-        }
-    }
-
-    /// Appends one range per pair of edges.
-    #[inline]
-    fn append_pairs(&mut self, edges: &[u64], shift: u32, base: u64) {
-        let n = edges.len() / 2;
-        self.data.reserve(n);
-        let len = self.data.len();
-        let spare = &mut self.data.spare_capacity_mut()[..n];
-        for (slot, p) in spare.iter_mut().zip(edges.chunks_exact(2)) {
-            slot.write(range_of(p[0], p[1], shift, base));
-        }
-        // SAFETY: `reserve(n)` made room for `n` more ranges and the loop
-        // above initialised exactly those `n` slots (both iterators have `n`
-        // items).
-        unsafe { self.data.set_len(len + n) };
+        scan::extend_ranges(src, opts.backend, &mut self.data, shift, base);
     }
 
     /// The parallel scan: count edges per block, size each block's share of
@@ -370,7 +338,16 @@ impl MemoryRangeTable {
         let written: usize = parts
             .into_par_iter()
             .map(|(b, skip_first, out)| {
-                write_block(src, b * bw, ((b + 1) * bw).min(n), skip_first, out, shift, base, be)
+                write_block(
+                    src,
+                    b * bw,
+                    ((b + 1) * bw).min(n),
+                    skip_first,
+                    out,
+                    shift,
+                    base,
+                    be,
+                )
             })
             .sum();
         // Each block fills exactly its share (the bitmap is immutable while
