@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod dirty;
 
 /// spacekit: fast paths for memory and storage managers.
 ///
@@ -23,12 +24,15 @@ enum Command {
     /// Run benchmarks: the seeds' experiments side by side with faithful ports
     /// of their "before" and "after" code.
     Bench(bench::BenchArgs),
+    /// Dirty-page logs: turn a VM's dirty bitmap into memory ranges.
+    Dirty(dirty::DirtyArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => bench::run(&args),
+        Command::Bench(args) => bench::run(&args).map_err(|e| e.to_string()),
+        Command::Dirty(args) => dirty::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -44,10 +44,200 @@ fn help_explains_every_subcommand() {
     let out = spacekit().args(["bench", "--help"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for word in ["membw", "zero-area", "crc", "--quick", "--full", "--json"] {
+    for word in [
+        "membw",
+        "zero-area",
+        "crc",
+        "dirty",
+        "--quick",
+        "--full",
+        "--json",
+    ] {
         assert!(text.contains(word), "bench --help lacks {word}: {text}");
     }
     assert!(!text.contains("inject"), "the test hook stays hidden");
+
+    let out = spacekit()
+        .args(["dirty", "ranges", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "--or",
+        "--page-size",
+        "--base",
+        "--merge-gap",
+        "--format",
+        "chv",
+    ] {
+        assert!(
+            text.contains(word),
+            "dirty ranges --help lacks {word}: {text}"
+        );
+    }
+}
+
+/// Writes `words` as a raw little-endian bitmap file.
+fn bitmap_file(name: &str, words: &[u64]) -> PathBuf {
+    let path = tmp(name);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Runs `spacekit dirty ranges ARGS`; returns (success, stdout, stderr).
+fn dirty_ranges(args: &[&std::ffi::OsStr]) -> (bool, Vec<u8>, String) {
+    let out = spacekit()
+        .args(["dirty", "ranges", "--quiet"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dirty_ranges_in_every_format_match_the_library() {
+    use spacekit::dirty::MemoryRangeTable;
+    // Random runs over 3000 words, and a second log to OR in.
+    let mut s = 0x1234_5678u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let a: Vec<u64> = (0..3000)
+        .map(|i| match i % 7 {
+            0 => !0,
+            1 => next() & next(),
+            _ => 0,
+        })
+        .collect();
+    let b: Vec<u64> = (0..3000).map(|_| next() & next() & next()).collect();
+    let fa = bitmap_file("a.bin", &a);
+    let fb = bitmap_file("b.bin", &b);
+    let base = 0x1_0000_0000u64;
+    let want = MemoryRangeTable::from_bitmaps_or(&a, &b, 4096, base, 3).unwrap();
+    assert!(want.len() > 100);
+
+    let common = |fmt: &str| -> Vec<std::ffi::OsString> {
+        vec![
+            fa.clone().into(),
+            "--or".into(),
+            fb.clone().into(),
+            "--base".into(),
+            "0x100000000".into(),
+            "--merge-gap".into(),
+            "3".into(),
+            "--format".into(),
+            fmt.into(),
+        ]
+    };
+    let run = |fmt: &str| {
+        let args = common(fmt);
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let (ok, out, err) = dirty_ranges(&refs);
+        assert!(ok, "{fmt}: {err}");
+        out
+    };
+    // chv: Cloud Hypervisor's wire format, byte for byte.
+    let chv = run("chv");
+    assert_eq!(chv, want.to_bytes());
+    assert_eq!(MemoryRangeTable::from_bytes(&chv).unwrap(), want);
+    // text: "gpa length" in hex, one line per range.
+    let text = String::from_utf8(run("text")).unwrap();
+    let parsed: Vec<(u64, u64)> = text
+        .lines()
+        .map(|l| {
+            let (g, n) = l.split_once(' ').unwrap();
+            (
+                u64::from_str_radix(g.trim_start_matches("0x"), 16).unwrap(),
+                u64::from_str_radix(n.trim_start_matches("0x"), 16).unwrap(),
+            )
+        })
+        .collect();
+    let pairs: Vec<(u64, u64)> = want.ranges().iter().map(|r| (r.gpa, r.length)).collect();
+    assert_eq!(parsed, pairs);
+    // json: the same ranges plus the totals.
+    let v: serde_json::Value = serde_json::from_slice(&run("json")).unwrap();
+    assert_eq!(v["total_bytes"].as_u64().unwrap(), want.total_bytes());
+    assert_eq!(v["bitmap_bytes"].as_u64().unwrap(), 3000 * 8);
+    let js: Vec<(u64, u64)> = v["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["gpa"].as_u64().unwrap(), r["length"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(js, pairs);
+}
+
+#[test]
+fn dirty_ranges_rejects_bad_input() {
+    let good = bitmap_file("good.bin", &[1, 2, 3]);
+    let short = bitmap_file("short.bin", &[1, 2]);
+    let odd = tmp("odd.bin");
+    std::fs::write(&odd, [0u8; 12]).unwrap();
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            vec![good.clone().into(), "--or".into(), short.clone().into()],
+            "same memory",
+        ),
+        (vec![odd.clone().into()], "64-bit words"),
+        (
+            vec![good.clone().into(), "--page-size".into(), "3000".into()],
+            "power of two",
+        ),
+        (vec![tmp("missing.bin").into()], "cannot open"),
+        (
+            vec![
+                good.clone().into(),
+                "--base".into(),
+                "0xffffffffffffffff".into(),
+            ],
+            "overflows",
+        ),
+    ];
+    for (args, msg) in cases {
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let (ok, out, err) = dirty_ranges(&refs);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(out.is_empty(), "{args:?} wrote output");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn quick_dirty_writes_the_documented_rows() {
+    let v = bench_json("dirty.json", &["dirty", "--quick"]);
+    assert_eq!(v["bench"], "dirty");
+    let rows = v["rows"].as_array().unwrap();
+    for density in ["0%", "0.1%", "1%", "5%", "clustered", "100%"] {
+        for variant in ["before", "seed", "spacekit", "spacekit-mt"] {
+            let r = rows
+                .iter()
+                .find(|r| r["case"] == "scan" && r["variant"] == variant && r["density"] == density)
+                .unwrap_or_else(|| panic!("no scan/{variant}/{density} row"));
+            assert_eq!(r["bytes"].as_u64().unwrap(), 1 << 20, "{r}");
+            assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+            let ranges = r["ranges"].as_u64().unwrap();
+            match density {
+                "0%" => assert_eq!(ranges, 0),
+                "100%" => assert_eq!(ranges, 1),
+                _ => assert!(ranges > 0, "{r}"),
+            }
+        }
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r["case"] == "read" && r["variant"] == "limit" && r["threads"] == 1),
+        "the membw rows of the same run"
+    );
 }
 
 #[test]
