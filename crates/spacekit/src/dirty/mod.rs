@@ -3,11 +3,19 @@
 //! `MemoryRangeTable`).
 //!
 //! Bit `i` of a dirty bitmap stands for the page at `base + i * page_size`.
-//! [`ranges`] walks the set runs of a `&[u64]` bitmap and yields one
-//! [`MemoryRange`] per run of dirty pages, coalesced across word boundaries:
-//! clean words are skipped with the bitmap engine's SIMD scan, and a run is
-//! extracted from each word with trailing-zero/trailing-one counts, so neither
-//! sparse nor dense bitmaps cost a step per dirty page.
+//! [`ranges`] yields one [`MemoryRange`] per maximal run of dirty pages,
+//! coalesced across word boundaries; [`ranges_or`] does the same for the OR of
+//! two logs (a hypervisor's and a VMM's) without building it;
+//! [`MemoryRangeTable`] collects them, serially or on all threads
+//! ([`MemoryRangeTable::par_extend_from_bitmap`], feature `rayon`), with
+//! optional merging of small gaps, and speaks Cloud Hypervisor's wire format.
+//!
+//! Every path runs the same two-stage edge scanner (`scan.rs`): AVX2 marks the
+//! words of a 64-word batch whose bits change, then each marked word writes
+//! its change positions without a per-word branch. Clean stretches and
+//! stretches inside a long dirty run are skipped by the bitmap engine's SIMD
+//! search, so neither sparse nor dense bitmaps cost a step per dirty page.
+//! [`DirtyBitmap`] documents the memory orderings of the atomic log.
 
 mod atomic;
 mod scan;
