@@ -3,8 +3,10 @@
 
 use alloc::vec::Vec;
 
-use super::scan::{self, One, Or, Scanner, Words};
-use super::{check_span, page_shift, range_of, DirtyError, MemoryRange, ScanOpts};
+use super::scan::{self, One, Or, Words};
+use super::{check_span, page_shift, DirtyError, MemoryRange, ScanOpts};
+#[cfg(feature = "rayon")]
+use super::{range_of, scan::Scanner};
 
 /// Whether `next` starts at most `gap` bytes after `last` ends.
 #[inline]
