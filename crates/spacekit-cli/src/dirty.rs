@@ -89,7 +89,6 @@ pub fn run(args: &DirtyArgs) -> Result<(), String> {
 /// A bitmap file, mapped, and viewed as words.
 struct Bitmap {
     map: Option<Mmap>,
-    path: PathBuf,
 }
 
 impl Bitmap {
@@ -117,30 +116,22 @@ impl Bitmap {
                     .map_err(|e| format!("cannot map {}: {e}", path.display()))?,
             )
         };
-        Ok(Bitmap {
-            map,
-            path: path.to_path_buf(),
-        })
+        Ok(Bitmap { map })
     }
 
     /// The words: borrowed from the mapping on little-endian machines.
-    fn words(&self) -> Result<std::borrow::Cow<'_, [u64]>, String> {
+    fn words(&self) -> std::borrow::Cow<'_, [u64]> {
         let bytes: &[u8] = self.map.as_deref().unwrap_or(&[]);
         if cfg!(target_endian = "little") {
             // SAFETY: every bit pattern is a valid u64, and `align_to`
             // only hands out the correctly aligned middle part.
             let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
             if head.is_empty() && tail.is_empty() {
-                return Ok(std::borrow::Cow::Borrowed(words));
+                return std::borrow::Cow::Borrowed(words);
             }
         }
-        if !bytes.len().is_multiple_of(8) {
-            return Err(format!(
-                "{}: length is not a multiple of 8",
-                self.path.display()
-            ));
-        }
-        Ok(std::borrow::Cow::Owned(
+        // Elsewhere, decode; `open` checked the length is whole words.
+        std::borrow::Cow::Owned(
             bytes
                 .chunks_exact(8)
                 .map(|c| {
@@ -149,7 +140,7 @@ impl Bitmap {
                     u64::from_le_bytes(w)
                 })
                 .collect(),
-        ))
+        )
     }
 }
 
@@ -159,11 +150,8 @@ const STEP_WORDS: usize = 64 << 20;
 fn ranges(a: &RangesArgs) -> Result<(), String> {
     let first = Bitmap::open(&a.file)?;
     let second = a.or.as_deref().map(Bitmap::open).transpose()?;
-    let w1 = first.words()?;
-    let w2 = match &second {
-        Some(b) => Some(b.words()?),
-        None => None,
-    };
+    let w1 = first.words();
+    let w2 = second.as_ref().map(Bitmap::words);
     if let Some(w2) = &w2 {
         if w2.len() != w1.len() {
             return Err(format!(

@@ -287,7 +287,7 @@ impl<W: Words> RangeIter<W> {
             if rest == 1 {
                 self.buf[0] = self.buf[self.pos];
             }
-            self.len = scan::fill::<W, false>(&mut self.scan, &mut self.buf, rest);
+            self.len = scan::fill(&mut self.scan, &mut self.buf, rest);
             self.pos = 0;
         }
     }

@@ -12,21 +12,19 @@
 //! data-dependent branch per word (on random bitmaps such branches mispredict
 //! about half the time, which costs more than the work itself):
 //!
-//! 1. *compress*: compute every word's edge mask (four words per AVX2 step)
-//!    and append the position and mask of each word that has edges to a short
-//!    list, advancing the list by the number of such words;
-//! 2. *expand*: for each listed word, write its first four edge positions
-//!    unconditionally (a mask with fewer edges writes garbage that the next
-//!    word overwrites) and advance the edge count by the mask's popcount;
-//!    only words with more than four edges loop.
+//! 1. *mark*: compute every word's edge mask (four words per AVX2 step) and
+//!    set bit `t` of a 64-bit mark when word `t` of the batch has edges;
+//! 2. *expand*: for each marked word, write its first four (eight in dense
+//!    batches) edge positions unconditionally (a mask with fewer edges writes
+//!    garbage that the next word overwrites) and advance the edge count by the
+//!    mask's popcount; only words with more edges than that loop.
 //!
 //! A batch without edges is part of a uniform stretch (all clean, or all dirty
 //! inside a run); the rest of the stretch is skipped with the bitmap engine's
 //! SIMD search, so clean and fully dirty bitmaps scan at memory speed.
 //!
-//! The same loop counts edges instead of writing them (`COUNT`), which is
-//! how the parallel scan sizes each block's share of the output before any
-//! thread writes.
+//! The parallel scan sizes each block's share of the output first with
+//! `count_edges`, a branch-free popcount of the edge masks.
 
 use crate::bitmap::Backend;
 
@@ -35,7 +33,7 @@ use super::DirtyError;
 /// Edge positions buffered before they are paired into ranges.
 pub(crate) const BUF: usize = 1024;
 
-/// Words per compress batch.
+/// Words per batch.
 const BATCH: usize = 64;
 
 /// The bitmap words a scan reads: one bitmap, or the OR of two.
@@ -186,11 +184,10 @@ impl<W: Words> Scanner<W> {
     }
 
     /// Appends edge positions to `buf[k..]` until fewer than 65 slots remain
-    /// or the scan ends; returns the new `k`. With `COUNT`, nothing is
-    /// written and `k` just counts edges. `buf.len()` must be `BUF` (ignored
-    /// with `COUNT`). `AVX`: the caller runs with AVX2, POPCNT and BMI1.
+    /// or the scan ends; returns the new `k`. `buf.len()` must be `BUF`.
+    /// `AVX`: the caller runs with AVX2, POPCNT and BMI1.
     #[inline(always)]
-    fn fill<const COUNT: bool, const AVX: bool>(&mut self, buf: &mut [u64], k: usize) -> usize {
+    fn fill<const AVX: bool>(&mut self, buf: &mut [u64], k: usize) -> usize {
         let mut k = k;
         let src = self.src;
         loop {
@@ -200,7 +197,7 @@ impl<W: Words> Scanner<W> {
             // the "more edges than that" branch stays rare in both.
             let mut mask = self.mask;
             while mask != 0 {
-                if !COUNT && k + 65 > BUF {
+                if k + 65 > BUF {
                     self.mask = mask;
                     return k;
                 }
@@ -210,9 +207,7 @@ impl<W: Words> Scanner<W> {
                 let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
                 let e = w ^ ((w << 1) | below);
                 let p = j as u64 * 64;
-                k = if COUNT {
-                    k + e.count_ones() as usize
-                } else if self.dense {
+                k = if self.dense {
                     expand::<8>(p, e, buf, k)
                 } else {
                     expand::<4>(p, e, buf, k)
@@ -223,9 +218,7 @@ impl<W: Words> Scanner<W> {
                 if self.terminal {
                     self.terminal = false;
                     if self.carry != 0 {
-                        if !COUNT {
-                            buf[k] = self.end as u64 * 64;
-                        }
+                        buf[k] = self.end as u64 * 64;
                         k += 1;
                     }
                 }
@@ -362,19 +355,15 @@ fn expand<const U: usize>(pos: u64, mut e: u64, buf: &mut [u64], k: usize) -> us
 /// POPCNT and BMI1 when `be` is the AVX2 backend and the CPU has BMI1,
 /// portable otherwise.
 #[inline]
-pub(crate) fn fill<W: Words, const COUNT: bool>(
-    s: &mut Scanner<W>,
-    buf: &mut [u64],
-    k: usize,
-) -> usize {
+pub(crate) fn fill<W: Words>(s: &mut Scanner<W>, buf: &mut [u64], k: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if s.be.is_avx2() && has_bmi1() {
         // SAFETY: an AVX2 `Backend` is only built after AVX2 and POPCNT were
         // detected on this CPU (or are compile-time target features), and
         // BMI1 was just checked.
-        return unsafe { fill_x86::<W, COUNT>(s, buf, k) };
+        return unsafe { fill_x86(s, buf, k) };
     }
-    s.fill::<COUNT, false>(buf, k)
+    s.fill::<false>(buf, k)
 }
 
 /// Whether the CPU has BMI1 (`tzcnt`, `blsr`); std caches the answer.
@@ -395,12 +384,8 @@ fn has_bmi1() -> bool {
 /// The CPU must support AVX2, POPCNT and BMI1.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,popcnt,bmi1")]
-unsafe fn fill_x86<W: Words, const COUNT: bool>(
-    s: &mut Scanner<W>,
-    buf: &mut [u64],
-    k: usize,
-) -> usize {
-    s.fill::<COUNT, true>(buf, k)
+unsafe fn fill_x86<W: Words>(s: &mut Scanner<W>, buf: &mut [u64], k: usize) -> usize {
+    s.fill::<true>(buf, k)
 }
 
 /// Number of edges in words `[from, end)` (no terminal edge): one popcount
@@ -539,7 +524,7 @@ fn extend_ranges_impl<W: Words, const AVX: bool>(
     let mut s = Scanner::new(src, 0, src.len(), be, true);
     let mut k = 0;
     loop {
-        k = s.fill::<false, AVX>(&mut buf, k);
+        k = s.fill::<AVX>(&mut buf, k);
         let n = k / 2;
         out.reserve(n);
         let len = out.len();

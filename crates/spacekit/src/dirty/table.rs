@@ -37,7 +37,7 @@ fn write_block<W: Words>(
     let mut first = skip_first;
     let mut w = 0;
     loop {
-        k = scan::fill::<W, false>(&mut s, &mut buf, k);
+        k = scan::fill(&mut s, &mut buf, k);
         let from = if first && k > 0 {
             first = false;
             1
