@@ -10,6 +10,10 @@
 //! * [`dirty`] — dirty-page logs: an atomic dirty bitmap marked a word at a
 //!   time, and dirty bitmap → `MemoryRangeTable` (Cloud Hypervisor's wire
 //!   format) without a step per dirty page.
+//! * [`rangetree`] — Linux's maple tree in userspace: non-overlapping `u64`
+//!   ranges with O(log n) lookup and free-gap search (`mas_empty_area`), and
+//!   a `dup` that copies the node arrays instead of re-inserting entries
+//!   (fork's `__mt_dup`, seed 002).
 //! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
 //!   update keeps current.
 //!
@@ -28,6 +32,7 @@ pub mod bitmap;
 pub mod checked_bitmap;
 pub mod crc32c;
 pub mod dirty;
+pub mod rangetree;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
