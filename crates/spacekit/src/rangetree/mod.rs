@@ -20,7 +20,8 @@
 //! # Layout
 //!
 //! Leaves hold up to [`LEAF_SLOTS`] (16) entries as pivots (`first`, `last`)
-//! and slots (values); internal nodes hold up to [`INNER_SLOTS`] (10)
+//! and slots (indices into one dense vector of values); internal nodes hold
+//! up to [`INNER_SLOTS`] (10)
 //! children and, for each child, its first and last index in use and the
 //! largest free gap strictly inside it. The gap between two neighbouring
 //! children follows from their bounds, so the largest gap below any node is
@@ -34,13 +35,17 @@
 //! never split, every slot holds an entry, and a leaf's 16 slots hold 16
 //! entries whether or not they touch.
 //!
-//! Nodes live in two arenas (`Vec`s) and refer to each other by `u32`
-//! index, so the structure has no pointers to rewrite: [`dup`](RangeTree::dup)
-//! and [`dup_map`](RangeTree::dup_map) copy the internal nodes with one
-//! `memcpy` and the leaves in one pass that copies the pivots and maps each
-//! value, with no rebalancing and no per-entry insert. That is `__mt_dup`'s
-//! idea (seed 002) taken one step further: the kernel walks the source tree
-//! node by node and rewrites every parent and child pointer.
+//! Nodes live in two arenas (`Vec`s of plain-data nodes) and refer to each
+//! other by `u32` index; values live in a third, dense `Vec`. The structure
+//! has no pointers to rewrite, so [`dup`](RangeTree::dup) and
+//! [`dup_map`](RangeTree::dup_map) copy both node arrays with one `memcpy`
+//! each and map the value vector in one sequential pass, with no
+//! rebalancing and no per-entry insert. That is `__mt_dup`'s idea (seed
+//! 002) taken one step further: the kernel walks the source tree node by
+//! node, rewriting every parent and child pointer, and fork then copies each
+//! VMA it points to. An erase keeps the values dense by moving the last
+//! value into the hole (each value records its leaf, so the move costs one
+//! leaf update).
 //!
 //! Non-root leaves keep at least 6 entries and non-root internal nodes at
 //! least 4 children; appends at either end of a full node split it
@@ -637,10 +642,10 @@ impl<V> RangeTree<V> {
 
     /// A copy of the tree's structure with every value replaced by
     /// `f(&value)`: fork's `dup_mmap`, which duplicates the VMA tree and
-    /// then copies each VMA. The internal nodes are copied with one
-    /// `memcpy`; the leaves in one sequential pass over the leaf arena that
-    /// copies their pivots and calls `f` once per entry, in arena order
-    /// (not key order: do not rely on the order of the calls).
+    /// then copies each VMA. The node arrays are copied with one `memcpy`
+    /// each and `f` is called once per entry, in one pass over the dense
+    /// value vector: in storage order, not key order (do not rely on the
+    /// order of the calls).
     ///
     /// ```
     /// # use spacekit::rangetree::RangeTree;
