@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dirty;
+mod maps;
 
 /// spacekit: fast paths for memory and storage managers.
 ///
@@ -26,6 +27,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Dirty-page logs: turn a VM's dirty bitmap into memory ranges.
     Dirty(dirty::DirtyArgs),
+    /// Process address spaces: load a /proc/PID/maps into a range tree, list
+    /// its gaps, find an unmapped area top-down like mmap, time its dup.
+    Maps(maps::MapsArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args).map_err(|e| e.to_string()),
         Command::Dirty(args) => dirty::run(&args),
+        Command::Maps(args) => maps::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

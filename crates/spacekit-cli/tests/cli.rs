@@ -39,7 +39,9 @@ fn help_explains_every_subcommand() {
     let out = spacekit().arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("bench"), "{text}");
+    for word in ["bench", "dirty", "maps"] {
+        assert!(text.contains(word), "--help lacks {word}: {text}");
+    }
 
     let out = spacekit().args(["bench", "--help"]).output().unwrap();
     assert!(out.status.success());
@@ -49,6 +51,8 @@ fn help_explains_every_subcommand() {
         "zero-area",
         "crc",
         "dirty",
+        "fork",
+        "rangetree",
         "--quick",
         "--full",
         "--json",
@@ -354,4 +358,435 @@ fn a_disagreement_fails_and_writes_no_json() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("disagree"));
     assert!(!path.exists());
+}
+
+#[test]
+fn quick_fork_writes_the_documented_rows() {
+    let v = bench_json("fork.json", &["fork", "--quick"]);
+    assert_eq!(v["bench"], "fork");
+    let rows = v["rows"].as_array().unwrap();
+    for vmas in [21u64, 421, 6421] {
+        for variant in ["before", "btreemap", "rangemap", "spacekit", "limit"] {
+            let r = rows
+                .iter()
+                .find(|r| r["case"] == "fork" && r["variant"] == variant && r["vmas"] == vmas)
+                .unwrap_or_else(|| panic!("no fork/{variant}/{vmas} row"));
+            assert_eq!(r["added"].as_u64().unwrap(), vmas - 21, "{r}");
+            let ns = r["median_ns"].as_f64().unwrap();
+            assert!(ns > 0.0, "{r}");
+            let fps = r["forks_per_sec"].as_f64().unwrap();
+            assert!((fps * ns / 1e9 - 1.0).abs() < 1e-6, "{r}");
+        }
+    }
+    assert_eq!(rows.len(), 15);
+}
+
+#[test]
+fn quick_rangetree_writes_the_documented_rows() {
+    let v = bench_json("rangetree.json", &["rangetree", "--quick"]);
+    assert_eq!(v["bench"], "rangetree");
+    let rows = v["rows"].as_array().unwrap();
+    for n in [1024u64, 65536] {
+        for case in ["get", "find_gap"] {
+            for variant in ["spacekit", "btreemap"] {
+                let r = rows
+                    .iter()
+                    .find(|r| r["case"] == case && r["variant"] == variant && r["ranges"] == n)
+                    .unwrap_or_else(|| panic!("no {case}/{variant}/{n} row"));
+                assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["queries"].as_u64().unwrap() > 0, "{r}");
+                if case == "find_gap" {
+                    assert_eq!(r["size"].as_u64().unwrap(), 1000 * 4096, "{r}");
+                }
+            }
+        }
+    }
+    assert_eq!(rows.len(), 8);
+}
+
+/// Runs `spacekit maps ARGS`; returns (success, stdout, stderr).
+fn maps(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let out = spacekit().arg("maps").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A small process's maps, with a path containing spaces, an anonymous
+/// mapping, a mapping filling most of the space under the stack, and
+/// [vsyscall] above the mmap window.
+const FIXTURE: &str = "\
+00400000-00452000 r-xp 00000000 08:02 173521     /usr/bin/my prog (deleted)
+555555554000-555555556000 r--p 00000000 08:01 1311       /usr/bin/my prog
+555555556000-55555555a000 r-xp 00002000 08:01 1311       /usr/bin/my prog
+55555555a000-55555555c000 rw-p 00006000 08:01 1311       /usr/bin/my prog
+55555555c000-55555557d000 rw-p 00000000 00:00 0          [heap]
+7ffff7d00000-7ffff7d28000 r--p 00000000 08:01 2222       /usr/lib/libc.so.6
+7ffff7d28000-7ffff7ebd000 r-xp 00028000 08:01 2222       /usr/lib/libc.so.6
+7ffff7ebd000-7ffff7f15000 r--p 001bd000 08:01 2222       /usr/lib/libc.so.6
+7ffff7f15000-7ffff7f19000 r--p 00214000 08:01 2222       /usr/lib/libc.so.6
+7ffff7f19000-7ffff7f1b000 rw-p 00218000 08:01 2222       /usr/lib/libc.so.6
+7ffff7f1b000-7ffff7f28000 rw-p 00000000 00:00 0
+7ffff7fb0000-7ffff7fb4000 r--p 00000000 00:00 0          [vvar]
+7ffff7fb4000-7ffff7fb6000 r-xp 00000000 00:00 0          [vdso]
+7ffff7fb6000-7ffff7fb8000 r--p 00000000 08:01 3333       /usr/lib/ld-linux-x86-64.so.2
+7ffff7fb8000-7ffff7fe2000 r-xp 00002000 08:01 3333       /usr/lib/ld-linux-x86-64.so.2
+7ffff7fe2000-7ffff7fed000 r--p 0002c000 08:01 3333       /usr/lib/ld-linux-x86-64.so.2
+7ffff7fee000-7ffff7ff0000 r--p 00037000 08:01 3333       /usr/lib/ld-linux-x86-64.so.2
+7ffff7ff0000-7ffff7ff2000 rw-p 00039000 08:01 3333       /usr/lib/ld-linux-x86-64.so.2
+7ffff8000000-7ffffffd8000 rw-p 00000000 00:00 0
+7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0          [stack]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
+";
+
+/// `(start, end_exclusive, path)` of each line, parsed naively.
+fn naive_parse(text: &str) -> Vec<(u64, u64, String)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut it = l.splitn(6, ' ');
+            let (s, e) = it.next().unwrap().split_once('-').unwrap();
+            for _ in 0..4 {
+                it.next().unwrap();
+            }
+            let path = it.next().unwrap_or("").trim_start().to_string();
+            (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+                path,
+            )
+        })
+        .collect()
+}
+
+/// Brute force over a maps file: the mmap window, its gaps (inclusive, in
+/// address order), and the highest page-aligned start of `size` bytes.
+struct Naive {
+    window: (u64, u64),
+    gaps: Vec<(u64, u64)>,
+    found: Option<u64>,
+}
+
+fn naive_layout(lines: &[(u64, u64, String)], size: u64) -> Naive {
+    let low = 0x10000u64;
+    let high = lines
+        .iter()
+        .find(|l| l.2 == "[stack]")
+        .map_or(0x7fff_ffff_ffff, |l| l.0 - 1);
+    let mut sorted: Vec<(u64, u64)> = lines.iter().map(|l| (l.0, l.1)).collect();
+    sorted.sort();
+    let mut gaps = Vec::new();
+    let mut cur = low; // lowest address not yet known to be mapped
+    for &(s, e) in &sorted {
+        if s > cur && cur <= high {
+            gaps.push((cur, (s - 1).min(high)));
+        }
+        cur = cur.max(e);
+    }
+    if cur <= high {
+        gaps.push((cur, high));
+    }
+    let size = size.div_ceil(4096) * 4096;
+    let found = gaps.iter().rev().find_map(|&(f, l)| {
+        let top = l.checked_sub(size - 1)?;
+        let start = top & !4095;
+        (start >= f).then_some(start)
+    });
+    Naive {
+        window: (low, high),
+        gaps,
+        found,
+    }
+}
+
+#[test]
+fn maps_on_a_fixture_matches_brute_force() {
+    let path = tmp("maps.txt");
+    std::fs::write(&path, FIXTURE).unwrap();
+    let lines = naive_parse(FIXTURE);
+    for find in ["100000", "200K", "0x40000", "1M", "0x20000000000000"] {
+        let (ok, out, err) = maps(&[
+            path.as_os_str(),
+            "--json".as_ref(),
+            "--gaps".as_ref(),
+            "4".as_ref(),
+            "--find".as_ref(),
+            find.as_ref(),
+            "--repeat".as_ref(),
+            "3".as_ref(),
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let size = match find {
+            "100000" => 100000,
+            "200K" => 200 << 10,
+            "0x40000" => 0x40000,
+            "1M" => 1 << 20,
+            _ => 0x20000000000000,
+        };
+        let Naive {
+            window,
+            gaps,
+            found,
+        } = naive_layout(&lines, size);
+        assert_eq!(v["mappings"].as_u64().unwrap(), lines.len() as u64);
+        assert!(v["height"].as_u64().unwrap() >= 1);
+        assert_eq!(v["window"]["first"].as_u64().unwrap(), window.0);
+        assert_eq!(v["window"]["last"].as_u64().unwrap(), window.1);
+        assert_eq!(v["gap_count"].as_u64().unwrap(), gaps.len() as u64);
+        let mut largest = gaps.clone();
+        largest.sort_by(|x, y| (y.1 - y.0).cmp(&(x.1 - x.0)).then(x.0.cmp(&y.0)));
+        largest.truncate(4);
+        let got: Vec<(u64, u64)> = v["gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let (f, l) = (g["first"].as_u64().unwrap(), g["last"].as_u64().unwrap());
+                assert_eq!(g["size"].as_u64().unwrap(), l - f + 1);
+                (f, l)
+            })
+            .collect();
+        assert_eq!(got, largest, "--find {find}");
+        let rounded = size.div_ceil(4096) * 4096;
+        assert_eq!(v["find"]["size"].as_u64().unwrap(), rounded);
+        assert_eq!(v["find"]["start"].as_u64(), found, "--find {find}");
+        assert_eq!(v["find"]["end"].as_u64(), found.map(|s| s + rounded));
+        // Ranges in address order, with paths as written (spaces kept).
+        let ranges = v["ranges"].as_array().unwrap();
+        let mut want: Vec<(u64, u64, String)> = lines.clone();
+        want.sort();
+        let got: Vec<(u64, u64, String)> = ranges
+            .iter()
+            .map(|r| {
+                (
+                    r["start"].as_u64().unwrap(),
+                    r["end"].as_u64().unwrap(),
+                    r["path"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(got, want);
+        assert!(v["dup"]["dup_map_ns"].as_f64().unwrap() > 0.0);
+        assert_eq!(v["dup"]["runs"].as_u64().unwrap(), 3);
+    }
+    // Sanity of the brute force itself: 200K lands under [vvar], 100000 is
+    // rounded up to 25 pages, and the huge size fits nowhere.
+    assert_eq!(
+        naive_layout(&lines, 200 << 10).found,
+        Some(0x7fff_f7fb_0000 - 0x32000)
+    );
+    assert_eq!(
+        naive_layout(&lines, 100000).found,
+        Some(0x7fff_f7fb_0000 - 0x19000)
+    );
+    assert_eq!(naive_layout(&lines, 0x20000000000000).found, None);
+
+    // Text output: a summary, the first and last few mappings, the gaps.
+    let (ok, out, err) = maps(&[path.as_os_str(), "--repeat".as_ref(), "3".as_ref()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("21 mappings"), "{out}");
+    assert!(out.contains("--ranges lists all"), "{out}");
+    assert!(out.contains("/usr/bin/my prog (deleted)"), "{out}");
+    assert!(out.contains("[vsyscall]"), "{out}");
+    assert!(out.contains("dup_map"), "{out}");
+    let (ok, out, err) = maps(&[
+        path.as_os_str(),
+        "--ranges".as_ref(),
+        "--repeat".as_ref(),
+        "3".as_ref(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("[vdso]") && !out.contains("--ranges lists all"),
+        "{out}"
+    );
+}
+
+#[test]
+fn maps_of_self_and_of_a_pid() {
+    if !std::path::Path::new("/proc/self/maps").exists() {
+        eprintln!("no /proc/self/maps: skipped");
+        return;
+    }
+    let (ok, out, err) = maps(&[
+        "self".as_ref(),
+        "--json".as_ref(),
+        "--repeat".as_ref(),
+        "5".as_ref(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["source"], "/proc/self/maps");
+    let n = v["mappings"].as_u64().unwrap();
+    assert!(n >= 5, "{v}");
+    assert_eq!(v["ranges"].as_array().unwrap().len() as u64, n);
+    assert!(v["gap_count"].as_u64().unwrap() >= 1);
+    assert!(
+        v["find"]["start"].as_u64().is_some(),
+        "1 MiB fits in a real address space"
+    );
+    assert!(v["dup"]["ratio"].as_f64().unwrap() > 0.0);
+
+    // A process whose maps stay put: compare with our own read of them.
+    let Ok(mut child) = Command::new("sleep").arg("30").spawn() else {
+        return;
+    };
+    let pid = child.id().to_string();
+    let file = format!("/proc/{pid}/maps");
+    // Wait until exec and the dynamic loader are done (two equal reads).
+    let mut text = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = std::fs::read_to_string(&file).unwrap_or_default();
+        if !now.is_empty() && now == text {
+            break;
+        }
+        text = now;
+    }
+    let (ok, out, err) = maps(&[
+        pid.as_ref(),
+        "--json".as_ref(),
+        "--repeat".as_ref(),
+        "3".as_ref(),
+    ]);
+    child.kill().ok();
+    child.wait().ok();
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["source"], file.as_str());
+    let lines = naive_parse(&text);
+    assert_eq!(v["mappings"].as_u64().unwrap(), lines.len() as u64);
+    let Naive {
+        window,
+        gaps,
+        found,
+    } = naive_layout(&lines, 1 << 20);
+    assert_eq!(v["window"]["last"].as_u64().unwrap(), window.1);
+    assert_eq!(v["gap_count"].as_u64().unwrap(), gaps.len() as u64);
+    assert_eq!(v["find"]["start"].as_u64(), found);
+}
+
+#[test]
+fn maps_json_has_the_documented_shape() {
+    let path = tmp("maps-shape.txt");
+    std::fs::write(&path, FIXTURE).unwrap();
+    let (ok, out, err) = maps(&[
+        path.as_os_str(),
+        "--json".as_ref(),
+        "--repeat".as_ref(),
+        "2".as_ref(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "source",
+        "mappings",
+        "height",
+        "ranges",
+        "window",
+        "gap_count",
+        "gaps",
+        "find",
+        "dup",
+    ] {
+        assert!(v.get(key).is_some(), "no {key}: {v}");
+    }
+    for key in [
+        "line", "start", "end", "perms", "offset", "dev", "inode", "path",
+    ] {
+        assert!(v["ranges"][0].get(key).is_some(), "no ranges[].{key}: {v}");
+    }
+    let r = &v["ranges"][1];
+    assert_eq!(r["line"], 2);
+    assert_eq!(r["perms"], "r--p");
+    assert_eq!(r["dev"], "08:01");
+    assert_eq!(r["inode"], 1311);
+    assert_eq!(
+        v["ranges"][10]["path"],
+        serde_json::Value::Null,
+        "anonymous"
+    );
+    assert_eq!(
+        v["gaps"].as_array().unwrap().len(),
+        5,
+        "--gaps defaults to 5"
+    );
+    assert_eq!(v["find"]["size"], 1 << 20, "--find defaults to 1M");
+    assert_eq!(v["find"]["align"], 4096);
+    for key in ["runs", "copies_per_run", "dup_map_ns", "insert_ns", "ratio"] {
+        assert!(v["dup"][key].as_f64().is_some(), "no dup.{key}: {v}");
+    }
+}
+
+#[test]
+fn maps_rejects_bad_input() {
+    let good = "1000000-1001000 r--p 00000000 00:00 0\n";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{good}2000000-2001000 r--p 00000000 00:00 0\nzz-10 r--p 00000000 00:00 0\n"),
+            "line 3: bad address range \"zz-10\"",
+        ),
+        (
+            format!("{good}{good}"),
+            "line 2: 0x1000000-0x1001000 overlaps line 1",
+        ),
+        (
+            format!("{good}3000000-3002000 r--p 0 00:00 0\n3001000-3003000 r--p 0 00:00 0\n"),
+            "line 3: 0x3001000-0x3003000 overlaps line 2",
+        ),
+        (
+            format!("{good}5000-4000 r--p 0 00:00 0\n"),
+            "line 2: bad address range",
+        ),
+        (
+            format!("{good}4000-5000 rwxq 0 00:00 0\n"),
+            "line 2: bad permissions",
+        ),
+        (format!("{good}4000-5000 rwxp 0\n"), "line 2: expected"),
+        (
+            format!("{good}4000-5000 rwxp 0 00:00 -1\n"),
+            "line 2: bad inode",
+        ),
+    ];
+    for (k, (text, msg)) in cases.iter().enumerate() {
+        let path = tmp(&format!("bad-maps-{k}.txt"));
+        std::fs::write(&path, text).unwrap();
+        let (ok, out, err) = maps(&[path.as_os_str(), "--repeat".as_ref(), "1".as_ref()]);
+        assert!(!ok, "{text:?} succeeded");
+        assert!(out.is_empty(), "{text:?} wrote {out}");
+        assert!(err.contains(msg), "{text:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (ok, _, err) = maps(&[tmp("no-such-maps.txt").as_os_str()]);
+    assert!(!ok && err.contains("cannot open"), "{err}");
+    let dir = tmp("a-directory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ok, _, err) = maps(&[dir.as_os_str()]);
+    assert!(!ok && err.contains("cannot read"), "{err}");
+    let (ok, _, err) = maps(&["self".as_ref(), "--find".as_ref(), "12Q".as_ref()]);
+    assert!(!ok && err.contains("12Q"), "{err}");
+}
+
+#[test]
+fn maps_help_explains_the_window() {
+    let out = spacekit().args(["maps", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "--json",
+        "--ranges",
+        "--gaps",
+        "--find",
+        "--repeat",
+        "0x10000",
+        "[stack]",
+        "self",
+        "find_gap_rev_aligned",
+        "dup_map",
+    ] {
+        assert!(text.contains(word), "maps --help lacks {word}: {text}");
+    }
 }

@@ -17,7 +17,9 @@ use serde_json::{json, Map, Value};
 
 mod crc;
 mod dirty;
+mod fork;
 mod membw;
+mod rangetree;
 mod zero_area;
 
 /// Arguments of `spacekit bench`.
@@ -63,6 +65,12 @@ enum BenchName {
     /// Seed 004: a VM's dirty bitmap to memory ranges (per-bit loop vs the
     /// seed's set-bit iterator vs spacekit, one thread and all threads).
     Dirty,
+    /// Seed 002: fork's copy of the VMA tree (one insert per VMA vs BTreeMap
+    /// and rangemap clones vs spacekit's dup_map vs a memcpy of the records).
+    Fork,
+    /// Range tree lookups and gap searches on 1K, 64K and 1M ranges, vs a
+    /// BTreeMap.
+    Rangetree,
 }
 
 impl BenchName {
@@ -72,6 +80,8 @@ impl BenchName {
             BenchName::ZeroArea => "zero-area",
             BenchName::Crc => "crc",
             BenchName::Dirty => "dirty",
+            BenchName::Fork => "fork",
+            BenchName::Rangetree => "rangetree",
         }
     }
 }
@@ -460,6 +470,8 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
             BenchName::ZeroArea => zero_area::run(&ctx)?,
             BenchName::Crc => crc::run(&ctx)?,
             BenchName::Dirty => dirty::run(&ctx)?,
+            BenchName::Fork => fork::run(&ctx)?,
+            BenchName::Rangetree => rangetree::run(&ctx)?,
         };
         reports.push((name, report));
     }
