@@ -48,9 +48,11 @@
 //! leaf update).
 //!
 //! Non-root leaves keep at least 6 entries and non-root internal nodes at
-//! least 4 children; appends at either end of a full node split it
-//! unevenly, so trees built in address order (as `mmap` and fork build
-//! them) stay well filled.
+//! least 4 children. A full node first passes entries to a sibling with
+//! room (B*-tree style) and splits only when both neighbours are full, and
+//! then unevenly when the insert is at either end, so trees built in address
+//! order (as `mmap` and fork build them) end up nearly full: a million
+//! ranges inserted in order make a tree of height 6.
 //!
 //! # Example
 //!

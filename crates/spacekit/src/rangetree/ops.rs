@@ -174,6 +174,12 @@ impl<V> RangeTree<V> {
             self.refresh_up(Node::Leaf(leaf));
             return;
         }
+        if let Some(pos) = self.leaf_shift(leaf, pos) {
+            self.leaves[leaf as usize].insert_at(pos, first, last, value);
+            self.owner[value as usize] = leaf;
+            self.refresh_up(Node::Leaf(leaf));
+            return;
+        }
         let k = split_point(LEAF_SLOTS, LEAF_MIN, pos);
         let right = self.alloc_leaf();
         let next = {
@@ -201,6 +207,94 @@ impl<V> RangeTree<V> {
         self.refresh_all_up(Node::Leaf(right));
     }
 
+    /// Makes room in full `leaf` for an insert at `pos` by moving the
+    /// entries before `pos` into the left sibling, or those from `pos` on
+    /// into the right sibling, as far as the sibling has room (B*-tree
+    /// style). Returns the insert position afterwards, or `None` if neither
+    /// sibling under the same parent has room. Ascending or descending
+    /// insertion thus fills nodes instead of leaving them two-thirds full.
+    fn leaf_shift(&mut self, leaf: u32, pos: usize) -> Option<usize> {
+        let p = self.leaves[leaf as usize].parent;
+        if p == NIL {
+            return None;
+        }
+        let node = &self.inners[p as usize];
+        let at = node.slot_of(leaf);
+        let len = self.leaves[leaf as usize].len();
+        if pos > 0 && at > 0 {
+            let left = node.child[at - 1];
+            let t = (LEAF_SLOTS - self.leaves[left as usize].len()).min(pos);
+            if t > 0 {
+                for _ in 0..t {
+                    let (f, l, v) = self.leaves[leaf as usize].remove_at(0);
+                    let n = self.leaves[left as usize].len();
+                    self.leaves[left as usize].insert_at(n, f, l, v);
+                    self.owner[v as usize] = left;
+                }
+                self.fix_slot(Node::Leaf(left));
+                return Some(pos - t);
+            }
+        }
+        if pos < len && at + 1 < node.len() {
+            let right = node.child[at + 1];
+            let t = (LEAF_SLOTS - self.leaves[right as usize].len()).min(len - pos);
+            if t > 0 {
+                for _ in 0..t {
+                    let n = self.leaves[leaf as usize].len();
+                    let (f, l, v) = self.leaves[leaf as usize].remove_at(n - 1);
+                    self.leaves[right as usize].insert_at(0, f, l, v);
+                    self.owner[v as usize] = right;
+                }
+                self.fix_slot(Node::Leaf(right));
+                return Some(pos);
+            }
+        }
+        None
+    }
+
+    /// [`leaf_shift`](Self::leaf_shift) for a full internal node `p` about
+    /// to receive a child at `pos`.
+    fn inner_shift(&mut self, p: u32, pos: usize) -> Option<(u32, usize)> {
+        let g = self.inners[p as usize].parent;
+        if g == NIL {
+            return None;
+        }
+        let at = self.inners[g as usize].slot_of(p);
+        let glen = self.inners[g as usize].len();
+        let len = self.inners[p as usize].len();
+        if pos > 0 && at > 0 {
+            let left = self.inners[g as usize].child[at - 1];
+            let t = (INNER_SLOTS - self.inners[left as usize].len()).min(pos);
+            if t > 0 {
+                for _ in 0..t {
+                    let (c, s) = self.inners[p as usize].remove_at(0);
+                    let n = self.inners[left as usize].len();
+                    self.inners[left as usize].insert_at(n, c, s);
+                    let kid = self.kid(left, n);
+                    self.set_parent(kid, left);
+                }
+                self.fix_slot(Node::Inner(left));
+                return Some((p, pos - t));
+            }
+        }
+        if pos < len && at + 1 < glen {
+            let right = self.inners[g as usize].child[at + 1];
+            let t = (INNER_SLOTS - self.inners[right as usize].len()).min(len - pos);
+            if t > 0 {
+                for _ in 0..t {
+                    let n = self.inners[p as usize].len();
+                    let (c, s) = self.inners[p as usize].remove_at(n - 1);
+                    self.inners[right as usize].insert_at(0, c, s);
+                    let kid = self.kid(right, 0);
+                    self.set_parent(kid, right);
+                }
+                self.fix_slot(Node::Inner(right));
+                return Some((p, pos));
+            }
+        }
+        None
+    }
+
     /// Puts `right` (new) directly after `left` in `left`'s parent,
     /// splitting parents as needed and growing a new root if `left` was it.
     fn insert_sibling(&mut self, left: Node, right: Node) {
@@ -222,6 +316,12 @@ impl<V> RangeTree<V> {
         if self.inners[p as usize].len() < INNER_SLOTS {
             self.inners[p as usize].insert_at(pos, Self::index(right), rs);
             self.set_parent(right, p);
+            return;
+        }
+        if let Some((p, pos)) = self.inner_shift(p, pos) {
+            self.inners[p as usize].insert_at(pos, Self::index(right), rs);
+            self.set_parent(right, p);
+            self.fix_slot(Node::Inner(p));
             return;
         }
         let k = split_point(INNER_SLOTS, INNER_MIN, pos);
