@@ -1267,14 +1267,12 @@ fn dup_map_and_filter_map_change_the_value_type() {
 // 3. Bad input
 // ---------------------------------------------------------------------------
 
+/// Four entries with gaps, the last touching u64::MAX.
+const SMALL_BASE: [(u64, u64, u64); 4] = [(10, 19, 1), (20, 29, 2), (40, 49, 3), (MAX - 9, MAX, 4)];
+
 #[test]
 fn bad_input_is_a_typed_error_and_changes_nothing() {
-    let base = [
-        (10u64, 19u64, 1u64),
-        (20, 29, 2),
-        (40, 49, 3),
-        (MAX - 9, MAX, 4),
-    ];
+    let base = SMALL_BASE;
     let m = Model::from_entries(&base);
     let mut t = RangeTree::from_sorted(base).unwrap();
     check(&t, &m, "base");
@@ -1556,12 +1554,7 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
 
 #[test]
 fn range_takes_every_kind_of_bound() {
-    let base = [
-        (10u64, 19u64, 1u64),
-        (20, 29, 2),
-        (40, 49, 3),
-        (MAX - 9, MAX, 4),
-    ];
+    let base = SMALL_BASE;
     let m = Model::from_entries(&base);
     let t = RangeTree::from_sorted(base).unwrap();
     let p = 0b1011_0010u64;
