@@ -29,6 +29,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod bitmap;
+pub mod buddy;
 pub mod checked_bitmap;
 pub mod crc32c;
 pub mod dirty;
