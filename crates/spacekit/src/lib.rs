@@ -14,6 +14,9 @@
 //!   ranges with O(log n) lookup and free-gap search (`mas_empty_area`), and
 //!   a `dup` that copies the node arrays instead of re-inserting entries
 //!   (fork's `__mt_dup`, seed 002).
+//! * [`buddy`] — a buddy page allocator whose contiguous frees (CMA's
+//!   `free_contig_range`, seed 003) prepare every page in one vectorised pass
+//!   and free the range in its largest aligned chunks.
 //! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
 //!   update keeps current.
 //!

@@ -250,6 +250,37 @@ enum Prepare {
     Add,
 }
 
+/// Pass 1 of a contiguous free over the range's words, branch-free so it
+/// vectorises: any page free, any page `how` refuses, any page off the
+/// common case (refcounted: not exactly one reference; all: poisoned).
+#[inline]
+fn scan(pages: &[u32], how: Prepare) -> (u32, u32, u32) {
+    let (mut free, mut refused, mut unusual) = (0u32, 0u32, 0u32);
+    match how {
+        Prepare::Refcounted => {
+            for &m in pages {
+                free |= m & FREE;
+                refused |= u32::from(m & REFS == 0);
+                unusual |= u32::from(m & (POISON | REFS) != 1);
+            }
+        }
+        Prepare::Frozen => {
+            for &m in pages {
+                free |= m & FREE;
+                refused |= m & REFS;
+                unusual |= m & POISON;
+            }
+        }
+        Prepare::Add => {
+            for &m in pages {
+                free |= m & FREE;
+                unusual |= m & POISON;
+            }
+        }
+    }
+    (free, refused, unusual)
+}
+
 /// A buddy allocator over the page frame numbers `[base, base + pages)`.
 /// See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -565,21 +596,7 @@ impl BuddyAllocator {
         let pages = &mut self.meta[i0..end];
         // Pass 1 (branch-free, vectorised): refuse bad input, and find out
         // whether every page is the common case.
-        let (mut free, mut refused, mut unusual) = (0u32, 0u32, 0u32);
-        for &m in pages.iter() {
-            free |= m & FREE;
-            match how {
-                Prepare::Refcounted => {
-                    refused |= u32::from(m & REFS == 0);
-                    unusual |= u32::from(m & (POISON | REFS) != 1);
-                }
-                Prepare::Frozen => {
-                    refused |= m & REFS;
-                    unusual |= m & POISON;
-                }
-                Prepare::Add => unusual |= m & POISON,
-            }
-        }
+        let (free, refused, unusual) = scan(pages, how);
         if free != 0 || refused != 0 {
             return Err(self.first_refusal(i0, end, how));
         }
