@@ -250,6 +250,17 @@ enum Prepare {
     Add,
 }
 
+/// A prepared page's word: FREE if nothing is left of it (no reference, no
+/// poison), else what is left.
+#[inline]
+fn freed_or(left: u32) -> u32 {
+    if left == 0 {
+        FREE
+    } else {
+        left
+    }
+}
+
 /// Pass 1 of a contiguous free over the range's words, branch-free so it
 /// vectorises: any page free, any page `how` refuses, any page off the
 /// common case (refcounted: not exactly one reference; all: poisoned).
@@ -310,8 +321,8 @@ impl BuddyAllocator {
     ///
     /// # Errors
     /// As [`new`](Self::new), and [`BadConfig`](BuddyError::BadConfig) for a
-    /// `max_order` above [`MAX_ORDER_LIMIT`] or a section size that is not a
-    /// power of two.
+    /// `max_order` above [`MAX_ORDER_LIMIT`], a section size that is not a
+    /// power of two, or a section smaller than a block of `max_order`.
     pub fn with_config(base: u64, pages: u64, config: BuddyConfig) -> Result<Self, BuddyError> {
         if pages >= u64::from(NIL) {
             return Err(BuddyError::BadConfig {
@@ -331,6 +342,12 @@ impl BuddyAllocator {
         if !config.section_pages.is_power_of_two() {
             return Err(BuddyError::BadConfig {
                 what: "section size not a power of two",
+            });
+        }
+        if config.section_pages >> config.max_order == 0 {
+            // The kernel's build-time check: MAX_PAGE_ORDER within a section.
+            return Err(BuddyError::BadConfig {
+                what: "a max-order block is larger than a section",
             });
         }
         let n = pages as usize;
@@ -470,7 +487,8 @@ impl BuddyAllocator {
     /// if none is left, frees the block with buddy merging (the kernel's
     /// `__free_pages`). Returns whether the block went back to the free
     /// lists: not if references remain, nor if a page of it is poisoned
-    /// (`free_pages_prepare` failing: the block is held back).
+    /// (`free_pages_prepare` failing: the block is held back), nor if a later
+    /// page of the block still holds a reference (a bad page to the kernel).
     ///
     /// # Errors
     /// [`BadOrder`](BuddyError::BadOrder),
@@ -501,7 +519,9 @@ impl BuddyAllocator {
             return Err(BuddyError::NotReferenced { pfn });
         }
         block[0] -= 1;
-        if block[0] & REFS != 0 || block.iter().any(|m| m & POISON != 0) {
+        // free_pages_prepare: a poisoned page, or a later page still
+        // holding a reference, makes the block bad: it is held back.
+        if block[0] != 0 || block[1..].iter().any(|&m| m != 0) {
             return Ok(false);
         }
         block.fill(FREE);
@@ -608,38 +628,43 @@ impl BuddyAllocator {
             self.free_run(i0, end);
             return Ok(sum);
         }
-        for m in pages.iter_mut() {
-            let left = match how {
-                Prepare::Refcounted => *m - 1,
-                Prepare::Frozen => *m,
-                Prepare::Add => *m & POISON,
-            };
-            if left == 0 {
-                *m = FREE;
-                sum.freed += 1;
-            } else {
-                *m = left;
-                if left & REFS != 0 {
-                    sum.still_referenced += 1;
-                } else {
-                    sum.poisoned += 1;
-                }
-            }
+        // Slow path: prepare every page without a branch (a page is freed
+        // when nothing is left: no reference, no poison).
+        match how {
+            Prepare::Refcounted => pages.iter_mut().for_each(|m| *m = freed_or(*m - 1)),
+            Prepare::Frozen => pages.iter_mut().for_each(|m| *m = freed_or(*m)),
+            Prepare::Add => pages.iter_mut().for_each(|m| *m = freed_or(*m & POISON)),
         }
-        // Pass 3: batches are the runs of freed pages.
+        // Pass 3: batches are the runs between kept pages. Kept pages are
+        // rare: groups of 64 pages all freed are skipped with one AND.
+        let mut run = i0;
         let mut j = i0;
         while j < end {
-            if self.meta[j] & FREE == 0 {
-                j += 1;
+            let g = end.min(j + 64);
+            if self.meta[j..g].iter().fold(FREE, |a, &m| a & m) == FREE {
+                j = g;
                 continue;
             }
-            let mut k = j + 1;
-            while k < end && self.meta[k] & FREE != 0 {
-                k += 1;
+            for k in j..g {
+                let w = self.meta[k];
+                if w & FREE == 0 {
+                    if w & REFS != 0 {
+                        sum.still_referenced += 1;
+                    } else {
+                        sum.poisoned += 1;
+                    }
+                    if run < k {
+                        self.free_run(run, k);
+                    }
+                    run = k + 1;
+                }
             }
-            self.free_run(j, k);
-            j = k;
+            j = g;
         }
+        if run < end {
+            self.free_run(run, end);
+        }
+        sum.freed = n - sum.still_referenced - sum.poisoned;
         Ok(sum)
     }
 

@@ -41,7 +41,7 @@ fn batched_free_equals_page_by_page() {
         let base = r.below(100);
         let pages = 64 + r.below(2000);
         let max_order = r.below(8) as u32;
-        let section = 1 << (2 + r.below(9));
+        let section = 1 << (u64::from(max_order) + r.below(4));
         let mut b = zone(base, pages, max_order, section);
         // Fragment: allocate some blocks.
         let mut held = Vec::new();
@@ -80,7 +80,7 @@ fn batched_free_equals_page_by_page() {
 
 #[test]
 fn errors_change_nothing_and_frozen_pages_free() {
-    let mut b = zone(5, 300, 4, 64);
+    let mut b = zone(5, 300, 4, 16);
     let s = b.alloc_contig_pages(40, 8).unwrap();
     assert_eq!(s, 8);
     let before = b.free_blocks();
@@ -133,11 +133,36 @@ fn errors_change_nothing_and_frozen_pages_free() {
     assert_eq!(b.free_page_count(), 300);
     b.validate().unwrap();
     // The whole zone is free again: 300 pages from pfn 5 in the largest
-    // aligned chunks that fit order 4 and 64-page sections.
+    // aligned chunks that fit order 4 and 16-page sections.
     let mut at = 5u64;
     for (pfn, order) in b.free_blocks() {
         assert_eq!(pfn, at);
         at += 1 << order;
     }
     assert_eq!(at, 305);
+}
+
+#[test]
+fn a_block_with_a_referenced_tail_is_held_back() {
+    let mut b = zone(0, 1024, 10, 32768);
+    let p = b.alloc_pages(3).unwrap();
+    b.get_page(p + 2).unwrap();
+    assert_eq!(b.free_pages(p, 3), Ok(false));
+    assert!(!b.page(p).unwrap().free && b.page(p + 2).unwrap().refcount == 1);
+    assert_eq!(b.free_page_count(), 1024 - 8);
+    b.validate().unwrap();
+    assert_eq!(
+        BuddyAllocator::with_config(
+            0,
+            64,
+            BuddyConfig {
+                max_order: 6,
+                section_pages: 16
+            }
+        )
+        .err(),
+        Some(BuddyError::BadConfig {
+            what: "a max-order block is larger than a section"
+        })
+    );
 }
