@@ -581,7 +581,8 @@ impl BuddyAllocator {
     /// [`OutOfRange`](BuddyError::OutOfRange),
     /// [`AlreadyFree`](BuddyError::AlreadyFree) if any page is free,
     /// [`NotReferenced`](BuddyError::NotReferenced) if any page has no
-    /// reference. Nothing changes on an error.
+    /// reference; the first such page in the range decides which. Nothing
+    /// changes on an error.
     pub fn free_contig_range(&mut self, pfn: u64, n: u64) -> Result<FreeSummary, BuddyError> {
         self.free_contig_common(pfn, n, Prepare::Refcounted)
     }
@@ -595,7 +596,8 @@ impl BuddyAllocator {
     /// [`OutOfRange`](BuddyError::OutOfRange),
     /// [`AlreadyFree`](BuddyError::AlreadyFree),
     /// [`Referenced`](BuddyError::Referenced) if any page still has a
-    /// reference. Nothing changes on an error.
+    /// reference; the first such page in the range decides which. Nothing
+    /// changes on an error.
     pub fn free_contig_frozen_range(
         &mut self,
         pfn: u64,
@@ -696,10 +698,11 @@ impl BuddyAllocator {
     fn free_run(&mut self, mut a: usize, b: usize) {
         while a < b {
             let pfn = self.base + a as u64;
-            let section_end = ((pfn >> self.section_shift) + 1)
-                .checked_shl(self.section_shift)
-                .unwrap_or(u64::MAX);
-            let stop = b.min((section_end - self.base).min(self.pages()) as usize);
+            // The section's end; none for the last section below 2^64.
+            let stop = match (pfn | ((1u64 << self.section_shift) - 1)).checked_add(1) {
+                Some(section_end) => b.min((section_end - self.base).min(self.pages()) as usize),
+                None => b,
+            };
             while a < stop {
                 let pfn = self.base + a as u64;
                 let order = pfn
