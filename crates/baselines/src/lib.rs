@@ -7,6 +7,7 @@
 //! algorithm, not a translation artefact. They return the kernel's sentinel
 //! values (`size` for "not found") exactly like the originals.
 
+pub mod buddy;
 pub mod crc_flip;
 pub mod dirty_log;
 pub mod find_bit;

@@ -53,6 +53,7 @@ fn help_explains_every_subcommand() {
         "dirty",
         "fork",
         "rangetree",
+        "cma",
         "--quick",
         "--full",
         "--json",
@@ -789,4 +790,45 @@ fn maps_help_explains_the_window() {
     ] {
         assert!(text.contains(word), "maps --help lacks {word}: {text}");
     }
+}
+
+#[test]
+fn quick_cma_writes_the_documented_rows() {
+    let v = bench_json("cma.json", &["cma", "--quick"]);
+    assert_eq!(v["bench"], "cma");
+    let rows = v["rows"].as_array().unwrap();
+    for start in ["aligned", "unaligned", "poisoned", "section"] {
+        let mut variants = vec!["before", "spacekit"];
+        if start == "aligned" {
+            variants.push("buddy_system_allocator");
+        }
+        for variant in &variants {
+            let r = rows
+                .iter()
+                .find(|r| r["case"] == "free" && r["variant"] == *variant && r["start"] == start)
+                .unwrap_or_else(|| panic!("no free/{variant}/{start} row"));
+            assert_eq!(r["pages"].as_u64().unwrap(), 16384, "{r}");
+            assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["zone_pages"].as_u64().unwrap() >= 1 << 18, "{r}");
+        }
+        let found = rows.iter().filter(|r| r["start"] == start).count();
+        assert_eq!(
+            found,
+            variants.len(),
+            "{start}: only the crate's aligned row is extra"
+        );
+    }
+    assert_eq!(rows.len(), 9);
+
+    // A disagreement in this benchmark, too, fails without JSON.
+    let path = tmp("cma-mismatch.json");
+    std::fs::remove_file(&path).ok();
+    let out = spacekit()
+        .args(["bench", "cma", "--quick", "--inject-mismatch", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("disagree"));
+    assert!(!path.exists());
 }

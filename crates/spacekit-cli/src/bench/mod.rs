@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 
+mod cma;
 mod crc;
 mod dirty;
 mod fork;
@@ -71,6 +72,10 @@ enum BenchName {
     /// Range tree lookups and gap searches on 1K, 64K and 1M ranges, vs a
     /// BTreeMap.
     Rangetree,
+    /// Seed 003: CMA's free of 16,384 contiguous pages (page by page vs
+    /// spacekit's batched free_contig_range vs buddy_system_allocator), with
+    /// aligned, unaligned, poisoned and section-crossing ranges.
+    Cma,
 }
 
 impl BenchName {
@@ -82,6 +87,7 @@ impl BenchName {
             BenchName::Dirty => "dirty",
             BenchName::Fork => "fork",
             BenchName::Rangetree => "rangetree",
+            BenchName::Cma => "cma",
         }
     }
 }
@@ -472,6 +478,7 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
             BenchName::Dirty => dirty::run(&ctx)?,
             BenchName::Fork => fork::run(&ctx)?,
             BenchName::Rangetree => rangetree::run(&ctx)?,
+            BenchName::Cma => cma::run(&ctx)?,
         };
         reports.push((name, report));
     }
