@@ -347,18 +347,24 @@ fn several_benchmarks_write_an_array() {
     assert!(arr.iter().all(|b| b["bench"] == "membw"));
 }
 
-#[test]
-fn a_disagreement_fails_and_writes_no_json() {
-    let path = tmp("mismatch.json");
+/// Runs `bench NAME --quick --inject-mismatch --json FILE` and checks it
+/// fails, says why, and writes no JSON.
+fn assert_mismatch_fails(bench: &str) {
+    let path = tmp(&format!("{bench}-mismatch.json"));
     std::fs::remove_file(&path).ok();
     let out = spacekit()
-        .args(["bench", "membw", "--quick", "--inject-mismatch", "--json"])
+        .args(["bench", bench, "--quick", "--inject-mismatch", "--json"])
         .arg(&path)
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("disagree"));
     assert!(!path.exists());
+}
+
+#[test]
+fn a_disagreement_fails_and_writes_no_json() {
+    assert_mismatch_fails("membw");
 }
 
 #[test]
@@ -821,14 +827,5 @@ fn quick_cma_writes_the_documented_rows() {
     assert_eq!(rows.len(), 9);
 
     // A disagreement in this benchmark, too, fails without JSON.
-    let path = tmp("cma-mismatch.json");
-    std::fs::remove_file(&path).ok();
-    let out = spacekit()
-        .args(["bench", "cma", "--quick", "--inject-mismatch", "--json"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("disagree"));
-    assert!(!path.exists());
+    assert_mismatch_fails("cma");
 }

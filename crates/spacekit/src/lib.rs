@@ -37,6 +37,8 @@ pub mod checked_bitmap;
 pub mod crc32c;
 pub mod dirty;
 pub mod rangetree;
+#[cfg(test)]
+mod test_rng;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

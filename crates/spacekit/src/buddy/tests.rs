@@ -4,20 +4,9 @@
 
 use alloc::vec::Vec;
 
-use super::{BuddyAllocator, BuddyConfig, BuddyError};
+use crate::test_rng::Rng;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use super::{BuddyAllocator, BuddyConfig, BuddyError};
 
 fn zone(base: u64, pages: u64, max_order: u32, section: u64) -> BuddyAllocator {
     let mut b = BuddyAllocator::with_config(

@@ -5,21 +5,9 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use super::{RangeTree, RangeTreeError};
+use crate::test_rng::Rng;
 
-/// A tiny xorshift generator (no dev-dependency needed here).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use super::{RangeTree, RangeTreeError};
 
 /// Model: first -> (last, value).
 type Model = BTreeMap<u64, (u64, u32)>;
