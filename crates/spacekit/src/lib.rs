@@ -17,6 +17,10 @@
 //! * [`buddy`] — a buddy page allocator whose contiguous frees (CMA's
 //!   `free_contig_range`, seed 003) prepare every page in one vectorised pass
 //!   and free the range in its largest aligned chunks.
+//! * [`freespace`] — a free-space index kept in step with a bitmap:
+//!   first fit from a goal, size-class best fit and largest free run, with
+//!   alignment on absolute numbers, in O(log n) (seed 001's per-group
+//!   free-space tree).
 //! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
 //!   update keeps current.
 //!
@@ -36,6 +40,7 @@ pub mod buddy;
 pub mod checked_bitmap;
 pub mod crc32c;
 pub mod dirty;
+pub mod freespace;
 pub mod rangetree;
 #[cfg(test)]
 mod test_rng;
