@@ -308,7 +308,7 @@ enum Op {
 }
 
 /// Raw CRC of the first `nbytes` little-endian bytes of `words`.
-fn raw_words(engine: Engine, crc: u32, words: &[u64], nbytes: usize) -> u32 {
+pub(crate) fn raw_words(engine: Engine, crc: u32, words: &[u64], nbytes: usize) -> u32 {
     debug_assert!(nbytes <= words.len() * 8);
     #[cfg(target_endian = "little")]
     {

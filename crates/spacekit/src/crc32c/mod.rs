@@ -324,6 +324,23 @@ pub fn raw(crc: u32, bytes: &[u8]) -> u32 {
     Engine::detect().raw(crc, bytes)
 }
 
+/// Raw CRC-32C of the first `nbytes` bytes of `words` laid out in
+/// little-endian byte order: an on-disk bitmap held as `u64` words, as
+/// [`crate::bitmap::Bitmap`] holds it. No copy on little-endian targets.
+/// `nbytes` is capped at the words' length.
+///
+/// ```
+/// use spacekit::crc32c::{raw, raw_words};
+/// let words = [0x0807_0605_0403_0201u64, 0x100f_0e0d_0c0b_0a09];
+/// let bytes: Vec<u8> = (1..=16).collect();
+/// assert_eq!(raw_words(7, &words, 11), raw(7, &bytes[..11]));
+/// assert_eq!(raw_words(7, &words, 99), raw(7, &bytes));
+/// ```
+#[inline]
+pub fn raw_words(crc: u32, words: &[u64], nbytes: usize) -> u32 {
+    crate::checked_bitmap::raw_words(Engine::detect(), crc, words, nbytes.min(words.len() * 8))
+}
+
 /// Standard CRC-32C (iSCSI; initial value and output inverted) of `bytes`.
 ///
 /// ```

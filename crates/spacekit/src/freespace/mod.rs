@@ -268,6 +268,31 @@ impl FreeSpaceIndex {
         .map_err(|_| bad)
     }
 
+    /// Calls `f(start, end)` for the clear runs of leaf `[a, a + LEAF_BITS)`
+    /// from bit `from` on, cut at the leaf's end (and the bitmap's), until
+    /// `f` returns `false`. The scan never reads past the leaf.
+    fn leaf_runs(
+        &self,
+        view: &BitView<'_>,
+        a: u64,
+        from: u64,
+        mut f: impl FnMut(u64, u64) -> bool,
+    ) {
+        let end = (a + LEAF_BITS).min(self.bits);
+        if from >= end {
+            return;
+        }
+        let words = &view.words()[(a / 64) as usize..end.div_ceil(64) as usize];
+        let Ok(leaf) = BitView::new(words, (end - a) as usize) else {
+            return;
+        };
+        for r in leaf.clear_runs((from - a) as usize) {
+            if !f(a + r.start as u64, a + r.end as u64) {
+                return;
+            }
+        }
+    }
+
     /// Bits covered by heap node `i` (a leaf slot when `i >= p`).
     #[inline]
     fn span(&self, i: usize) -> u64 {
@@ -306,11 +331,7 @@ impl FreeSpaceIndex {
         if a >= end {
             return s;
         }
-        for r in view.clear_runs(a as usize) {
-            let (rs, re) = (r.start as u64, (r.end as u64).min(end));
-            if rs >= end {
-                break;
-            }
+        self.leaf_runs(view, a, a, |rs, re| {
             let len = re - rs;
             s.max = s.max.max(len as u16);
             if rs == a {
@@ -322,7 +343,8 @@ impl FreeSpaceIndex {
             if rs != a && re != b {
                 s.mask |= class(len) as u16;
             }
-        }
+            true
+        });
         s
     }
 
@@ -373,13 +395,15 @@ impl FreeSpaceIndex {
     }
 
     /// The first maximal free run `[s, e)` (with `s` clipped to `pos`) of
-    /// at least `nr` bits.
-    fn next_run(&self, view: &BitView<'_>, pos: u64, nr: u64) -> Option<(u64, u64)> {
+    /// at least `nr` bits; or, as soon as one is known to hold `enough`
+    /// bits, that run cut short (`e` then only bounds what is known free).
+    fn next_run(&self, view: &BitView<'_>, pos: u64, nr: u64, enough: u64) -> Option<(u64, u64)> {
         let mut w = Walker {
             index: self,
             view,
             pos,
             nr,
+            enough,
             carry: None,
         };
         let root_span = LEAF_BITS * self.p as u64;
@@ -422,9 +446,17 @@ impl FreeSpaceIndex {
             });
         }
         let view = self.view(words)?;
+        // Fast path: a fit wholly inside the goal's leaf is the lowest fit
+        // at or after the goal (a lower one would have to start before it).
+        if let Some(x) = self.fit_in_leaf(&view, goal, nr, align, offset) {
+            return Ok(Some(x));
+        }
         for (from, below) in [(goal, u64::MAX), (0, goal)] {
             let mut pos = from;
-            while let Some((s, e)) = self.next_run(&view, pos, nr) {
+            // A run of nr + align - 1 bits surely holds an aligned fit: the
+            // walk may stop as soon as it has seen that much.
+            let enough = nr.saturating_add(align - 1);
+            while let Some((s, e)) = self.next_run(&view, pos, nr, enough) {
                 if s >= below {
                     break;
                 }
@@ -438,6 +470,35 @@ impl FreeSpaceIndex {
             }
         }
         Ok(None)
+    }
+
+    /// The lowest aligned fit of `nr` bits starting at or after `goal` and
+    /// ending inside `goal`'s leaf, read from the bitmap.
+    fn fit_in_leaf(
+        &self,
+        view: &BitView<'_>,
+        goal: u64,
+        nr: u64,
+        align: u64,
+        offset: u64,
+    ) -> Option<u64> {
+        let a = goal / LEAF_BITS * LEAF_BITS;
+        let end = (a + LEAF_BITS).min(self.bits);
+        // Only worth a look if the leaf has a run that long.
+        if goal >= end
+            || nr > end - goal
+            || u64::from(self.leaves[(a / LEAF_BITS) as usize].max) < nr
+        {
+            return None;
+        }
+        let words = &view.words()[(a / 64) as usize..end.div_ceil(64) as usize];
+        let leaf = BitView::new(words, (end - a) as usize).ok()?;
+        // Bit i of the leaf is bit a + i: its absolute offset is a + offset.
+        let off = ((u128::from(a) + u128::from(offset)) % u128::from(align)) as usize;
+        let x = leaf
+            .find_clear_area((goal - a) as usize, nr as usize, (align - 1) as usize, off)
+            .ok()??;
+        Some(a + x as u64)
     }
 
     /// A best fit by size class: among the free runs that can hold `nr`
@@ -536,19 +597,14 @@ impl FreeSpaceIndex {
     ) -> Option<u64> {
         let a = li as u64 * LEAF_BITS;
         let b = a + LEAF_BITS;
-        let end = b.min(self.bits);
-        for r in view.clear_runs(a as usize) {
-            let (rs, re) = (r.start as u64, (r.end as u64).min(end));
-            if rs >= end {
-                break;
-            }
+        let mut found = None;
+        self.leaf_runs(view, a, a, |rs, re| {
             if rs != a && re != b && class(re - rs) == bit {
-                if let Some(x) = fit(rs, re) {
-                    return Some(x);
-                }
+                found = fit(rs, re);
             }
-        }
-        None
+            found.is_none()
+        });
+        found
     }
 
     /// The longest free run as `(start, length)` (the lowest of equals), or
@@ -563,7 +619,8 @@ impl FreeSpaceIndex {
         if max == 0 {
             return None;
         }
-        self.next_run(&view, 0, max).map(|(s, e)| (s, e - s))
+        self.next_run(&view, 0, max, u64::MAX)
+            .map(|(s, e)| (s, e - s))
     }
 
     /// Checks that every summary equals one recomputed from `words`. For
@@ -595,6 +652,8 @@ struct Walker<'a, 'v> {
     view: &'a BitView<'v>,
     pos: u64,
     nr: u64,
+    /// A run known to be this long is reported before its end is found.
+    enough: u64,
     /// Start of the free run reaching the current position, if any.
     carry: Option<u64>,
 }
@@ -607,7 +666,10 @@ impl Walker<'_, '_> {
         if a >= self.pos {
             let s = self.index.sum(i);
             if u64::from(s.pre) == b - a {
-                self.carry.get_or_insert(a);
+                let c = *self.carry.get_or_insert(a);
+                if b - c >= self.enough {
+                    return Some((c, b));
+                }
                 return None;
             }
             let start = self.carry.unwrap_or(a);
@@ -639,24 +701,30 @@ impl Walker<'_, '_> {
             return (from - c >= self.nr && from > c).then_some((c, from));
         }
         let mut first = true;
-        for r in self.view.clear_runs(from as usize) {
-            let (rs, re) = (r.start as u64, (r.end as u64).min(end));
-            if rs >= end {
-                break;
-            }
-            let start = match self.carry {
+        let mut found = None;
+        let (nr, enough, carry) = (self.nr, self.enough, &mut self.carry);
+        self.index.leaf_runs(self.view, a, from, |rs, re| {
+            let start = match *carry {
                 Some(c) if first && rs == from && from == a => c,
                 _ => rs,
             };
             first = false;
             if re == b {
-                self.carry = Some(start);
-                return None;
+                *carry = Some(start);
+                if b - start >= enough {
+                    found = Some((start, b));
+                }
+                return false;
             }
-            self.carry = None;
-            if re - start >= self.nr {
-                return Some((start, re));
+            *carry = None;
+            if re - start >= nr {
+                found = Some((start, re));
+                return false;
             }
+            true
+        });
+        if found.is_some() || (!first && self.carry.is_some()) {
+            return found;
         }
         // A carried run that reached this leaf ends at its first bit.
         if first {
