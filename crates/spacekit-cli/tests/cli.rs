@@ -54,6 +54,7 @@ fn help_explains_every_subcommand() {
         "fork",
         "rangetree",
         "cma",
+        "ext4-fallocate",
         "--quick",
         "--full",
         "--json",
@@ -828,4 +829,37 @@ fn quick_cma_writes_the_documented_rows() {
 
     // A disagreement in this benchmark, too, fails without JSON.
     assert_mismatch_fails("cma");
+}
+
+#[test]
+fn quick_ext4_fallocate_writes_the_documented_rows() {
+    let v = bench_json("ext4-fallocate.json", &["ext4-fallocate", "--quick"]);
+    assert_eq!(v["bench"], "ext4-fallocate");
+    let rows = v["rows"].as_array().unwrap();
+    // In-memory groups at 4 KiB and 64 KiB blocks (block size x 8 blocks).
+    for bs in [4096u64, 65536] {
+        for variant in ["before", "flip", "spacekit"] {
+            let r = rows
+                .iter()
+                .find(|r| {
+                    r["case"] == "fallocate"
+                        && r["variant"] == variant
+                        && r["block_size"] == bs
+                        && r["source"] == "memory"
+                })
+                .unwrap_or_else(|| panic!("no fallocate/{variant}/{bs} row"));
+            assert_eq!(r["blocks_per_group"].as_u64().unwrap(), bs * 8, "{r}");
+            assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["allocs"].as_u64().unwrap() > 0, "{r}");
+        }
+    }
+    for variant in ["scan", "spacekit"] {
+        let r = rows
+            .iter()
+            .find(|r| r["case"] == "first-fit" && r["variant"] == variant)
+            .unwrap_or_else(|| panic!("no first-fit/{variant} row"));
+        assert_eq!(r["bits"].as_u64().unwrap(), 524288);
+        assert!(r["median_ns"].as_f64().unwrap() > 0.0);
+    }
+    assert_mismatch_fails("ext4-fallocate");
 }

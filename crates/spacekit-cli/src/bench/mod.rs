@@ -18,6 +18,8 @@ use serde_json::{json, Map, Value};
 mod cma;
 mod crc;
 mod dirty;
+mod ext4_fallocate;
+mod ext4_images;
 mod fork;
 mod membw;
 mod rangetree;
@@ -76,6 +78,10 @@ enum BenchName {
     /// spacekit's batched free_contig_range vs buddy_system_allocator), with
     /// aligned, unaligned, poisoned and section-crossing ranges.
     Cma,
+    /// Seed 001: fallocate of a whole ext4 block group (scan + full CRC vs
+    /// scan + flip_range vs free-space index + flip_range), block sizes 1k
+    /// to 64k, and one aligned first-fit query in a fragmented group.
+    Ext4Fallocate,
 }
 
 impl BenchName {
@@ -88,6 +94,7 @@ impl BenchName {
             BenchName::Fork => "fork",
             BenchName::Rangetree => "rangetree",
             BenchName::Cma => "cma",
+            BenchName::Ext4Fallocate => "ext4-fallocate",
         }
     }
 }
@@ -479,6 +486,7 @@ pub fn run(args: &BenchArgs) -> Result<(), BenchError> {
             BenchName::Fork => fork::run(&ctx)?,
             BenchName::Rangetree => rangetree::run(&ctx)?,
             BenchName::Cma => cma::run(&ctx)?,
+            BenchName::Ext4Fallocate => ext4_fallocate::run(&ctx)?,
         };
         reports.push((name, report));
     }
