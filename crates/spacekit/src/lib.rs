@@ -40,6 +40,8 @@ pub mod buddy;
 pub mod checked_bitmap;
 pub mod crc32c;
 pub mod dirty;
+#[cfg(feature = "ext4")]
+pub mod ext4;
 pub mod freespace;
 pub mod rangetree;
 #[cfg(test)]

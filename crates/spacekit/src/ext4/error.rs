@@ -1,0 +1,224 @@
+//! The typed errors of the ext4 module.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::bitmap::BitmapError;
+
+/// What went wrong opening, reading or changing an ext4 image.
+///
+/// Every error that comes from the image's contents names the on-disk field
+/// (`s_blocks_per_group`, `bg_inode_table`, ...) or feature (`bigalloc`) at
+/// fault, and an image that gives an error at open time is never written.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Ext4Error {
+    /// An I/O error from the operating system (or from the fault-injection
+    /// hook), with what spacekit was doing.
+    Io {
+        /// What was being done: `"read superblock"`, `"write image"`, ...
+        context: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The image is not a valid ext4 file system: a field holds a value out of
+    /// range or inconsistent with the others.
+    Corrupt {
+        /// The on-disk field, as the kernel's `struct ext4_super_block` /
+        /// `struct ext4_group_desc` names it (`s_magic`, `bg_block_bitmap`).
+        field: &'static str,
+        /// The group whose descriptor holds the field, for descriptor fields.
+        group: Option<u32>,
+        /// The value found.
+        value: u64,
+        /// Why it is wrong.
+        reason: &'static str,
+    },
+    /// The image uses a feature spacekit does not handle (`bigalloc`,
+    /// `meta_bg`, `needs_recovery`, ...). For features that only matter when
+    /// writing (`mmp`, `readonly`, unknown `ro_compat` bits) the read-only open
+    /// succeeds and the read-write open gives this error.
+    Unsupported {
+        /// The feature's name as `dumpe2fs` prints it.
+        feature: &'static str,
+    },
+    /// Feature bits spacekit does not know (`incompat`, or `ro_compat` when
+    /// opening read-write).
+    UnknownFeatures {
+        /// `"incompat"` or `"ro_compat"`.
+        kind: &'static str,
+        /// The unknown bits.
+        bits: u32,
+    },
+    /// A read-only open found a complete redo log beside the image: a flush
+    /// was interrupted after the log was written, so the image may be half
+    /// updated. Open it read-write once to replay the log.
+    PendingRedoLog {
+        /// The log's path.
+        path: PathBuf,
+    },
+    /// The redo log beside the image is complete but belongs to another file
+    /// system (its UUID differs) or writes outside the image; nothing was
+    /// written.
+    RedoLogMismatch {
+        /// The log's path.
+        path: PathBuf,
+        /// What disagrees.
+        reason: &'static str,
+    },
+    /// A change asked of an image opened read-only.
+    ReadOnly,
+    /// Metadata the change would rewrite fails its checksum, so spacekit
+    /// refuses to touch it (as the kernel marks such a group corrupt and skips
+    /// it) rather than silently re-sign it.
+    BadChecksum {
+        /// `"superblock"`, `"group descriptor"`, `"block bitmap"` or
+        /// `"inode bitmap"`.
+        what: &'static str,
+        /// The group, for per-group metadata.
+        group: Option<u32>,
+    },
+    /// An argument out of range: a zero length, an alignment that is not a
+    /// power of two, a block or inode number outside the file system.
+    InvalidArgument {
+        /// The argument: `"len"`, `"align"`, `"goal"`, `"block"`, `"ino"`,
+        /// `"group"`.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// No group has `len` free blocks in a row at the asked alignment.
+    NoSpace {
+        /// Blocks asked for.
+        len: u32,
+        /// Alignment asked for.
+        align: u32,
+    },
+    /// No group has a free inode.
+    NoFreeInodes,
+    /// Freeing a block that is already free; nothing was changed.
+    BlockAlreadyFree {
+        /// The first free block in the range.
+        block: u64,
+    },
+    /// Freeing a block that holds file-system metadata (a superblock, group
+    /// descriptors, reserved GDT blocks, a bitmap or an inode table); nothing
+    /// was changed.
+    MetadataBlock {
+        /// The first metadata block in the range.
+        block: u64,
+    },
+    /// Freeing an inode that is already free; nothing was changed.
+    InodeAlreadyFree {
+        /// The inode number.
+        ino: u32,
+    },
+    /// A bitmap operation failed where the module's own checks should have
+    /// ruled it out; reported instead of panicking.
+    Bitmap(BitmapError),
+}
+
+impl fmt::Display for Ext4Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ext4Error::Io { context, source } => write!(f, "ext4: {context}: {source}"),
+            Ext4Error::Corrupt {
+                field,
+                group,
+                value,
+                reason,
+            } => match group {
+                Some(g) => write!(
+                    f,
+                    "ext4: corrupt image: group {g}: {field} = {value}: {reason}"
+                ),
+                None => write!(f, "ext4: corrupt image: {field} = {value}: {reason}"),
+            },
+            Ext4Error::Unsupported { feature } => {
+                write!(f, "ext4: unsupported feature: {feature}")
+            }
+            Ext4Error::UnknownFeatures { kind, bits } => {
+                write!(f, "ext4: unknown {kind} feature bits {bits:#x}")
+            }
+            Ext4Error::PendingRedoLog { path } => write!(
+                f,
+                "ext4: a complete redo log {} is pending; open read-write to replay it",
+                path.display()
+            ),
+            Ext4Error::RedoLogMismatch { path, reason } => {
+                write!(f, "ext4: redo log {}: {reason}", path.display())
+            }
+            Ext4Error::ReadOnly => write!(f, "ext4: the image is open read-only"),
+            Ext4Error::BadChecksum { what, group } => match group {
+                Some(g) => write!(f, "ext4: group {g}: {what} fails its checksum"),
+                None => write!(f, "ext4: {what} fails its checksum"),
+            },
+            Ext4Error::InvalidArgument {
+                what,
+                value,
+                reason,
+            } => write!(f, "ext4: invalid {what} {value}: {reason}"),
+            Ext4Error::NoSpace { len, align } => write!(
+                f,
+                "ext4: no group has {len} free blocks in a row aligned to {align}"
+            ),
+            Ext4Error::NoFreeInodes => write!(f, "ext4: no free inode"),
+            Ext4Error::BlockAlreadyFree { block } => {
+                write!(f, "ext4: block {block} is already free")
+            }
+            Ext4Error::MetadataBlock { block } => {
+                write!(f, "ext4: block {block} holds file-system metadata")
+            }
+            Ext4Error::InodeAlreadyFree { ino } => write!(f, "ext4: inode {ino} is already free"),
+            Ext4Error::Bitmap(e) => write!(f, "ext4: internal bitmap error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Ext4Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Ext4Error::Io { source, .. } => Some(source),
+            Ext4Error::Bitmap(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<BitmapError> for Ext4Error {
+    fn from(e: BitmapError) -> Self {
+        Ext4Error::Bitmap(e)
+    }
+}
+
+/// Shorthand for a [`Ext4Error::Corrupt`].
+pub(crate) fn corrupt(
+    field: &'static str,
+    group: Option<u32>,
+    value: u64,
+    reason: &'static str,
+) -> Ext4Error {
+    Ext4Error::Corrupt {
+        field,
+        group,
+        value,
+        reason,
+    }
+}
+
+/// Shorthand for an [`Ext4Error::InvalidArgument`].
+pub(crate) fn invalid(what: &'static str, value: u64, reason: &'static str) -> Ext4Error {
+    Ext4Error::InvalidArgument {
+        what,
+        value,
+        reason,
+    }
+}
+
+/// Wraps an I/O error with its context.
+pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Ext4Error {
+    move |source| Ext4Error::Io { context, source }
+}

@@ -1,0 +1,839 @@
+//! ext4 block groups on real images: read and check the superblock and group
+//! descriptors, verify every checksum as e2fsprogs computes it, list free
+//! space, and allocate and free blocks and inodes with full accounting,
+//! written back crash-safely through a redo log.
+//!
+//! (Feature `ext4`, needs `std`.)
+//!
+//! # What is supported
+//!
+//! Block sizes from 1 KiB to 64 KiB; 32- and 64-byte (or larger) group
+//! descriptors (`64bit`); `flex_bg`; `sparse_super` and `sparse_super2`;
+//! `metadata_csum` with or without `metadata_csum_seed`; `gdt_csum`
+//! (`uninit_bg`) without `metadata_csum`, whose descriptor checksum is
+//! e2fsprogs' CRC-16; file systems with no checksums at all (the `*_UNINIT`
+//! flags are then ignored, as e2fsprogs does); `BLOCK_UNINIT` and
+//! `INODE_UNINIT` groups; a journal that needs no recovery.
+//!
+//! Refused with [`Ext4Error::Unsupported`]: `bigalloc`, `meta_bg`,
+//! `needs_recovery` (a journal to replay first: run e2fsck or mount the file
+//! system), `journal_dev`, `compression`; for read-write opens also `mmp`,
+//! the `read-only` feature and `snapshot`. Unknown `incompat` bits are
+//! refused in both modes and unknown `ro_compat` bits when writing
+//! ([`Ext4Error::UnknownFeatures`]). A corrupt superblock or descriptor gives
+//! [`Ext4Error::Corrupt`] naming the field. An image that gives an error when
+//! opened is never written.
+//!
+//! # Reading
+//!
+//! [`Image::open`] reads the superblock and the whole descriptor table and
+//! checks them. Bitmaps are loaded **lazily**: a group's block or inode
+//! bitmap is read (or, for an uninitialised group, computed) the first time
+//! a call needs it, and then cached for the life of the [`Image`]; calls that
+//! look at every group ([`Image::verify`], [`Image::free_histogram`]) load all
+//! of them. Nothing is written except by [`Image::flush`] (and by
+//! [`Image::open`] replaying a redo log).
+//!
+//! # Allocation
+//!
+//! A block allocation is a first fit from the goal (the group and bit of the
+//! goal block, wrapping once through the groups), aligned on absolute block
+//! numbers, inside one group. Each group's search goes through a
+//! [`crate::freespace::FreeSpaceIndex`] over the group's blocks, built on
+//! the group's first search and kept in step by every change to its block
+//! bitmap, so a search costs O(log n) instead of a scan of the bitmap (seed
+//! 001's per-group free-space tree).
+//!
+//! # Checksums
+//!
+//! * superblock: raw CRC-32C from `!0` over its first 0x3FC bytes;
+//! * descriptor: low 16 bits of raw CRC-32C from the checksum seed over the
+//!   little-endian group number and the descriptor with `bg_checksum` zeroed;
+//! * block bitmap: raw CRC-32C from the seed over `s_clusters_per_group / 8`
+//!   bytes, stored as 32 bits with 64-byte descriptors and as its low 16 bits
+//!   with 32-byte ones; inode bitmap likewise over `s_inodes_per_group / 8`.
+//!
+//! The bitmap checksums are kept current by
+//! [`crate::checked_bitmap::ChecksummedBitmap`] in O(log n) per change, and
+//! the superblock's by [`crate::crc32c::splice`] over the changed counts.
+//! Uninitialised groups store bitmap checksum 0, which [`Image::verify`] does
+//! not report.
+//!
+//! # Crash safety
+//!
+//! [`Image::flush`] writes only the metadata blocks that changed (the
+//! superblock, the descriptor-table blocks holding changed descriptors, the
+//! changed bitmaps), and first records them in a redo log beside the image,
+//! `<image>.spacekit-redo` (see [`Image::redo_log_path`]): it writes and
+//! fsyncs the log and its directory, writes the blocks in place, fsyncs the
+//! image, removes the log and fsyncs the directory again. A read-write
+//! [`Image::open`] replays a complete log before reading anything and
+//! discards an incomplete one (the image was not touched under it). A
+//! read-only open refuses an image with a complete log pending
+//! ([`Ext4Error::PendingRedoLog`]) and ignores an incomplete one. Backup
+//! superblocks and descriptor tables are not rewritten (neither the kernel nor
+//! debugfs does so for an allocation).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use spacekit::ext4::{AllocRequest, Image, OpenMode};
+//!
+//! let mut img = Image::open("fs.img", OpenMode::ReadWrite)?;
+//! assert!(img.verify()?.is_clean());
+//! // 64 blocks in a row, starting on a multiple of 16, near block 5000.
+//! let first = img.alloc_blocks(AllocRequest { goal: Some(5000), len: 64, align: 16 })?;
+//! assert_eq!(first % 16, 0);
+//! let ino = img.alloc_inode(None, false)?;
+//! img.flush()?;
+//! img.free_blocks(first, 64)?;
+//! img.free_inode(ino, false)?;
+//! img.flush()?;
+//! # Ok::<(), spacekit::ext4::Ext4Error>(())
+//! ```
+
+mod alloc;
+mod error;
+mod group;
+mod layout;
+mod redo;
+mod verify;
+
+use std::cell::OnceCell;
+use std::collections::BTreeSet;
+use std::format;
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::string::{String, ToString};
+use std::vec;
+use std::vec::Vec;
+
+use crate::bitmap::{BitView, Bits};
+use crate::checked_bitmap::ChecksummedBitmap;
+
+pub use error::Ext4Error;
+pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
+pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
+
+use error::{corrupt, invalid, io};
+use group::{desc_at, Loaded, Meta};
+use layout::{Desc, DescMut, SB_OFFSET, SB_SIZE};
+use redo::{read_exact_at, Record};
+
+/// How to open an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only: every change is refused with [`Ext4Error::ReadOnly`].
+    ReadOnly,
+    /// Read and write: changes are kept in memory until [`Image::flush`].
+    ReadWrite,
+}
+
+/// A block allocation request for [`Image::alloc_blocks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocRequest {
+    /// Where to start looking: the search begins in this block's group at
+    /// this block. `None` starts at the first block of group 0.
+    pub goal: Option<u64>,
+    /// How many blocks, all in one group (1 to `s_blocks_per_group`).
+    pub len: u32,
+    /// The first block number must be a multiple of this (a power of two; 1
+    /// for none). Alignment is on absolute block numbers, not offsets in the
+    /// group.
+    pub align: u32,
+}
+
+/// One group's descriptor as it stands (including changes not yet flushed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// The group number.
+    pub group: u32,
+    /// Its first block.
+    pub first_block: u64,
+    /// Its last block (inclusive).
+    pub last_block: u64,
+    /// Whether it holds a superblock copy and descriptor table.
+    pub has_super: bool,
+    /// `bg_block_bitmap`.
+    pub block_bitmap: u64,
+    /// `bg_inode_bitmap`.
+    pub inode_bitmap: u64,
+    /// `bg_inode_table`.
+    pub inode_table: u64,
+    /// `bg_free_blocks_count`.
+    pub free_blocks: u32,
+    /// `bg_free_inodes_count`.
+    pub free_inodes: u32,
+    /// `bg_used_dirs_count`.
+    pub used_dirs: u32,
+    /// `bg_itable_unused`.
+    pub itable_unused: u32,
+    /// `bg_flags` ([`BG_INODE_UNINIT`], [`BG_BLOCK_UNINIT`],
+    /// [`BG_INODE_ZEROED`]).
+    pub flags: u16,
+    /// The stored block bitmap checksum (16 bits with 32-byte descriptors).
+    pub block_bitmap_csum: u32,
+    /// The stored inode bitmap checksum.
+    pub inode_bitmap_csum: u32,
+    /// The stored descriptor checksum.
+    pub checksum: u16,
+}
+
+/// Cached bitmaps of one group.
+#[derive(Debug, Default)]
+struct GroupCache {
+    block: OnceCell<Loaded>,
+    inode: OnceCell<Loaded>,
+}
+
+/// An ext4 image file, opened read-only or read-write.
+///
+/// Changes ([`Image::alloc_blocks`], [`Image::free_blocks`],
+/// [`Image::alloc_inode`], [`Image::free_inode`]) update the in-memory
+/// metadata at once, checksums included, and reach the file only in
+/// [`Image::flush`]. Dropping an image with unflushed changes discards them.
+///
+/// ```no_run
+/// use spacekit::ext4::{Image, OpenMode};
+///
+/// let img = Image::open("fs.img", OpenMode::ReadOnly)?;
+/// for g in 0..img.info().group_count {
+///     println!("group {g}: free {:?}", img.free_extents(g)?);
+/// }
+/// let report = img.verify()?;
+/// for m in &report.mismatches {
+///     println!("{m}");
+/// }
+/// # Ok::<(), spacekit::ext4::Ext4Error>(())
+/// ```
+pub struct Image {
+    file: File,
+    log_path: PathBuf,
+    mode: OpenMode,
+    info: FsInfo,
+    /// The primary superblock, 1024 bytes, kept byte-exact.
+    sb: Vec<u8>,
+    /// The primary descriptor table, `desc_blocks` blocks.
+    gdt: Vec<u8>,
+    /// Whether the superblock checksum matched at open (always true without
+    /// metadata_csum).
+    sb_csum_ok: bool,
+    /// Whether each descriptor's checksum matched at open.
+    desc_csum_ok: Vec<bool>,
+    groups: Vec<GroupCache>,
+    /// Every metadata extent, sorted.
+    meta: Vec<Meta>,
+    dirty_sb: bool,
+    /// Indexes of changed descriptor-table blocks.
+    dirty_gdt: BTreeSet<u32>,
+    dirty_block: BTreeSet<u32>,
+    dirty_inode: BTreeSet<u32>,
+    /// Fault injection: the step of the next flush that fails.
+    fail_at: Option<usize>,
+}
+
+/// The geometry, mode and what is waiting to be flushed (not the cached
+/// bitmaps).
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("log_path", &self.log_path)
+            .field("mode", &self.mode)
+            .field("info", &self.info)
+            .field("dirty_superblock", &self.dirty_sb)
+            .field("dirty_gdt_blocks", &self.dirty_gdt)
+            .field("dirty_block_bitmaps", &self.dirty_block)
+            .field("dirty_inode_bitmaps", &self.dirty_inode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Image {
+    /// Opens the ext4 image at `path`, checks its superblock and descriptor
+    /// table, and (read-write) first replays a pending redo log.
+    ///
+    /// Nothing is written unless a complete redo log is replayed.
+    ///
+    /// # Errors
+    /// [`Ext4Error::Io`] if the file cannot be opened or read;
+    /// [`Ext4Error::Corrupt`] naming the field for a bad magic, a block size
+    /// above 64 KiB, counts out of range, a descriptor pointing outside the
+    /// file system (or its group, without flex_bg) or overlapping other
+    /// metadata, an image file shorter than the file system;
+    /// [`Ext4Error::Unsupported`] / [`Ext4Error::UnknownFeatures`] (see the
+    /// module documentation); [`Ext4Error::PendingRedoLog`] for a read-only
+    /// open with a complete log pending; [`Ext4Error::RedoLogMismatch`] for a
+    /// log that belongs to another file system.
+    pub fn open(path: impl AsRef<Path>, mode: OpenMode) -> Result<Image, Ext4Error> {
+        let path = path.as_ref();
+        let log_path = redo::log_path(path);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(mode == OpenMode::ReadWrite)
+            .open(path)
+            .map_err(io("open image"))?;
+        match mode {
+            OpenMode::ReadWrite => redo::replay(&file, &log_path)?,
+            OpenMode::ReadOnly => {
+                if redo::pending(&log_path)? {
+                    return Err(Ext4Error::PendingRedoLog { path: log_path });
+                }
+            }
+        }
+        let image_len = (&file).seek(SeekFrom::End(0)).map_err(io("size image"))?;
+        if image_len < SB_OFFSET + SB_SIZE as u64 {
+            return Err(corrupt(
+                "s_magic",
+                None,
+                image_len,
+                "the image file ends before the superblock",
+            ));
+        }
+        let mut sb = vec![0u8; SB_SIZE];
+        read_exact_at(&file, SB_OFFSET, &mut sb).map_err(io("read superblock"))?;
+        let info = layout::parse_superblock(&sb, image_len, mode)?;
+        let bs = u64::from(info.block_size);
+        let mut gdt = vec![0u8; info.desc_blocks as usize * info.block_size as usize];
+        read_exact_at(&file, info.gdt_start() * bs, &mut gdt)
+            .map_err(io("read group descriptors"))?;
+        let meta = group::build_metadata(&info, &gdt)?;
+        let sb_csum_ok = info.checksums != ChecksumKind::MetadataCsum
+            || layout::superblock_checksum(&sb) == layout::le32(&sb, layout::sb::CHECKSUM);
+        let desc_csum_ok = (0..info.group_count)
+            .map(|g| {
+                let d = desc_at(&info, &gdt, g);
+                info.checksums == ChecksumKind::None
+                    || layout::desc_checksum(&info, g, d.raw) == d.checksum()
+            })
+            .collect();
+        let groups = (0..info.group_count)
+            .map(|_| GroupCache::default())
+            .collect();
+        Ok(Image {
+            file,
+            log_path,
+            mode,
+            info,
+            sb,
+            gdt,
+            sb_csum_ok,
+            desc_csum_ok,
+            groups,
+            meta,
+            dirty_sb: false,
+            dirty_gdt: BTreeSet::new(),
+            dirty_block: BTreeSet::new(),
+            dirty_inode: BTreeSet::new(),
+            fail_at: None,
+        })
+    }
+
+    /// The redo log path for the image at `image`: `<image>.spacekit-redo`.
+    pub fn redo_log_path(image: impl AsRef<Path>) -> PathBuf {
+        redo::log_path(image.as_ref())
+    }
+
+    /// The geometry and features read from the superblock.
+    pub fn info(&self) -> &FsInfo {
+        &self.info
+    }
+
+    /// The mode the image was opened in.
+    pub fn mode(&self) -> OpenMode {
+        self.mode
+    }
+
+    /// `s_free_blocks_count`, as it stands.
+    pub fn free_blocks_count(&self) -> u64 {
+        let mut v = u64::from(layout::le32(&self.sb, layout::sb::FREE_BLOCKS_LO));
+        if self.info.has_64bit {
+            v |= u64::from(layout::le32(&self.sb, layout::sb::FREE_BLOCKS_HI)) << 32;
+        }
+        v
+    }
+
+    /// `s_free_inodes_count`, as it stands.
+    pub fn free_inodes_count(&self) -> u32 {
+        layout::le32(&self.sb, layout::sb::FREE_INODES)
+    }
+
+    /// The 1024 bytes of the primary superblock, as they stand.
+    pub fn superblock_bytes(&self) -> &[u8] {
+        &self.sb
+    }
+
+    /// Group `group`'s descriptor, as it stands.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] past the last group.
+    pub fn group(&self, group: u32) -> Result<GroupInfo, Ext4Error> {
+        self.check_group(group)?;
+        let d = self.desc(group);
+        let first = self.info.group_first_block(group);
+        Ok(GroupInfo {
+            group,
+            first_block: first,
+            last_block: first + u64::from(self.info.blocks_in_group(group)) - 1,
+            has_super: self.info.has_super(group),
+            block_bitmap: d.block_bitmap(),
+            inode_bitmap: d.inode_bitmap(),
+            inode_table: d.inode_table(),
+            free_blocks: d.free_blocks(),
+            free_inodes: d.free_inodes(),
+            used_dirs: d.used_dirs(),
+            itable_unused: d.itable_unused(),
+            flags: d.flags(),
+            block_bitmap_csum: d.block_bitmap_csum(),
+            inode_bitmap_csum: d.inode_bitmap_csum(),
+            checksum: d.checksum(),
+        })
+    }
+
+    /// Free blocks of group `group` as inclusive `(first, last)` block
+    /// ranges, in order — dumpe2fs's "Free blocks:" list. For a BLOCK_UNINIT
+    /// group they come from its effective bitmap, as dumpe2fs's do.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] past the last group; [`Ext4Error::Io`]
+    /// if the bitmap cannot be read.
+    pub fn free_extents(&self, group: u32) -> Result<Vec<(u64, u64)>, Ext4Error> {
+        self.check_group(group)?;
+        let l = self.block_bitmap(group)?;
+        let first = self.info.group_first_block(group);
+        let n = self.info.blocks_in_group(group) as usize;
+        let view = BitView::new(l.map.bitmap().as_words(), n)?;
+        Ok(view
+            .clear_runs(0)
+            .map(|r| (first + r.start as u64, first + r.end as u64 - 1))
+            .collect())
+    }
+
+    /// Whether `block` is marked in use in its group's (effective) bitmap.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for a block outside the groups;
+    /// [`Ext4Error::Io`] if the bitmap cannot be read.
+    pub fn block_in_use(&self, block: u64) -> Result<bool, Ext4Error> {
+        let (g, bit) = self.info.group_of_block(block).ok_or(invalid(
+            "block",
+            block,
+            "outside the file system",
+        ))?;
+        let l = self.block_bitmap(g)?;
+        Ok(l.map.bitmap().get(bit as usize).unwrap_or(true))
+    }
+
+    /// Whether inode `ino` is marked in use in its group's (effective)
+    /// inode bitmap.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for 0 or past `s_inodes_count`;
+    /// [`Ext4Error::Io`] if the bitmap cannot be read.
+    pub fn inode_in_use(&self, ino: u32) -> Result<bool, Ext4Error> {
+        let (g, bit) = self.info.group_of_inode(ino).ok_or(invalid(
+            "ino",
+            ino.into(),
+            "outside the file system",
+        ))?;
+        let l = self.inode_bitmap(g)?;
+        Ok(l.map.bitmap().get(bit as usize).unwrap_or(true))
+    }
+
+    /// Whether there are changes not yet flushed.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty_sb
+            || !self.dirty_gdt.is_empty()
+            || !self.dirty_block.is_empty()
+            || !self.dirty_inode.is_empty()
+    }
+
+    /// Writes every changed metadata block to the image, crash-safely: the
+    /// blocks go to the redo log first (written, fsynced, directory
+    /// fsynced), then in place, then the image is fsynced and the log
+    /// removed. Does nothing if nothing changed.
+    ///
+    /// On an error the changes stay in memory (a later `flush` retries them)
+    /// and the image is either untouched or recoverable by the log, which
+    /// the next read-write [`Image::open`] replays.
+    ///
+    /// # Errors
+    /// [`Ext4Error::ReadOnly`] with changes on a read-only image (cannot
+    /// happen: changes are refused earlier); [`Ext4Error::Io`] from any step.
+    pub fn flush(&mut self) -> Result<(), Ext4Error> {
+        if !self.is_dirty() {
+            self.fail_at = None;
+            return Ok(());
+        }
+        if self.mode == OpenMode::ReadOnly {
+            return Err(Ext4Error::ReadOnly);
+        }
+        let records = self.dirty_records();
+        let (log, trailer_at) = redo::encode(&self.info.uuid, &records);
+        let mut steps = Steps {
+            fail_at: self.fail_at.take(),
+            done: 0,
+        };
+        // The log: contents, then the trailer that makes it complete.
+        let log_file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&self.log_path)
+            .map_err(io("create redo log"))?;
+        steps.write(&log_file, 0, &log[..trailer_at], "write redo log")?;
+        steps.write(
+            &log_file,
+            trailer_at as u64,
+            &log[trailer_at..],
+            "write redo log",
+        )?;
+        steps.run("fsync redo log", || log_file.sync_all())?;
+        drop(log_file);
+        steps.run("fsync directory", || dir_sync(&self.log_path))?;
+        for r in &records {
+            steps.write(&self.file, r.offset, &r.data, "write image")?;
+        }
+        steps.run("fsync image", || self.file.sync_all())?;
+        steps.run("remove redo log", || std::fs::remove_file(&self.log_path))?;
+        steps.run("fsync directory", || dir_sync(&self.log_path))?;
+        self.dirty_sb = false;
+        self.dirty_gdt.clear();
+        self.dirty_block.clear();
+        self.dirty_inode.clear();
+        Ok(())
+    }
+
+    /// Fault injection for tests: the flush after this call performs `n`
+    /// I/O steps and makes step `n` (counting from 0) fail with an I/O
+    /// error; a failing write first writes half of its bytes, like a torn
+    /// write. The steps, in order: the log's contents, the log's trailer,
+    /// fsync of the log, fsync of the directory, one write per metadata block,
+    /// fsync of the image, removal of the log, fsync of the directory. One
+    /// flush consumes the setting whether or not it reached step `n`.
+    #[doc(hidden)]
+    pub fn fail_write_after(&mut self, n: usize) {
+        self.fail_at = Some(n);
+    }
+
+    /// Checks the invariants of the in-memory state: every cached bitmap's
+    /// kept checksum equals a fresh computation; every changed group's stored
+    /// bitmap checksums and descriptor checksum are current; a changed
+    /// superblock's checksum is current.
+    #[doc(hidden)]
+    pub fn validate(&self) -> Result<(), String> {
+        let csum = self.info.checksums == ChecksumKind::MetadataCsum;
+        if self.dirty_sb
+            && csum
+            && layout::superblock_checksum(&self.sb) != layout::le32(&self.sb, layout::sb::CHECKSUM)
+        {
+            return Err("superblock checksum is stale".into());
+        }
+        for (g, cache) in self.groups.iter().enumerate() {
+            let g = g as u32;
+            for (what, l) in [("block", cache.block.get()), ("inode", cache.inode.get())] {
+                if let Some(l) = l {
+                    if !l.map.verify() {
+                        return Err(format!("group {g}: {what} bitmap kept checksum is stale"));
+                    }
+                    if let Some(Some(ix)) = l.index.get() {
+                        ix.validate(l.map.bitmap().as_words())
+                            .map_err(|e| format!("group {g}: free-space index: {e}"))?;
+                    }
+                }
+            }
+            let d = self.desc(g);
+            let block_gdt = self.gdt_block_of(g);
+            if !self.dirty_gdt.contains(&block_gdt) {
+                continue;
+            }
+            if self.info.checksums != ChecksumKind::None
+                && layout::desc_checksum(&self.info, g, d.raw) != d.checksum()
+            {
+                return Err(format!("group {g}: descriptor checksum is stale"));
+            }
+            if csum {
+                let mask = self.csum_mask();
+                if let Some(l) = cache.block.get() {
+                    if d.flags() & BG_BLOCK_UNINIT == 0
+                        && l.csum_ok
+                        && d.block_bitmap_csum() != l.map.checksum() & mask
+                    {
+                        return Err(format!("group {g}: stored block bitmap checksum is stale"));
+                    }
+                }
+                if let Some(l) = cache.inode.get() {
+                    if d.flags() & BG_INODE_UNINIT == 0
+                        && l.csum_ok
+                        && d.inode_bitmap_csum() != l.map.checksum() & mask
+                    {
+                        return Err(format!("group {g}: stored inode bitmap checksum is stale"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------
+    // Internals
+    // ---------------------------------------------------------------------
+
+    fn check_group(&self, group: u32) -> Result<(), Ext4Error> {
+        if group < self.info.group_count {
+            Ok(())
+        } else {
+            Err(invalid("group", group.into(), "past the last group"))
+        }
+    }
+
+    fn desc(&self, g: u32) -> Desc<'_> {
+        desc_at(&self.info, &self.gdt, g)
+    }
+
+    fn desc_mut(&mut self, g: u32) -> DescMut<'_> {
+        let size = self.info.desc_size as usize;
+        let off = g as usize * size;
+        DescMut {
+            raw: self.gdt.get_mut(off..off + size).unwrap_or(&mut []),
+            wide: size >= 64,
+        }
+    }
+
+    /// Index in the descriptor table of the block holding group `g`'s
+    /// descriptor.
+    fn gdt_block_of(&self, g: u32) -> u32 {
+        (u64::from(g) * u64::from(self.info.desc_size) / u64::from(self.info.block_size)) as u32
+    }
+
+    /// Which bits of a bitmap checksum the descriptor keeps.
+    fn csum_mask(&self) -> u32 {
+        if self.info.desc_size >= 64 {
+            !0
+        } else {
+            0xFFFF
+        }
+    }
+
+    fn block_uninit(&self, g: u32) -> bool {
+        self.info.uninit_flags() && self.desc(g).flags() & BG_BLOCK_UNINIT != 0
+    }
+
+    fn inode_uninit(&self, g: u32) -> bool {
+        self.info.uninit_flags() && self.desc(g).flags() & BG_INODE_UNINIT != 0
+    }
+
+    /// Group `g`'s block bitmap, loaded on first use.
+    fn block_bitmap(&self, g: u32) -> Result<&Loaded, Ext4Error> {
+        let cell = &self.groups[g as usize].block;
+        if let Some(l) = cell.get() {
+            return Ok(l);
+        }
+        let l = self.load_block_bitmap(g)?;
+        Ok(cell.get_or_init(|| l))
+    }
+
+    /// Group `g`'s inode bitmap, loaded on first use.
+    fn inode_bitmap(&self, g: u32) -> Result<&Loaded, Ext4Error> {
+        let cell = &self.groups[g as usize].inode;
+        if let Some(l) = cell.get() {
+            return Ok(l);
+        }
+        let l = self.load_inode_bitmap(g)?;
+        Ok(cell.get_or_init(|| l))
+    }
+
+    fn load_block_bitmap(&self, g: u32) -> Result<Loaded, Ext4Error> {
+        let csum_len = self.info.block_csum_len();
+        let seed = self.info.checksum_seed;
+        if self.block_uninit(g) {
+            let bytes = group::uninit_block_bitmap(&self.info, &self.meta, g)?.to_le_bytes();
+            let map = ChecksummedBitmap::from_bytes(&bytes, seed, csum_len)
+                .map_err(|_| corrupt("s_blocks_per_group", None, 0, "bitmap too large"))?;
+            return Ok(Loaded::new(map, true));
+        }
+        let stored = self.desc(g).block_bitmap_csum();
+        self.read_bitmap(
+            self.desc(g).block_bitmap(),
+            csum_len,
+            stored,
+            "read block bitmap",
+        )
+    }
+
+    fn load_inode_bitmap(&self, g: u32) -> Result<Loaded, Ext4Error> {
+        let csum_len = self.info.inode_csum_len();
+        let seed = self.info.checksum_seed;
+        if self.inode_uninit(g) {
+            let bytes = group::uninit_inode_bitmap(&self.info)?.to_le_bytes();
+            let map = ChecksummedBitmap::from_bytes(&bytes, seed, csum_len)
+                .map_err(|_| corrupt("s_inodes_per_group", None, 0, "bitmap too large"))?;
+            return Ok(Loaded::new(map, true));
+        }
+        let stored = self.desc(g).inode_bitmap_csum();
+        self.read_bitmap(
+            self.desc(g).inode_bitmap(),
+            csum_len,
+            stored,
+            "read inode bitmap",
+        )
+    }
+
+    fn read_bitmap(
+        &self,
+        block: u64,
+        csum_len: usize,
+        stored: u32,
+        context: &'static str,
+    ) -> Result<Loaded, Ext4Error> {
+        let bs = self.info.block_size as usize;
+        let mut bytes = vec![0u8; bs];
+        read_exact_at(&self.file, block * bs as u64, &mut bytes).map_err(io(context))?;
+        let map = ChecksummedBitmap::from_bytes(&bytes, self.info.checksum_seed, csum_len)
+            .map_err(|_| corrupt("s_blocks_per_group", None, 0, "bitmap too large"))?;
+        let csum_ok = self.info.checksums != ChecksumKind::MetadataCsum
+            || map.checksum() & self.csum_mask() == stored;
+        Ok(Loaded::new(map, csum_ok))
+    }
+
+    /// Runs `f` on group `g`'s block bitmap (loading it first); the bitmap
+    /// goes back into the cache whatever `f` does.
+    fn with_block_bitmap<R>(
+        &mut self,
+        g: u32,
+        f: impl FnOnce(&mut Loaded) -> R,
+    ) -> Result<R, Ext4Error> {
+        let taken = self.groups[g as usize].block.take();
+        let mut l = match taken {
+            Some(l) => l,
+            None => self.load_block_bitmap(g)?,
+        };
+        let r = f(&mut l);
+        self.groups[g as usize].block = OnceCell::from(l);
+        Ok(r)
+    }
+
+    /// [`Image::with_block_bitmap`] for the inode bitmap.
+    fn with_inode_bitmap<R>(
+        &mut self,
+        g: u32,
+        f: impl FnOnce(&mut Loaded) -> R,
+    ) -> Result<R, Ext4Error> {
+        let taken = self.groups[g as usize].inode.take();
+        let mut l = match taken {
+            Some(l) => l,
+            None => self.load_inode_bitmap(g)?,
+        };
+        let r = f(&mut l);
+        self.groups[g as usize].inode = OnceCell::from(l);
+        Ok(r)
+    }
+
+    /// The writes a flush makes, in block order within each kind.
+    fn dirty_records(&self) -> Vec<Record> {
+        let bs = u64::from(self.info.block_size);
+        let mut out = Vec::new();
+        if self.dirty_sb {
+            out.push(Record {
+                offset: SB_OFFSET,
+                data: self.sb.clone(),
+            });
+        }
+        for &b in &self.dirty_gdt {
+            let s = b as usize * bs as usize;
+            out.push(Record {
+                offset: (self.info.gdt_start() + u64::from(b)) * bs,
+                data: self.gdt.get(s..s + bs as usize).unwrap_or(&[]).to_vec(),
+            });
+        }
+        for &g in &self.dirty_block {
+            if let Some(l) = self.groups[g as usize].block.get() {
+                out.push(Record {
+                    offset: self.desc(g).block_bitmap() * bs,
+                    data: l.map.to_bytes(),
+                });
+            }
+        }
+        for &g in &self.dirty_inode {
+            if let Some(l) = self.groups[g as usize].inode.get() {
+                out.push(Record {
+                    offset: self.desc(g).inode_bitmap() * bs,
+                    data: l.map.to_bytes(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Refuses changes to a read-only image or one whose superblock fails
+    /// its checksum.
+    fn check_writable(&self) -> Result<(), Ext4Error> {
+        if self.mode == OpenMode::ReadOnly {
+            return Err(Ext4Error::ReadOnly);
+        }
+        if !self.sb_csum_ok {
+            return Err(Ext4Error::BadChecksum {
+                what: "superblock",
+                group: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Counts the I/O steps of one flush and fails the chosen one.
+struct Steps {
+    fail_at: Option<usize>,
+    done: usize,
+}
+
+impl Steps {
+    /// Whether this step is the one to fail.
+    fn next(&mut self) -> bool {
+        let fail = self.fail_at == Some(self.done);
+        self.done += 1;
+        fail
+    }
+
+    fn run(
+        &mut self,
+        context: &'static str,
+        f: impl FnOnce() -> std::io::Result<()>,
+    ) -> Result<(), Ext4Error> {
+        if self.next() {
+            return Err(injected(context));
+        }
+        f().map_err(io(context))
+    }
+
+    fn write(
+        &mut self,
+        file: &File,
+        offset: u64,
+        data: &[u8],
+        context: &'static str,
+    ) -> Result<(), Ext4Error> {
+        if self.next() {
+            // A torn write: half the bytes land, then the error.
+            let half = &data[..data.len() / 2];
+            redo::write_all_at(file, offset, half).map_err(io(context))?;
+            return Err(injected(context));
+        }
+        redo::write_all_at(file, offset, data).map_err(io(context))
+    }
+}
+
+fn injected(context: &'static str) -> Ext4Error {
+    Ext4Error::Io {
+        context,
+        source: std::io::Error::other("injected fault"),
+    }
+}
+
+fn dir_sync(path: &Path) -> std::io::Result<()> {
+    match redo::sync_dir(path) {
+        Ok(()) => Ok(()),
+        Err(Ext4Error::Io { source, .. }) => Err(source),
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
+}
