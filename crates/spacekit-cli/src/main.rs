@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dirty;
+mod ext4;
 mod maps;
 
 /// spacekit: fast paths for memory and storage managers.
@@ -27,6 +28,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Dirty-page logs: turn a VM's dirty bitmap into memory ranges.
     Dirty(dirty::DirtyArgs),
+    /// ext4 images: geometry, checksum verification, free extents, and
+    /// crash-safe block allocation and freeing with full accounting.
+    Ext4(ext4::Ext4Args),
     /// Process address spaces: load a /proc/PID/maps into a range tree, list
     /// its gaps, find an unmapped area top-down like mmap, time its dup.
     Maps(maps::MapsArgs),
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args).map_err(|e| e.to_string()),
         Command::Dirty(args) => dirty::run(&args),
+        Command::Ext4(args) => ext4::run(&args),
         Command::Maps(args) => maps::run(&args),
     };
     match result {

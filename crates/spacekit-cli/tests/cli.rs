@@ -39,7 +39,7 @@ fn help_explains_every_subcommand() {
     let out = spacekit().arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for word in ["bench", "dirty", "maps"] {
+    for word in ["bench", "dirty", "ext4", "maps"] {
         assert!(text.contains(word), "--help lacks {word}: {text}");
     }
 
@@ -862,4 +862,163 @@ fn quick_ext4_fallocate_writes_the_documented_rows() {
         assert!(r["median_ns"].as_f64().unwrap() > 0.0);
     }
     assert_mismatch_fails("ext4-fallocate");
+}
+
+/// A 64 MiB, 4-group ext4 image made by mkfs.ext4, or `None` (with a
+/// notice) when e2fsprogs is not installed.
+fn ext4_image(name: &str) -> Option<PathBuf> {
+    let path = tmp(name);
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(64 << 20).unwrap();
+    drop(f);
+    let out = Command::new("mkfs.ext4")
+        .env("E2FSPROGS_FAKE_TIME", "1700000000")
+        .args(["-F", "-q", "-b", "4096", "-g", "4096", "-O", "^has_journal"])
+        .args(["-U", "6a5e1c3e-2b7a-4d4f-9c1e-0123456789ab"])
+        .arg(&path)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(path),
+        _ => {
+            eprintln!("mkfs.ext4 not available: skipping");
+            None
+        }
+    }
+}
+
+fn e2fsck_exit(path: &std::path::Path) -> Option<i32> {
+    Command::new("e2fsck")
+        .arg("-fn")
+        .arg(path)
+        .output()
+        .ok()?
+        .status
+        .code()
+}
+
+#[test]
+fn ext4_commands_allocate_and_free_with_full_accounting() {
+    let Some(img) = ext4_image("ext4-cli.img") else {
+        return;
+    };
+    let run = |args: &[&str]| {
+        spacekit()
+            .arg("ext4")
+            .args(args)
+            .arg(&img)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["info", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["group_count"], 4);
+    assert_eq!(info["block_size"], 4096);
+    let free0 = info["free_blocks"].as_u64().unwrap();
+    assert_eq!(info["groups"].as_array().unwrap().len(), 4);
+    assert!(run(&["verify"]).status.success());
+    // Free extents: JSON, every group, sums to the free count.
+    let out = run(&["free-extents", "--json"]);
+    let fe: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sum: u64 = fe["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["free"].as_array().unwrap().clone())
+        .map(|e| e[1].as_u64().unwrap() - e[0].as_u64().unwrap() + 1)
+        .sum();
+    assert_eq!(sum, free0);
+    // Allocate 100 blocks aligned to 64 from block 5000.
+    let out = spacekit()
+        .args([
+            "ext4", "alloc", "--blocks", "100", "--align", "64", "--goal", "5000", "--json",
+        ])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let start = a["start"].as_u64().unwrap();
+    assert!(start >= 5000 && start.is_multiple_of(64), "{a}");
+    assert_eq!(a["free_blocks"].as_u64().unwrap(), free0 - 100);
+    assert!(run(&["verify"]).status.success());
+    if let Some(code) = e2fsck_exit(&img) {
+        assert_eq!(code, 4, "unreferenced blocks are a leak to e2fsck");
+    }
+    // Free them: the image is clean again; a second free is an error.
+    let free = |s: u64| {
+        spacekit()
+            .args(["ext4", "free"])
+            .arg(&img)
+            .args([s.to_string(), "100".into()])
+            .output()
+            .unwrap()
+    };
+    assert!(free(start).status.success());
+    if let Some(code) = e2fsck_exit(&img) {
+        assert_eq!(code, 0);
+    }
+    let again = free(start);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already free"));
+    assert!(run(&["verify"]).status.success());
+    let _ = std::fs::remove_file(&img);
+}
+
+#[test]
+fn ext4_rejects_a_file_that_is_not_ext4_and_reports_a_flipped_bit() {
+    let junk = tmp("not-ext4.img");
+    std::fs::write(&junk, vec![0x5au8; 1 << 16]).unwrap();
+    let before = std::fs::read(&junk).unwrap();
+    let out = spacekit()
+        .args(["ext4", "info"])
+        .arg(&junk)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("s_magic"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&junk).unwrap(), before, "nothing written");
+    let _ = std::fs::remove_file(&junk);
+
+    let Some(img) = ext4_image("ext4-flip.img") else {
+        return;
+    };
+    // Flip a bit of group 3's block bitmap behind spacekit's back.
+    let info = spacekit()
+        .args(["ext4", "info", "--json"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    let bitmap_block = info["groups"][3]["block_bitmap"].as_u64().unwrap();
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[(bitmap_block * 4096 + 100) as usize] ^= 0x10;
+    std::fs::write(&img, &bytes).unwrap();
+    let out = spacekit()
+        .args(["ext4", "verify", "--json"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks: Vec<&str> = v["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["check"].as_str().unwrap())
+        .collect();
+    assert!(checks.contains(&"BlockBitmapChecksum"), "{v}");
+    let _ = std::fs::remove_file(&img);
 }
