@@ -4,8 +4,10 @@
 //! group's block bitmap and brings the bitmap's checksum up to date:
 //!
 //! * `before`: a first-fit scan of the bitmap from the start of the group
-//!   (the bitmap engine's `find_clear_area`), then a full CRC-32C of the
-//!   bitmap's checksummed bytes: the cost seed 001's "Before" column pays;
+//!   (the kernel's `bitmap_find_next_zero_area_off` loop over
+//!   `find_next_zero_bit` / `find_next_bit`, word at a time, ported in
+//!   `baselines::find_bit`), then a full CRC-32C of the bitmap's checksummed
+//!   bytes: the cost seed 001's "Before" column pays;
 //! * `flip`: the same scan, with the checksum updated by `flip_range`
 //!   (`ChecksummedBitmap`): the seed's "+crc_flip_range";
 //! * `spacekit`: first fit from ext4's goal (the block after the previous
@@ -31,6 +33,7 @@
 //! `source`, `allocs`, `median_ns` (one whole group) and `gbps`; case
 //! `first-fit` with `bits`, `median_ns`, variants `scan` and `spacekit`.
 
+use baselines::find_bit::{self, AreaVariant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::bitmap::{Bitmap, Bits, BitsMut};
@@ -79,6 +82,14 @@ fn csum_len(g: &Group) -> usize {
     g.blocks / 8
 }
 
+/// The kernel's first-fit scan from the start of the group (word at a
+/// time), as the seed's "before" and "+crc_flip_range" columns run it.
+fn kernel_scan(words: &[u64], blocks: usize) -> Option<usize> {
+    let (i, _) =
+        find_bit::find_next_zero_area_off(words, blocks, 0, REQ, 0, 0, AreaVariant::Before);
+    (i < blocks).then_some(i)
+}
+
 fn fill_before(g: &Group) -> Fill {
     let mut map = g.bitmap.clone();
     let n = csum_len(g);
@@ -87,7 +98,7 @@ fn fill_before(g: &Group) -> Fill {
         digest: 0,
         crc: crc32c::raw_words(SEED, map.as_words(), n),
     };
-    while let Ok(Some(s)) = map.find_clear_area(0, REQ, 0, 0) {
+    while let Some(s) = kernel_scan(map.as_words(), g.blocks) {
         if map.set_range(s..s + REQ).is_err() {
             break;
         }
@@ -111,7 +122,7 @@ fn fill_flip(g: &Group, start: &ChecksummedBitmap) -> Fill {
         digest: 0,
         crc: map.checksum(),
     };
-    while let Ok(Some(s)) = map.bitmap().find_clear_area(0, REQ, 0, 0) {
+    while let Some(s) = kernel_scan(map.bitmap().as_words(), g.blocks) {
         if map.set_range(s..s + REQ).is_err() {
             break;
         }
@@ -119,7 +130,6 @@ fn fill_flip(g: &Group, start: &ChecksummedBitmap) -> Fill {
         f.digest = mix(f.digest, s);
     }
     f.crc = map.checksum();
-    let _ = g;
     f
 }
 
