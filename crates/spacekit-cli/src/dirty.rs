@@ -69,8 +69,8 @@ struct RangesArgs {
     quiet: bool,
 }
 
-/// A decimal or `0x` hexadecimal u64.
-fn parse_u64(s: &str) -> Result<u64, String> {
+/// A decimal or `0x` hexadecimal u64 (shared by the subcommands).
+pub(crate) fn parse_u64(s: &str) -> Result<u64, String> {
     let t = s.replace('_', "");
     let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),

@@ -7,6 +7,8 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use spacekit::ext4::{AllocRequest, Image, OpenMode};
 
+use crate::dirty::parse_u64;
+
 /// Arguments of `spacekit ext4`.
 #[derive(Args, Debug)]
 pub struct Ext4Args {
@@ -86,16 +88,6 @@ struct FreeArgs {
     /// Number of blocks.
     #[arg(value_parser = parse_u64)]
     len: u64,
-}
-
-/// A decimal or `0x` hexadecimal u64.
-fn parse_u64(s: &str) -> Result<u64, String> {
-    let t = s.replace('_', "");
-    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => t.parse(),
-    };
-    r.map_err(|e| format!("`{s}` is not a number: {e}"))
 }
 
 fn open(c: &Common, mode: OpenMode) -> Result<Image, String> {
