@@ -34,6 +34,14 @@ fn bench_json(name: &str, args: &[&str]) -> serde_json::Value {
     v
 }
 
+/// The rows of `bench NAME --quick --json`, after checking the report
+/// names the benchmark.
+fn quick_rows(name: &str) -> Vec<serde_json::Value> {
+    let v = bench_json(&format!("{name}.json"), &[name, "--quick"]);
+    assert_eq!(v["bench"], name);
+    v["rows"].as_array().unwrap().clone()
+}
+
 #[test]
 fn help_explains_every_subcommand() {
     let out = spacekit().arg("--help").output().unwrap();
@@ -219,9 +227,7 @@ fn dirty_ranges_rejects_bad_input() {
 
 #[test]
 fn quick_dirty_writes_the_documented_rows() {
-    let v = bench_json("dirty.json", &["dirty", "--quick"]);
-    assert_eq!(v["bench"], "dirty");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("dirty");
     for density in ["0%", "0.1%", "1%", "5%", "clustered", "100%"] {
         for variant in ["before", "seed", "spacekit", "spacekit-mt"] {
             let r = rows
@@ -257,9 +263,7 @@ fn unknown_benchmark_is_rejected() {
 
 #[test]
 fn quick_zero_area_writes_the_documented_rows() {
-    let v = bench_json("zero-area.json", &["zero-area", "--quick"]);
-    assert_eq!(v["bench"], "zero-area");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("zero-area");
     let find = |case: &str, variant: &str| {
         rows.iter()
             .filter(|r| r["case"] == case && r["variant"] == variant)
@@ -302,9 +306,7 @@ fn quick_zero_area_writes_the_documented_rows() {
 
 #[test]
 fn quick_crc_writes_the_documented_rows() {
-    let v = bench_json("crc.json", &["crc", "--quick"]);
-    assert_eq!(v["bench"], "crc");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("crc");
     let find = |case: &str, variant: &str| -> Vec<&serde_json::Value> {
         rows.iter()
             .filter(|r| r["case"] == case && r["variant"] == variant)
@@ -370,9 +372,7 @@ fn a_disagreement_fails_and_writes_no_json() {
 
 #[test]
 fn quick_fork_writes_the_documented_rows() {
-    let v = bench_json("fork.json", &["fork", "--quick"]);
-    assert_eq!(v["bench"], "fork");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("fork");
     for vmas in [21u64, 421, 6421] {
         for variant in ["before", "btreemap", "rangemap", "spacekit", "limit"] {
             let r = rows
@@ -391,9 +391,7 @@ fn quick_fork_writes_the_documented_rows() {
 
 #[test]
 fn quick_rangetree_writes_the_documented_rows() {
-    let v = bench_json("rangetree.json", &["rangetree", "--quick"]);
-    assert_eq!(v["bench"], "rangetree");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("rangetree");
     for n in [1024u64, 65536] {
         for case in ["get", "find_gap"] {
             for variant in ["spacekit", "btreemap"] {
@@ -801,9 +799,7 @@ fn maps_help_explains_the_window() {
 
 #[test]
 fn quick_cma_writes_the_documented_rows() {
-    let v = bench_json("cma.json", &["cma", "--quick"]);
-    assert_eq!(v["bench"], "cma");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("cma");
     for start in ["aligned", "unaligned", "poisoned", "section"] {
         let mut variants = vec!["before", "spacekit"];
         if start == "aligned" {
@@ -833,9 +829,7 @@ fn quick_cma_writes_the_documented_rows() {
 
 #[test]
 fn quick_ext4_fallocate_writes_the_documented_rows() {
-    let v = bench_json("ext4-fallocate.json", &["ext4-fallocate", "--quick"]);
-    assert_eq!(v["bench"], "ext4-fallocate");
-    let rows = v["rows"].as_array().unwrap();
+    let rows = quick_rows("ext4-fallocate");
     // In-memory groups at 4 KiB and 64 KiB blocks (block size x 8 blocks).
     for bs in [4096u64, 65536] {
         for variant in ["before", "flip", "spacekit"] {

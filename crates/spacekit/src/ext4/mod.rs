@@ -180,6 +180,13 @@ pub struct GroupInfo {
     pub checksum: u16,
 }
 
+/// Which of a group's two bitmaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    Block,
+    Inode,
+}
+
 /// Cached bitmaps of one group.
 #[derive(Debug, Default)]
 struct GroupCache {
@@ -696,37 +703,51 @@ impl Image {
         Ok(Loaded::new(map, csum_ok))
     }
 
-    /// Runs `f` on group `g`'s block bitmap (loading it first); the bitmap
-    /// goes back into the cache whatever `f` does.
+    /// Runs `f` on group `g`'s block or inode bitmap (loading it first);
+    /// the bitmap goes back into the cache whatever `f` does.
+    fn with_bitmap<R>(
+        &mut self,
+        g: u32,
+        which: Which,
+        f: impl FnOnce(&mut Loaded) -> R,
+    ) -> Result<R, Ext4Error> {
+        let cache = &mut self.groups[g as usize];
+        let cell = match which {
+            Which::Block => &mut cache.block,
+            Which::Inode => &mut cache.inode,
+        };
+        let mut l = match cell.take() {
+            Some(l) => l,
+            None => match which {
+                Which::Block => self.load_block_bitmap(g)?,
+                Which::Inode => self.load_inode_bitmap(g)?,
+            },
+        };
+        let r = f(&mut l);
+        let cache = &mut self.groups[g as usize];
+        match which {
+            Which::Block => cache.block = OnceCell::from(l),
+            Which::Inode => cache.inode = OnceCell::from(l),
+        }
+        Ok(r)
+    }
+
+    /// [`Image::with_bitmap`] on the block bitmap.
     fn with_block_bitmap<R>(
         &mut self,
         g: u32,
         f: impl FnOnce(&mut Loaded) -> R,
     ) -> Result<R, Ext4Error> {
-        let taken = self.groups[g as usize].block.take();
-        let mut l = match taken {
-            Some(l) => l,
-            None => self.load_block_bitmap(g)?,
-        };
-        let r = f(&mut l);
-        self.groups[g as usize].block = OnceCell::from(l);
-        Ok(r)
+        self.with_bitmap(g, Which::Block, f)
     }
 
-    /// [`Image::with_block_bitmap`] for the inode bitmap.
+    /// [`Image::with_bitmap`] on the inode bitmap.
     fn with_inode_bitmap<R>(
         &mut self,
         g: u32,
         f: impl FnOnce(&mut Loaded) -> R,
     ) -> Result<R, Ext4Error> {
-        let taken = self.groups[g as usize].inode.take();
-        let mut l = match taken {
-            Some(l) => l,
-            None => self.load_inode_bitmap(g)?,
-        };
-        let r = f(&mut l);
-        self.groups[g as usize].inode = OnceCell::from(l);
-        Ok(r)
+        self.with_bitmap(g, Which::Inode, f)
     }
 
     /// The writes a flush makes, in block order within each kind.
