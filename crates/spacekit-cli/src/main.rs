@@ -39,7 +39,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => bench::run(&args).map_err(|e| e.to_string()),
+        Command::Bench(args) => bench::run(&args),
         Command::Dirty(args) => dirty::run(&args),
         Command::Ext4(args) => ext4::run(&args),
         Command::Maps(args) => maps::run(&args),

@@ -62,10 +62,6 @@ impl PartialEq for ChecksummedBitmap {
 
 impl Eq for ChecksummedBitmap {}
 
-/// Words converted at a time where the byte view must be built (big-endian).
-#[cfg(not(target_endian = "little"))]
-const CHUNK_WORDS: usize = 32;
-
 impl ChecksummedBitmap {
     /// Reads `bytes` (all of them become bits) and computes the raw CRC-32C of
     /// the first `csum_len` bytes from `seed`.
@@ -156,7 +152,8 @@ impl ChecksummedBitmap {
 
     /// The checksum computed from scratch over the current bits.
     pub fn recompute(&self) -> u32 {
-        raw_words(self.engine, self.seed, self.bits.as_words(), self.csum_len)
+        self.engine
+            .raw_words(self.seed, self.bits.as_words(), self.csum_len)
     }
 
     /// Whether the kept checksum equals a fresh computation.
@@ -296,7 +293,8 @@ impl ChecksummedBitmap {
 
     /// Raw CRC (from 0) of bytes `[a, b)`, `a` a multiple of 8.
     fn span_crc(&self, a: usize, b: usize) -> u32 {
-        raw_words(self.engine, 0, &self.bits.as_words()[a / 8..], b - a)
+        self.engine
+            .raw_words(0, &self.bits.as_words()[a / 8..], b - a)
     }
 }
 
@@ -305,39 +303,4 @@ enum Op {
     Set,
     Clear,
     Flip,
-}
-
-/// Raw CRC of the first `nbytes` little-endian bytes of `words`.
-pub(crate) fn raw_words(engine: Engine, crc: u32, words: &[u64], nbytes: usize) -> u32 {
-    debug_assert!(nbytes <= words.len() * 8);
-    #[cfg(target_endian = "little")]
-    {
-        // SAFETY: `u64` has no padding and every byte pattern is a valid `u8`;
-        // the length stays inside `words` (nbytes <= 8 * words.len(), which
-        // every caller guarantees: csum_len <= byte length of the bitmap), and
-        // `u8` has alignment 1. On a little-endian target the in-memory bytes
-        // are the on-disk layout.
-        let bytes = unsafe {
-            core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), nbytes.min(words.len() * 8))
-        };
-        engine.raw(crc, bytes)
-    }
-    #[cfg(not(target_endian = "little"))]
-    {
-        let mut crc = crc;
-        let mut left = nbytes;
-        for chunk in words.chunks(CHUNK_WORDS) {
-            if left == 0 {
-                break;
-            }
-            let mut buf = [0u8; CHUNK_WORDS * 8];
-            for (out, w) in buf.chunks_exact_mut(8).zip(chunk) {
-                out.copy_from_slice(&w.to_le_bytes());
-            }
-            let n = left.min(chunk.len() * 8);
-            crc = engine.raw(crc, &buf[..n]);
-            left -= n;
-        }
-        crc
-    }
 }

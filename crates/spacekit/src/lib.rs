@@ -47,6 +47,10 @@ pub mod rangetree;
 #[cfg(test)]
 mod test_rng;
 
+#[doc(hidden)]
+#[path = "testing.rs"]
+pub mod __testing;
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

@@ -338,7 +338,44 @@ pub fn raw(crc: u32, bytes: &[u8]) -> u32 {
 /// ```
 #[inline]
 pub fn raw_words(crc: u32, words: &[u64], nbytes: usize) -> u32 {
-    crate::checked_bitmap::raw_words(Engine::detect(), crc, words, nbytes.min(words.len() * 8))
+    Engine::detect().raw_words(crc, words, nbytes)
+}
+
+impl Engine {
+    /// See [`raw_words`].
+    pub fn raw_words(self, crc: u32, words: &[u64], nbytes: usize) -> u32 {
+        let nbytes = nbytes.min(words.len() * 8);
+        #[cfg(target_endian = "little")]
+        {
+            // SAFETY: `u64` has no padding and every byte pattern is a valid `u8`;
+            // the length stays inside `words` (`nbytes` was capped at
+            // 8 * words.len() above), and
+            // `u8` has alignment 1. On a little-endian target the in-memory bytes
+            // are the on-disk layout.
+            let bytes = unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), nbytes) };
+            self.raw(crc, bytes)
+        }
+        #[cfg(not(target_endian = "little"))]
+        {
+            let mut crc = crc;
+            let mut left = nbytes;
+            // Words per on-stack byte buffer.
+            const CHUNK_WORDS: usize = 32;
+            for chunk in words.chunks(CHUNK_WORDS) {
+                if left == 0 {
+                    break;
+                }
+                let mut buf = [0u8; CHUNK_WORDS * 8];
+                for (out, w) in buf.chunks_exact_mut(8).zip(chunk) {
+                    out.copy_from_slice(&w.to_le_bytes());
+                }
+                let n = left.min(chunk.len() * 8);
+                crc = self.raw(crc, &buf[..n]);
+                left -= n;
+            }
+            crc
+        }
+    }
 }
 
 /// Standard CRC-32C (iSCSI; initial value and output inverted) of `bytes`.

@@ -31,15 +31,17 @@
 //! `added`, `median_ns` (per fork) and `forks_per_sec`.
 
 use std::collections::BTreeMap;
-use std::fmt;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use rangemap::RangeInclusiveMap;
 use spacekit::rangetree::RangeTree;
 
-use super::{
-    batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
+use crate::chart::{Chart, XAxis};
+use crate::{
+    batch, progress, verify_lists, Bars, BenchError, Comparison, Ctx, Medians, Mode, Report, Row,
+    Table,
 };
 
 const NAME: &str = "fork";
@@ -197,34 +199,6 @@ fn layout(added: usize) -> Vec<Vma> {
 /// One entry of a copy, as every variant is compared: `(first, last, vma)`.
 type Entry = (u64, u64, Vma);
 
-/// Where `b` first differs from `a`, if it does.
-fn first_difference<T: PartialEq + fmt::Debug>(a: &[T], b: &[T]) -> Option<String> {
-    if let Some(i) = a.iter().zip(b).position(|(x, y)| x != y) {
-        return Some(format!("at entry {i}: {:?} instead of {:?}", b[i], a[i]));
-    }
-    (a.len() != b.len()).then(|| format!("{} entries instead of {}", b.len(), a.len()))
-}
-
-/// [`verify`] for long lists: names the first differing entry instead of
-/// printing whole lists.
-pub(super) fn verify_lists<T: PartialEq + fmt::Debug>(
-    what: &str,
-    answers: &[(&str, Vec<T>)],
-) -> Result<(), BenchError> {
-    if let Some((first_name, first)) = answers.first() {
-        for (name, a) in &answers[1..] {
-            if let Some(d) = first_difference(first, a) {
-                return Err(BenchError(format!(
-                    "variants disagree on {what}: {name} differs from {first_name} {d}"
-                )));
-            }
-        }
-    }
-    // The lists are equal; this keeps --inject-mismatch working.
-    let lens: Vec<(&str, usize)> = answers.iter().map(|(n, a)| (*n, a.len())).collect();
-    verify(what, &lens)
-}
-
 /// `before`: dup_mmap before the seed, one store per VMA into a new tree.
 fn fork_before(src: &RangeTree<Vma>) -> RangeTree<Vma> {
     let mut t = RangeTree::new();
@@ -254,7 +228,74 @@ fn vec_entries(v: &[Vma]) -> Vec<Entry> {
     v.iter().map(|m| (m.start, m.last(), m.clone())).collect()
 }
 
-const VARIANTS: [&str; 5] = ["before", "btreemap", "rangemap", "spacekit", "limit"];
+/// Builds the address space of 21 + `n_added` VMAs, verifies every
+/// variant's copy of it, and times the copies.
+fn fork_case(ctx: &Ctx, n_added: usize) -> Result<Medians, BenchError> {
+    let vmas = layout(n_added);
+    let total = vmas.len();
+    progress(NAME, &format!("{total} VMAs (21 + {n_added})"));
+    // The sources, each built in mmap order.
+    let mut tree = RangeTree::new();
+    let mut btree = BTreeMap::new();
+    let mut rmap = RangeInclusiveMap::new();
+    for v in &vmas {
+        tree.insert_range(v.start, v.last(), v.clone())
+            .map_err(|e| BenchError(format!("building the source tree: {e}")))?;
+        btree.insert(v.start, v.clone());
+        rmap.insert(v.start..=v.last(), v.clone());
+    }
+    let mut sorted = vmas.clone();
+    sorted.sort_by_key(|v| v.start);
+    tree.validate()
+        .map_err(|e| BenchError(format!("the source tree at {total} VMAs: {e}")))?;
+    if rmap.len() != total || tree.len() != total || btree.len() != total {
+        return Err(BenchError(format!(
+            "the sources hold {} (rangetree), {} (btreemap), {} (rangemap) entries, not {total}",
+            tree.len(),
+            btree.len(),
+            rmap.len()
+        )));
+    }
+    verify_lists(
+        &format!("the source VMAs at {total} VMAs"),
+        &[
+            ("layout", vec_entries(&sorted)),
+            ("source", tree_entries(&tree)),
+        ],
+    )?;
+    // Every variant's copy, compared with the layout before timing.
+    let c_spk = tree.dup_map(|v| v.clone());
+    c_spk
+        .validate()
+        .map_err(|e| BenchError(format!("the spacekit copy at {total} VMAs: {e}")))?;
+    Comparison::lists(format!("the forked VMAs at {total} VMAs"))
+        .variant(
+            "before",
+            tree_entries(&fork_before(&tree)),
+            batch(|| drop(black_box(fork_before(black_box(&tree))))),
+        )
+        .variant(
+            "btreemap",
+            btree_entries(&btree.clone()),
+            batch(|| drop(black_box(black_box(&btree).clone()))),
+        )
+        .variant(
+            "rangemap",
+            rangemap_entries(&rmap.clone()),
+            batch(|| drop(black_box(black_box(&rmap).clone()))),
+        )
+        .variant(
+            "spacekit",
+            tree_entries(&c_spk),
+            batch(|| drop(black_box(black_box(&tree).dup_map(|v| v.clone())))),
+        )
+        .variant(
+            "limit",
+            vec_entries(&sorted.clone()),
+            batch(|| drop(black_box(black_box(&sorted).clone()))),
+        )
+        .run(&ctx.timer())
+}
 
 /// Runs `bench fork`.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
@@ -283,64 +324,10 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     );
     let mut at_bar = None;
     for &n_added in added {
-        let vmas = layout(n_added);
-        let total = vmas.len();
-        progress(NAME, &format!("{total} VMAs (21 + {n_added})"));
-        // The sources, each built in mmap order.
-        let mut tree = RangeTree::new();
-        let mut btree = BTreeMap::new();
-        let mut rmap = RangeInclusiveMap::new();
-        for v in &vmas {
-            tree.insert_range(v.start, v.last(), v.clone())
-                .map_err(|e| BenchError(format!("building the source tree: {e}")))?;
-            btree.insert(v.start, v.clone());
-            rmap.insert(v.start..=v.last(), v.clone());
-        }
-        let mut sorted = vmas.clone();
-        sorted.sort_by_key(|v| v.start);
-        let expected = vec_entries(&sorted);
-        tree.validate()
-            .map_err(|e| BenchError(format!("the source tree at {total} VMAs: {e}")))?;
-        if rmap.len() != total || tree.len() != total || btree.len() != total {
-            return Err(BenchError(format!(
-                "the sources hold {} (rangetree), {} (btreemap), {} (rangemap) entries, not {total}",
-                tree.len(),
-                btree.len(),
-                rmap.len()
-            )));
-        }
-
-        // Correctness first: every variant's copy, compared with the layout.
-        let c_before = fork_before(&tree);
-        let c_spk = tree.dup_map(|v| v.clone());
-        c_spk
-            .validate()
-            .map_err(|e| BenchError(format!("the spacekit copy at {total} VMAs: {e}")))?;
-        let c_btree = btree.clone();
-        let c_rmap = rmap.clone();
-        let c_vec = sorted.clone();
-        verify_lists(
-            &format!("the forked VMAs at {total} VMAs"),
-            &[
-                ("layout", expected),
-                ("source", tree_entries(&tree)),
-                ("before", tree_entries(&c_before)),
-                ("btreemap", btree_entries(&c_btree)),
-                ("rangemap", rangemap_entries(&c_rmap)),
-                ("spacekit", tree_entries(&c_spk)),
-                ("limit", vec_entries(&c_vec)),
-            ],
-        )?;
-        drop((c_before, c_spk, c_btree, c_rmap, c_vec));
-
-        let ns = ctx.timer().medians(&mut [
-            batch(|| drop(black_box(fork_before(black_box(&tree))))),
-            batch(|| drop(black_box(black_box(&btree).clone()))),
-            batch(|| drop(black_box(black_box(&rmap).clone()))),
-            batch(|| drop(black_box(black_box(&tree).dup_map(|v| v.clone())))),
-            batch(|| drop(black_box(black_box(&sorted).clone()))),
-        ]);
-        for (variant, &t) in VARIANTS.iter().zip(&ns) {
+        let total = 21 + n_added;
+        let m = fork_case(ctx, n_added)?;
+        for &variant in m.names() {
+            let t = m.ns(variant);
             report.push(
                 Row::new("fork", variant)
                     .field("vmas", total)
@@ -351,54 +338,60 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         }
         table.row(vec![
             total.to_string(),
-            fmt_ns(ns[0]),
-            fmt_ns(ns[1]),
-            fmt_ns(ns[2]),
-            fmt_ns(ns[3]),
-            fmt_ns(ns[4]),
-            format!("{:.0}", 1e9 / ns[3]),
-            fmt_ratio(ns[0], ns[3]),
-            fmt_ratio(ns[1], ns[3]),
-            fmt_ratio(ns[2], ns[3]),
-            fmt_ratio(ns[3], ns[4]),
+            m.cell("before"),
+            m.cell("btreemap"),
+            m.cell("rangemap"),
+            m.cell("spacekit"),
+            m.cell("limit"),
+            format!("{:.0}", 1e9 / m.ns("spacekit")),
+            m.ratio_cell("before", "spacekit"),
+            m.ratio_cell("btreemap", "spacekit"),
+            m.ratio_cell("rangemap", "spacekit"),
+            m.ratio_cell("spacekit", "limit"),
         ]);
         if total == BAR_VMAS {
-            at_bar = Some(ns);
+            at_bar = Some(m);
         }
     }
-    table.print();
+    report.table(table);
+    let chart = Chart::new(
+        "fork: time to copy the VMA tree (copy and drop) vs VMAs",
+        "VMAs",
+        "ns per fork",
+        XAxis::Log,
+        true,
+    )
+    .from_rows(&report.rows, "vmas", "median_ns");
+    report.chart(chart);
 
-    if let Some(ns) = at_bar {
-        let (before, btree, spk, limit) = (ns[0], ns[1], ns[3], ns[4]);
+    if let Some(m) = at_bar {
+        let spk = m.cell("spacekit");
         bars.check(
-            before / spk >= 40.0,
+            m.ratio("before", "spacekit") >= 40.0,
             format!(
-                "{BAR_VMAS} VMAs: spacekit {} vs before {} = {:.1}x faster (bar: >= 40x)",
-                fmt_ns(spk),
-                fmt_ns(before),
-                before / spk
+                "{BAR_VMAS} VMAs: spacekit {spk} vs before {} = {:.1}x faster (bar: >= 40x)",
+                m.cell("before"),
+                m.ratio("before", "spacekit")
             ),
         );
         bars.check(
-            btree / spk >= 2.5,
+            m.ratio("btreemap", "spacekit") >= 2.5,
             format!(
-                "{BAR_VMAS} VMAs: spacekit {} vs btreemap {} = {:.1}x faster (bar: >= 2.5x)",
-                fmt_ns(spk),
-                fmt_ns(btree),
-                btree / spk
+                "{BAR_VMAS} VMAs: spacekit {spk} vs btreemap {} = {:.1}x faster (bar: >= 2.5x)",
+                m.cell("btreemap"),
+                m.ratio("btreemap", "spacekit")
             ),
         );
         bars.check(
-            spk <= 3.0 * limit,
+            m.ratio("spacekit", "limit") <= 3.0,
             format!(
-                "{BAR_VMAS} VMAs: spacekit {} vs memcpy of the records {} = {:.2}x (bar: <= 3x)",
-                fmt_ns(spk),
-                fmt_ns(limit),
-                spk / limit
+                "{BAR_VMAS} VMAs: spacekit {spk} vs memcpy of the records {} = {:.2}x (bar: <= 3x)",
+                m.cell("limit"),
+                m.ratio("spacekit", "limit")
             ),
         );
     }
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }
 
@@ -427,16 +420,5 @@ mod tests {
             }
             assert!(v.last().unwrap().end <= 1 << 47);
         }
-    }
-
-    #[test]
-    fn first_difference_names_the_entry() {
-        assert_eq!(first_difference(&[1, 2, 3], &[1, 2, 3]), None);
-        assert!(first_difference(&[1, 2, 3], &[1, 5, 3])
-            .unwrap()
-            .contains("entry 1"));
-        assert!(first_difference(&[1, 2, 3], &[1, 2])
-            .unwrap()
-            .contains("2 entries instead of 3"));
     }
 }

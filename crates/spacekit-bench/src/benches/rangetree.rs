@@ -29,8 +29,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::rangetree::RangeTree;
 
-use super::fork::verify_lists;
-use super::{batch, fmt_ns, fmt_ratio, progress, Bars, BenchError, Ctx, Mode, Report, Row, Table};
+use crate::chart::{Chart, XAxis};
+use crate::{
+    batch, progress, Bars, BenchError, Comparison, Ctx, Medians, Mode, Report, Row, Table,
+};
 
 const NAME: &str = "rangetree";
 const PAGE: u64 = 4096;
@@ -106,9 +108,11 @@ fn btree_find_gap(map: &BTreeMap<u64, (u64, u64)>, size: u64, start: u64) -> Opt
     (u64::MAX - cur >= size - 1).then_some(cur)
 }
 
-/// Per-query times of one size: `[get spacekit, get btreemap, find_gap
-/// spacekit, find_gap btreemap]`.
-type SizeRun = [f64; 4];
+/// Per-query times of one size.
+struct SizeRun {
+    get: Medians,
+    gap: Medians,
+}
 
 /// Verifies and times both cases on `n` ranges; returns the times and the
 /// tree's height.
@@ -145,29 +149,34 @@ fn run_size(ctx: &Ctx, n: usize, rng: &mut SmallRng) -> Result<(SizeRun, usize),
         .collect();
     let want: Vec<Option<u64>> = queries.iter().map(|&i| btree_get(&map, i)).collect();
     let got: Vec<Option<u64>> = queries.iter().map(|&i| tree.get(i).copied()).collect();
-    verify_lists(
-        &format!("get on {n} ranges"),
-        &[("btreemap", want), ("spacekit", got)],
-    )?;
     progress(NAME, &format!("{n} ranges: get"));
-    let get_ns = ctx.timer().medians(&mut [
-        batch(|| {
-            let t = black_box(&tree);
-            let mut acc = 0u64;
-            for &i in &queries {
-                acc = acc.wrapping_add(t.get(i).copied().unwrap_or(1));
-            }
-            black_box(acc);
-        }),
-        batch(|| {
-            let m = black_box(&map);
-            let mut acc = 0u64;
-            for &i in &queries {
-                acc = acc.wrapping_add(btree_get(m, i).unwrap_or(1));
-            }
-            black_box(acc);
-        }),
-    ]);
+    let get = Comparison::lists(format!("get on {n} ranges"))
+        .variant(
+            "spacekit",
+            got,
+            batch(|| {
+                let t = black_box(&tree);
+                let mut acc = 0u64;
+                for &i in &queries {
+                    acc = acc.wrapping_add(t.get(i).copied().unwrap_or(1));
+                }
+                black_box(acc);
+            }),
+        )
+        .variant(
+            "btreemap",
+            want,
+            batch(|| {
+                let m = black_box(&map);
+                let mut acc = 0u64;
+                for &i in &queries {
+                    acc = acc.wrapping_add(btree_get(m, i).unwrap_or(1));
+                }
+                black_box(acc);
+            }),
+        )
+        .run(&ctx.timer())?
+        .per(GET_QUERIES as f64);
 
     // ---- find_gap ----
     let size = FIND_PAGES * PAGE;
@@ -184,32 +193,35 @@ fn run_size(ctx: &Ctx, n: usize, rng: &mut SmallRng) -> Result<(SizeRun, usize),
         .map(|&s| tree.find_gap(size, s..=u64::MAX))
         .collect::<Result<Vec<Option<u64>>, _>>()
         .map_err(|e| BenchError(format!("find_gap on {n} ranges: {e}")))?;
-    verify_lists(
-        &format!("find_gap on {n} ranges"),
-        &[("btreemap", want), ("spacekit", got)],
-    )?;
     progress(NAME, &format!("{n} ranges: find_gap"));
-    let gap_ns = ctx.timer().medians(&mut [
-        batch(|| {
-            let t = black_box(&tree);
-            let mut acc = 0u64;
-            for &s in &starts {
-                acc ^= t.find_gap(size, s..=u64::MAX).ok().flatten().unwrap_or(1);
-            }
-            black_box(acc);
-        }),
-        batch(|| {
-            let m = black_box(&map);
-            let mut acc = 0u64;
-            for &s in &starts {
-                acc ^= btree_find_gap(m, size, s).unwrap_or(1);
-            }
-            black_box(acc);
-        }),
-    ]);
-    let q = GET_QUERIES as f64;
-    let g = GAP_QUERIES as f64;
-    let times = [get_ns[0] / q, get_ns[1] / q, gap_ns[0] / g, gap_ns[1] / g];
+    let gap = Comparison::lists(format!("find_gap on {n} ranges"))
+        .variant(
+            "spacekit",
+            got,
+            batch(|| {
+                let t = black_box(&tree);
+                let mut acc = 0u64;
+                for &s in &starts {
+                    acc ^= t.find_gap(size, s..=u64::MAX).ok().flatten().unwrap_or(1);
+                }
+                black_box(acc);
+            }),
+        )
+        .variant(
+            "btreemap",
+            want,
+            batch(|| {
+                let m = black_box(&map);
+                let mut acc = 0u64;
+                for &s in &starts {
+                    acc ^= btree_find_gap(m, size, s).unwrap_or(1);
+                }
+                black_box(acc);
+            }),
+        )
+        .run(&ctx.timer())?
+        .per(GAP_QUERIES as f64);
+    let times = SizeRun { get, gap };
     Ok((times, tree.height()))
 }
 
@@ -241,66 +253,75 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let mut results: Vec<(usize, SizeRun)> = Vec::new();
     for &n in sizes {
         let (r, height) = run_size(ctx, n, &mut rng)?;
-        for (variant, ns) in [("spacekit", r[0]), ("btreemap", r[1])] {
-            report.push(
-                Row::new("get", variant)
-                    .field("ranges", n)
-                    .field("queries", GET_QUERIES)
-                    .field("median_ns", ns),
-            );
-        }
-        for (variant, ns) in [("spacekit", r[2]), ("btreemap", r[3])] {
-            report.push(
-                Row::new("find_gap", variant)
-                    .field("ranges", n)
-                    .field("queries", GAP_QUERIES)
-                    .field("size", FIND_PAGES * PAGE)
-                    .field("median_ns", ns),
-            );
-        }
+        r.get.rows(&mut report, |v| {
+            Row::new("get", v)
+                .field("ranges", n)
+                .field("queries", GET_QUERIES)
+        });
+        r.gap.rows(&mut report, |v| {
+            Row::new("find_gap", v)
+                .field("ranges", n)
+                .field("queries", GAP_QUERIES)
+                .field("size", FIND_PAGES * PAGE)
+        });
         table.row(vec![
             n.to_string(),
             height.to_string(),
-            fmt_ns(r[0]),
-            fmt_ns(r[1]),
-            format!("{:.2}x", r[0] / r[1]),
-            fmt_ns(r[2]),
-            fmt_ns(r[3]),
-            fmt_ratio(r[3], r[2]),
+            r.get.cell("spacekit"),
+            r.get.cell("btreemap"),
+            format!("{:.2}x", r.get.ratio("spacekit", "btreemap")),
+            r.gap.cell("spacekit"),
+            r.gap.cell("btreemap"),
+            r.gap.ratio_cell("btreemap", "spacekit"),
         ]);
         results.push((n, r));
     }
-    table.print();
+    report.table(table);
+    for case in ["get", "find_gap"] {
+        let chart = Chart::new(
+            &format!("{case}: time per query vs ranges in the tree"),
+            "ranges",
+            "ns per query",
+            XAxis::Log,
+            true,
+        )
+        .from_rows(
+            report.rows.iter().filter(|r| r.str("case") == Some(case)),
+            "ranges",
+            "median_ns",
+        );
+        report.chart(chart);
+    }
 
     const MILLION: usize = 1 << 20;
     match results.iter().find(|(n, _)| *n == MILLION) {
         Some((_, r)) => bars.check(
-            r[0] <= 1.5 * r[1],
+            r.get.ratio("spacekit", "btreemap") <= 1.5,
             format!(
                 "get at 1M ranges: spacekit {} vs btreemap {} = {:.2}x (bar: <= 1.5x)",
-                fmt_ns(r[0]),
-                fmt_ns(r[1]),
-                r[0] / r[1]
+                r.get.cell("spacekit"),
+                r.get.cell("btreemap"),
+                r.get.ratio("spacekit", "btreemap")
             ),
         ),
-        None => println!("\n(get at 1M ranges: not checked in --quick mode)"),
+        None => report.note("get at 1M ranges: not checked in --quick mode".into()),
     }
     for (i, (n1, r1)) in results.iter().enumerate() {
         for (n2, r2) in &results[i + 1..] {
-            let grew = r2[2] / r1[2];
+            let grew = r2.gap.ns("spacekit") / r1.gap.ns("spacekit");
             let allowed = (*n2 as f64).log2() / (*n1 as f64).log2();
             bars.check(
                 grew <= allowed,
                 format!(
                     "find_gap {n1} -> {n2} ranges: time x{grew:.2} ({} -> {}), \
                      log2 n x{allowed:.2} (bar: time grows no faster than log n)",
-                    fmt_ns(r1[2]),
-                    fmt_ns(r2[2])
+                    r1.gap.cell("spacekit"),
+                    r2.gap.cell("spacekit")
                 ),
             );
         }
     }
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }
 

@@ -21,9 +21,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::dirty::MemoryRangeTable;
 
-use super::{
-    batch, fmt_ns, fmt_ratio, membw, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row,
-    Table,
+use crate::harness::membw;
+use crate::{
+    batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
 };
 
 const NAME: &str = "dirty";
@@ -214,7 +214,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         ]);
         results.push((d.label(), ns));
     }
-    table.print();
+    report.table(table);
 
     let get = |label: &str| {
         results
@@ -259,6 +259,6 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             ),
         );
     }
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }

@@ -41,7 +41,8 @@ use spacekit::checked_bitmap::ChecksummedBitmap;
 use spacekit::crc32c;
 use spacekit::freespace::FreeSpaceIndex;
 
-use super::{
+use super::ext4_images::{self, Group};
+use crate::{
     batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
 };
 
@@ -50,18 +51,6 @@ const NAME: &str = "ext4-fallocate";
 const REQ: usize = 16;
 /// A checksum seed (any value: every variant uses the same).
 const SEED: u32 = 0x5EED_C5C5;
-
-/// One block group's starting state.
-pub struct Group {
-    /// Block size in bytes.
-    pub block_size: u64,
-    /// Blocks (bits) in the group.
-    pub blocks: usize,
-    /// The block bitmap (bit set = in use), `blocks` bits.
-    pub bitmap: Bitmap,
-    /// `image` or `memory`.
-    pub source: &'static str,
-}
 
 /// What one fill did: allocations, a digest of their positions, and the
 /// final checksum.
@@ -196,7 +185,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         _ => &SIZES,
     };
     let mut groups: Vec<Group> = Vec::new();
-    groups.extend(super::ext4_images::groups(ctx, sizes)?);
+    groups.extend(ext4_images::groups(ctx, sizes)?);
     groups.extend(sizes.iter().map(|&b| memory_group(b)));
     let timer = ctx.timer();
     let mut table = Table::new(
@@ -284,7 +273,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         ]);
         bar_rows.push((g.block_size, g.blocks, g.source, t[0] / t[2]));
     }
-    table.print();
+    report.table(table);
     for (bs, blocks, source, ratio) in &bar_rows {
         if *bs == 64 << 10 && *blocks == 524288 {
             bars.check(*ratio >= 10.0, format!("64 KiB blocks, 524288 blocks/group ({source}): spacekit {ratio:.1}x before (bar: >= 10x)"));
@@ -294,7 +283,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         }
     }
     first_fit(ctx, &mut report, &mut bars)?;
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }
 
@@ -366,7 +355,7 @@ fn first_fit(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Benc
         fmt_ratio(t[0], t[1]),
         index.memory_bytes().to_string(),
     ]);
-    table.print();
+    report.table(table);
     for (v, ns) in ["scan", "spacekit"].iter().zip(&t) {
         report.push(
             Row::new("first-fit", v)

@@ -65,8 +65,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::buddy::{BuddyAllocator, BuddyError, FreeSummary};
 
-use super::fork::verify_lists;
-use super::{fmt_ratio, median, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table};
+use crate::harness::median;
+use crate::{
+    fmt_ratio, progress, verify, verify_lists, Bars, BenchError, Ctx, Mode, Report, Row, Table,
+};
 
 const NAME: &str = "cma";
 /// Pages per CMA allocation (the seed's 16,384: 64 MiB of 4 KiB pages).
@@ -537,7 +539,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             at_bar = Some(ns);
         }
     }
-    table.print();
+    report.table(table);
 
     if let Some(ns) = at_bar {
         let (before, spk, bsa) = (ns[0], ns[1], ns[2]);
@@ -560,7 +562,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             ),
         );
     }
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }
 

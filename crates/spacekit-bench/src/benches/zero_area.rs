@@ -20,9 +20,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::bitmap::{BitView, Bits, ForceScalar};
 
-use super::{
-    batch, fmt_ns, fmt_ratio, membw, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row,
-    Table,
+use crate::harness::membw;
+use crate::{
+    batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
 };
 
 const NAME: &str = "zero-area";
@@ -232,7 +232,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             never_slower(&mut bars, &tag, &r);
         }
     }
-    table.print();
+    report.table(table);
 
     // ---- 2. large bitmaps, with alignment ----
     let sizes: &[usize] = match ctx.mode {
@@ -303,7 +303,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             }
         }
     }
-    table.print();
+    report.table(table);
 
     // ---- 3. scan speed vs memory bandwidth ----
     let scan_bytes: usize = match ctx.mode {
@@ -395,7 +395,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         }
     }
     drop(read_buf);
-    table.print();
+    report.table(table);
     if suspect && ctx.mode != Mode::Quick {
         println!(
             "(suspect: faster than memory. The buffer was served from cache, e.g. the host merged \
@@ -466,7 +466,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         }
     }
 
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }
 

@@ -11,8 +11,19 @@ use std::process::Command;
 use spacekit::bitmap::{Bitmap, BitsMut};
 use spacekit::ext4::{Image, OpenMode};
 
-use super::ext4_fallocate::Group;
-use super::{progress, BenchError, Ctx};
+use crate::{progress, BenchError, Ctx};
+
+/// One block group's starting state.
+pub struct Group {
+    /// Block size in bytes.
+    pub block_size: u64,
+    /// Blocks (bits) in the group.
+    pub blocks: usize,
+    /// The block bitmap (bit set = in use), `blocks` bits.
+    pub bitmap: Bitmap,
+    /// `image` or `memory`.
+    pub source: &'static str,
+}
 
 const UUID: &str = "6a5e1c3e-2b7a-4d4f-9c1e-0123456789ab";
 

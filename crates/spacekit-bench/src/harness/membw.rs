@@ -1,4 +1,5 @@
-//! `bench membw`: memory read bandwidth, the physical limit of every scan.
+//! Memory read bandwidth, the physical limit of every scan (`bench membw`,
+//! and the `membw` rows of the scan benchmarks).
 //!
 //! A buffer much larger than the last-level cache is filled (so page faults
 //! stay out of the timings) and then read start to end by one thread, and by
@@ -9,19 +10,15 @@
 use std::hint::black_box;
 use std::thread;
 
-use super::{fmt_ns, progress, BenchError, Ctx, Mode, Report, Row, Table};
+use super::output::{fmt_ns, progress, Report, Row, Table};
+use super::verify::verify;
+use crate::{BenchError, Ctx, Mode};
 
 /// Bandwidth figures of one run.
 #[derive(Clone, Copy, Debug)]
 pub struct Bandwidth {
     /// Single-thread read bandwidth, GB/s (1e9 bytes per second).
     pub single: f64,
-}
-
-/// Runs `bench membw` on its own.
-pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
-    let (report, _) = measure(ctx, &buffer(ctx)?)?;
-    Ok(report)
 }
 
 /// Measures bandwidth over `buf` (made by [`buffer`]) and returns its rows,
@@ -75,7 +72,7 @@ pub fn measure(ctx: &Ctx, buf: &[u64]) -> Result<(Report, Bandwidth), BenchError
                 .field("gbps", gbps),
         );
     }
-    table.print();
+    report.table(table);
     Ok((report, Bandwidth { single }))
 }
 
@@ -94,7 +91,7 @@ pub fn buffer(ctx: &Ctx) -> Result<Vec<u64>, BenchError> {
         .map_err(|e| BenchError(format!("cannot allocate {} MiB: {e}", bytes >> 20)))?;
     buf.extend((0..words as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
     let expect = buf.iter().fold(0u64, |a, &w| a ^ w);
-    super::verify(
+    verify(
         "the XOR of the buffer",
         &[("scalar", expect), ("read loop", read_xor(&buf))],
     )?;

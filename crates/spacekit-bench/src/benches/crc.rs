@@ -24,7 +24,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use spacekit::crc32c::{self, Engine};
 
-use super::{
+use crate::{
     batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
 };
 
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     flip_table(ctx, &mut rng, &mut report, &mut bars)?;
     combine_table(ctx, &mut rng, &mut report, &mut bars)?;
     bulk_table(ctx, &mut rng, &mut report, &mut bars)?;
-    bars.print();
+    report.bars(bars);
     Ok(report)
 }
 
@@ -212,7 +212,7 @@ fn flip_table(
             );
         }
     }
-    table.print();
+    report.table(table);
     bars.check(
         worst_flip <= 40.0,
         format!(
@@ -338,7 +338,7 @@ fn combine_table(
             ),
         );
     }
-    table.print();
+    report.table(table);
     Ok(())
 }
 
@@ -427,6 +427,6 @@ fn bulk_table(
             );
         }
     }
-    table.print();
+    report.table(table);
     Ok(())
 }

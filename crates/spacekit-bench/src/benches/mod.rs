@@ -1,0 +1,37 @@
+//! Every benchmark: one file each, and one line each in [`BENCHES`].
+
+use crate::{BenchError, Ctx, Report};
+
+mod cma;
+mod crc;
+mod dirty;
+mod ext4_fallocate;
+mod ext4_images;
+mod fork;
+mod membw;
+mod rangetree;
+mod zero_area;
+
+/// One benchmark `spacekit bench` can run.
+pub struct Bench {
+    /// Its name on the command line and in the JSON (`"bench"`).
+    pub name: &'static str,
+    /// One line for `--help` and the report.
+    pub about: &'static str,
+    /// Runs it: verifies, times, prints its tables and bars, returns its
+    /// rows and charts.
+    pub run: fn(&Ctx) -> Result<Report, BenchError>,
+}
+
+/// The registry: adding a benchmark is a file under `benches/` and a line here.
+#[rustfmt::skip]
+pub static BENCHES: &[Bench] = &[
+    Bench { name: "membw", run: membw::run, about: "Memory read bandwidth, one thread and all threads: the limit for scans." },
+    Bench { name: "zero-area", run: zero_area::run, about: "Seed 000: N consecutive clear bits with alignment, plus bit-scan speed and a find_bit_benchmark-style table." },
+    Bench { name: "crc", run: crc::run, about: "Seed 001: incremental CRC-32C (flip_range vs full recompute vs the seed's matrices), combine vs the crates, bulk throughput." },
+    Bench { name: "dirty", run: dirty::run, about: "Seed 004: a VM's dirty bitmap to memory ranges (per-bit loop vs the seed's set-bit iterator vs spacekit, one thread and all threads)." },
+    Bench { name: "fork", run: fork::run, about: "Seed 002: fork's copy of the VMA tree (one insert per VMA vs BTreeMap and rangemap clones vs spacekit's dup_map vs a memcpy)." },
+    Bench { name: "rangetree", run: rangetree::run, about: "Range tree lookups and gap searches on 1K, 64K and 1M ranges, vs a BTreeMap." },
+    Bench { name: "cma", run: cma::run, about: "Seed 003: CMA's free of 16,384 contiguous pages (page by page vs batched free_contig_range vs buddy_system_allocator)." },
+    Bench { name: "ext4-fallocate", run: ext4_fallocate::run, about: "Seed 001: fallocate of a whole ext4 block group (scan + full CRC vs scan + flip_range vs free-space index), block sizes 1k to 64k." },
+];

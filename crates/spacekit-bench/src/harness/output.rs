@@ -1,0 +1,264 @@
+//! What a benchmark produces: JSON rows, text tables, bars, charts, and
+//! progress lines.
+
+use std::io::Write;
+
+use serde_json::{json, Map, Value};
+
+use crate::chart::Chart;
+
+/// One JSON row: `case`, `variant`, parameters, and the measured figures.
+#[derive(Clone, Debug)]
+pub struct Row(Map<String, Value>);
+
+impl Row {
+    /// A row of `case` measured by `variant`.
+    pub fn new(case: &str, variant: &str) -> Row {
+        let mut m = Map::new();
+        m.insert("case".into(), json!(case));
+        m.insert("variant".into(), json!(variant));
+        Row(m)
+    }
+
+    /// Adds (or replaces) a field.
+    pub fn field(mut self, key: &str, value: impl Into<Value>) -> Row {
+        self.0.insert(key.into(), value.into());
+        self
+    }
+
+    /// A field as a number, if present and numeric.
+    pub fn num(&self, key: &str) -> Option<f64> {
+        self.0.get(key).and_then(Value::as_f64)
+    }
+
+    /// A field as a string, if present and a string.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(Value::as_str)
+    }
+
+    /// The row as a JSON object.
+    pub fn to_json(&self) -> Value {
+        Value::Object(self.0.clone())
+    }
+}
+
+/// One bar an issue set, checked on the rows of one run.
+#[derive(Clone, Debug)]
+pub struct Bar {
+    /// Whether this run meets it.
+    pub met: bool,
+    /// What was compared, with the figures and the bar.
+    pub text: String,
+}
+
+/// Everything one benchmark produced: its rows (the JSON), its text tables,
+/// its bars and its charts (the HTML report).
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The JSON rows.
+    pub rows: Vec<Row>,
+    /// The tables, in the order printed.
+    pub tables: Vec<Table>,
+    /// The bars, in the order checked.
+    pub bars: Vec<Bar>,
+    /// Lines printed after the bars (e.g. a bar not checked in this mode).
+    pub notes: Vec<String>,
+    /// The charts of the HTML report.
+    pub charts: Vec<Chart>,
+}
+
+impl Report {
+    /// Adds a row.
+    pub fn push(&mut self, row: Row) {
+        self.rows.push(row);
+    }
+
+    /// Prints `table` and keeps it for the HTML report.
+    pub fn table(&mut self, table: Table) {
+        table.print();
+        self.tables.push(table);
+    }
+
+    /// Prints the bars and keeps them for the HTML report.
+    pub fn bars(&mut self, bars: Bars) {
+        bars.print();
+        self.bars.extend(bars.lines);
+    }
+
+    /// Prints a note and keeps it.
+    pub fn note(&mut self, text: String) {
+        println!("\n({text})");
+        self.notes.push(text);
+    }
+
+    /// Adds a chart to the HTML report.
+    pub fn chart(&mut self, chart: Chart) {
+        self.charts.push(chart);
+    }
+
+    /// Takes over everything `other` holds (e.g. the `membw` rows a scan
+    /// benchmark reports beside its own).
+    pub fn absorb(&mut self, other: Report) {
+        self.rows.extend(other.rows);
+        self.tables.extend(other.tables);
+        self.bars.extend(other.bars);
+        self.notes.extend(other.notes);
+        self.charts.extend(other.charts);
+    }
+
+    /// The `--json` object of this benchmark.
+    pub fn to_json(&self, bench: &str) -> Value {
+        json!({
+            "bench": bench,
+            "rows": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// A text table printed with aligned columns: first column left-aligned,
+/// the rest right-aligned.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// The line above the table.
+    pub title: String,
+    /// Column names.
+    pub header: Vec<String>,
+    /// Cells, row by row.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new(title: &str, header: &[&str]) -> Table {
+        Table {
+            title: title.into(),
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row of cells.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The table as text lines (title, header, rows).
+    pub fn lines(&self) -> Vec<String> {
+        let mut width: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate() {
+                if i < width.len() {
+                    width[i] = width[i].max(c.chars().count());
+                }
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                let w = width.get(i).copied().unwrap_or(0);
+                if i == 0 {
+                    s.push_str(&format!("{c:<w$}"));
+                } else {
+                    s.push_str(&format!("  {c:>w$}"));
+                }
+            }
+            s
+        };
+        let mut out = vec![self.title.clone(), line(&self.header)];
+        out.extend(self.rows.iter().map(|r| line(r)));
+        out
+    }
+
+    /// Prints the table on stdout.
+    pub fn print(&self) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out);
+        for l in self.lines() {
+            let _ = writeln!(out, "{l}");
+        }
+        let _ = out.flush();
+    }
+}
+
+/// The issue's bars, checked on the rows of one run and printed after its
+/// tables as `[met]` / `[NOT MET]` lines.
+pub struct Bars {
+    bench: &'static str,
+    lines: Vec<Bar>,
+}
+
+impl Bars {
+    /// No bars yet, for benchmark `bench`.
+    pub fn new(bench: &'static str) -> Bars {
+        Bars {
+            bench,
+            lines: Vec::new(),
+        }
+    }
+
+    /// Records whether a bar is met, with the text that explains it.
+    pub fn check(&mut self, met: bool, text: String) {
+        self.lines.push(Bar { met, text });
+    }
+
+    fn print(&self) {
+        if self.lines.is_empty() {
+            return;
+        }
+        println!("\n{} bars (ratios from this run):", self.bench);
+        for b in &self.lines {
+            println!("  [{}] {}", if b.met { "met" } else { "NOT MET" }, b.text);
+        }
+    }
+}
+
+/// Progress message on stderr.
+pub fn progress(bench: &str, msg: &str) {
+    eprintln!("[{bench}] {msg}");
+}
+
+/// Formats nanoseconds with a unit that keeps 3-4 significant digits.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e4 {
+        format!("{:.1} us", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Formats a ratio `a / b` as `12.3x`.
+pub fn fmt_ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.1}x", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_lines_align_columns() {
+        let mut t = Table::new("t", &["a", "bb"]);
+        t.row(vec!["xyz".into(), "1".into()]);
+        assert_eq!(t.lines(), ["t", "a    bb", "xyz   1"]);
+    }
+
+    #[test]
+    fn report_keeps_rows_and_json_shape() {
+        let mut r = Report::default();
+        r.push(Row::new("c", "spacekit").field("median_ns", 2.5));
+        let j = r.to_json("x");
+        assert_eq!(j["bench"], "x");
+        assert_eq!(j["rows"][0]["case"], "c");
+        assert_eq!(j["rows"][0]["median_ns"], 2.5);
+        assert_eq!(r.rows[0].num("median_ns"), Some(2.5));
+        assert_eq!(r.rows[0].str("variant"), Some("spacekit"));
+    }
+}

@@ -1,0 +1,137 @@
+//! spacekit's benchmarks, and the small framework they stand on.
+//!
+//! The rules every benchmark keeps:
+//! * every variant's answer is computed outside the timed loop, and the
+//!   benchmark fails (non-zero exit, no JSON written) if any two disagree
+//!   ([`Comparison`] does it for each case);
+//! * times are medians of repeated samples, and the variants of one case are
+//!   sampled round-robin so drift on a noisy machine hits them alike; every
+//!   ratio comes from one run;
+//! * each benchmark is one file under `benches/` plus one line in the
+//!   [`BENCHES`] table.
+//!
+//! [`run`] runs benchmarks and returns their [`Report`]s; [`write_json`]
+//! writes the `--json` file (shape documented in `../shared/DESIGN.md`), and
+//! [`html::write_report`] the `--report` page with one SVG chart each.
+
+use std::fmt;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+mod benches;
+pub mod chart;
+pub mod harness;
+pub mod html;
+
+pub use benches::{Bench, BENCHES};
+pub use harness::{
+    batch, fmt_ns, fmt_ratio, progress, verify, verify_lists, Bars, Comparison, Medians, Op,
+    Report, Row, Table, Timer,
+};
+
+/// How much work a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Small sizes and few samples: a smoke run that still verifies every
+    /// result (what CI runs).
+    Quick,
+    /// The default sizes: a few minutes in all.
+    Default,
+    /// The seeds' full sizes and more samples.
+    Full,
+}
+
+/// Everything a benchmark needs from the command line.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// How much work to do.
+    pub mode: Mode,
+    /// Seed of the random data (the same seed gives the same data).
+    pub seed: u64,
+}
+
+impl Ctx {
+    /// A timer tuned to the mode.
+    pub fn timer(&self) -> Timer {
+        match self.mode {
+            Mode::Quick => Timer {
+                sample: Duration::from_micros(100),
+                samples: 5,
+                budget: Duration::from_millis(150),
+            },
+            Mode::Default => Timer {
+                sample: Duration::from_millis(2),
+                samples: 15,
+                budget: Duration::from_millis(1500),
+            },
+            Mode::Full => Timer {
+                sample: Duration::from_millis(5),
+                samples: 31,
+                budget: Duration::from_secs(8),
+            },
+        }
+    }
+}
+
+/// A benchmark failure: variants disagreed, or something could not be set up.
+#[derive(Debug)]
+pub struct BenchError(pub String);
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+/// The benchmark called `name`.
+pub fn find(name: &str) -> Option<&'static Bench> {
+    BENCHES.iter().find(|b| b.name == name)
+}
+
+/// Runs the benchmarks named (all of [`BENCHES`] when `names` is empty), in
+/// the table's order, and returns each one's report.
+pub fn run(names: &[String], ctx: &Ctx) -> Result<Vec<(&'static Bench, Report)>, BenchError> {
+    let mut chosen: Vec<&'static Bench> = Vec::new();
+    for n in names {
+        let b = find(n).ok_or_else(|| BenchError(format!("no benchmark called {n}")))?;
+        if !chosen.iter().any(|c| c.name == b.name) {
+            chosen.push(b);
+        }
+    }
+    if chosen.is_empty() {
+        chosen = BENCHES.iter().collect();
+    }
+    eprintln!(
+        "spacekit bench: {} ({:?} mode, {})",
+        chosen.iter().map(|b| b.name).collect::<Vec<_>>().join(", "),
+        ctx.mode,
+        html::Machine::simd_summary()
+    );
+    let mut reports = Vec::with_capacity(chosen.len());
+    for b in chosen {
+        let report = (b.run)(ctx)?;
+        reports.push((b, report));
+    }
+    Ok(reports)
+}
+
+/// Writes `reports` as the `--json` file: one `{"bench", "rows"}` object for
+/// one benchmark, an array of them for several. Written to a temporary file
+/// first and renamed, so a failure never leaves half a report.
+pub fn write_json(path: &Path, reports: &[(&Bench, Report)]) -> Result<(), BenchError> {
+    let value = match reports {
+        [(b, r)] => r.to_json(b.name),
+        _ => Value::Array(reports.iter().map(|(b, r)| r.to_json(b.name)).collect()),
+    };
+    let text = serde_json::to_string_pretty(&value)
+        .map_err(|e| BenchError(format!("cannot encode JSON: {e}")))?;
+    let tmp = path.with_extension("json.tmp");
+    fs::write(&tmp, text + "\n")
+        .and_then(|_| fs::rename(&tmp, path))
+        .map_err(|e| BenchError(format!("cannot write {}: {e}", path.display())))
+}
