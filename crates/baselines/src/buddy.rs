@@ -72,6 +72,8 @@ pub fn free_contig_range_page_by_page(
 
 #[cfg(test)]
 mod tests {
+    use spacekit::__testing::Validate;
+
     use super::*;
 
     /// A 64K-page zone at an unaligned base, all free, with a few blocks

@@ -139,12 +139,14 @@ impl Chart {
             .filter(|v| v.is_finite())
             .collect();
         let (mut y0, mut y1) = min_max(&ys).unwrap_or((0.0, 1.0));
+        // Headroom above the data for the legend (drawn upper left).
         if self.y_log {
             y0 = y0.floor();
             y1 = y1.ceil().max(y0 + 1.0);
+            y1 += (y1 - y0) * 0.2;
         } else {
             y0 = y0.min(0.0);
-            y1 = if y1 > y0 { y1 * 1.08 } else { y0 + 1.0 };
+            y1 = if y1 > y0 { y1 * 1.25 } else { y0 + 1.0 };
         }
         let (x0, x1) = match &self.x {
             XAxis::Categories(c) => (-0.5, c.len().max(1) as f64 - 0.5),

@@ -6,11 +6,13 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
+use spacekit::__testing::Validate;
 use spacekit::rangetree::{RangeTree, RangeTreeError};
+use spacekit_bench::{batch, Comparison, Medians, Timer};
 
 /// Lowest address mmap hands out (`vm.mmap_min_addr`'s usual value).
 const MMAP_MIN_ADDR: u64 = 0x10000;
@@ -20,9 +22,11 @@ const PAGE: u64 = 4096;
 /// Mappings printed at each end when `--ranges` is not given.
 const ENDS: usize = 5;
 /// Runs of the dup comparison when `--repeat` is not given, and their
-/// time budget.
+/// time budget (per variant).
 const DEFAULT_RUNS: usize = 1000;
-const DEFAULT_BUDGET: Duration = Duration::from_millis(200);
+const DEFAULT_BUDGET: Duration = Duration::from_millis(100);
+/// Target time of one run of the dup comparison (copies per run follow).
+const DUP_SAMPLE: Duration = Duration::from_micros(10);
 
 /// Arguments of `spacekit maps`.
 #[derive(Args, Debug)]
@@ -286,14 +290,6 @@ fn read_source(source: &str) -> Result<(PathBuf, String), String> {
     Ok((path, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// The dup comparison's result: per-copy medians.
-struct DupTimes {
-    runs: usize,
-    copies_per_run: usize,
-    dup_map_ns: f64,
-    insert_ns: f64,
-}
-
 /// What fork did before `__mt_dup`: one insert per mapping into a new tree.
 fn insert_one_by_one(tree: &RangeTree<Mapping>) -> RangeTree<Mapping> {
     let mut t = RangeTree::new();
@@ -305,64 +301,41 @@ fn insert_one_by_one(tree: &RangeTree<Mapping>) -> RangeTree<Mapping> {
     t
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn time_dup(tree: &RangeTree<Mapping>, repeat: Option<u64>) -> Result<DupTimes, String> {
-    // Correctness first.
+/// Times `dup_map` against one-by-one insertion with the bench harness
+/// (both copies checked equal to the source first; sampled round-robin).
+fn time_dup(tree: &RangeTree<Mapping>, repeat: Option<u64>) -> Result<Medians, String> {
     let a = tree.dup_map(|m| *m);
     a.validate()
         .map_err(|e| format!("dup_map's copy is not a valid tree: {e}"))?;
     if a != *tree {
         return Err("dup_map's copy differs from the source".into());
     }
-    let b = insert_one_by_one(tree);
-    if b != *tree {
-        return Err("the one-by-one copy differs from the source".into());
-    }
-    drop((a, b));
-    // Copies per run, so that one run of dup_map lasts about 10 us (the
-    // clock's own cost stays small).
-    let t = Instant::now();
-    for _ in 0..16 {
-        drop(black_box(black_box(tree).dup_map(|m| *m)));
-    }
-    let per = t.elapsed().as_nanos().max(1) as f64 / 16.0;
-    let k = ((10_000.0 / per) as usize).clamp(1, 100_000);
-    let (runs, budget) = match repeat {
-        Some(n) => (usize::try_from(n).unwrap_or(usize::MAX), None),
-        None => (DEFAULT_RUNS, Some(DEFAULT_BUDGET)),
+    // With --repeat, exactly that many rounds; otherwise a time budget.
+    let timer = match repeat {
+        Some(n) => Timer {
+            sample: DUP_SAMPLE,
+            samples: usize::try_from(n).unwrap_or(usize::MAX),
+            budget: Duration::from_secs(86_400),
+        },
+        None => Timer {
+            sample: DUP_SAMPLE,
+            samples: DEFAULT_RUNS,
+            budget: DEFAULT_BUDGET,
+        },
     };
-    let started = Instant::now();
-    let (mut d, mut ins) = (Vec::new(), Vec::new());
-    // Alternate the two so drift on a busy machine hits both alike.
-    while d.len() < runs {
-        let t = Instant::now();
-        for _ in 0..k {
-            drop(black_box(black_box(tree).dup_map(|m| *m)));
-        }
-        d.push(t.elapsed().as_nanos() as f64 / k as f64);
-        let t = Instant::now();
-        for _ in 0..k {
-            drop(black_box(insert_one_by_one(black_box(tree))));
-        }
-        ins.push(t.elapsed().as_nanos() as f64 / k as f64);
-        if budget.is_some_and(|b| d.len() >= 3 && started.elapsed() >= b) {
-            break;
-        }
-    }
-    Ok(DupTimes {
-        runs: d.len(),
-        copies_per_run: k,
-        dup_map_ns: median(&mut d),
-        insert_ns: median(&mut ins),
-    })
+    Comparison::new("the copy of the tree")
+        .variant(
+            "dup_map",
+            a,
+            batch(|| drop(black_box(black_box(tree).dup_map(|m| *m)))),
+        )
+        .variant(
+            "insert",
+            insert_one_by_one(tree),
+            batch(|| drop(black_box(insert_one_by_one(black_box(tree))))),
+        )
+        .run(&timer)
+        .map_err(|e| e.to_string())
 }
 
 fn fmt_bytes(n: u64) -> String {
@@ -377,16 +350,6 @@ fn fmt_bytes(n: u64) -> String {
         u += 1;
     }
     format!("{v:.1} {}", UNITS[u])
-}
-
-fn fmt_ns(ns: f64) -> String {
-    if ns >= 1e6 {
-        format!("{:.2} ms", ns / 1e6)
-    } else if ns >= 1e4 {
-        format!("{:.1} us", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
 }
 
 fn perms_str(m: &Mapping) -> String {
@@ -486,11 +449,11 @@ pub fn run(a: &MapsArgs) -> Result<(), String> {
                 "end": found.map(|s| s + size),
             },
             "dup": {
-                "runs": dup.runs,
-                "copies_per_run": dup.copies_per_run,
-                "dup_map_ns": dup.dup_map_ns,
-                "insert_ns": dup.insert_ns,
-                "ratio": dup.insert_ns / dup.dup_map_ns,
+                "runs": dup.rounds(),
+                "copies_per_run": dup.batch("dup_map"),
+                "dup_map_ns": dup.ns("dup_map"),
+                "insert_ns": dup.ns("insert"),
+                "ratio": dup.ratio("insert", "dup_map"),
             },
         });
         serde_json::to_writer_pretty(&mut out, &v).map_err(|e| e.to_string())?;
@@ -557,11 +520,11 @@ pub fn run(a: &MapsArgs) -> Result<(), String> {
             out,
             "copy of the tree: dup_map {} vs inserting one by one {} = {:.1}x faster \
              (median of {} runs of {} copies)",
-            fmt_ns(dup.dup_map_ns),
-            fmt_ns(dup.insert_ns),
-            dup.insert_ns / dup.dup_map_ns,
-            dup.runs,
-            dup.copies_per_run
+            dup.cell("dup_map"),
+            dup.cell("insert"),
+            dup.ratio("insert", "dup_map"),
+            dup.rounds(),
+            dup.batch("dup_map")
         )
         .map_err(werr)?;
     }

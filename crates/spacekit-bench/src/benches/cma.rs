@@ -58,16 +58,18 @@
 //! `median_ns` (per free of the range).
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use buddy_system_allocator::FrameAllocator;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyError, FreeSummary};
 
-use crate::harness::median;
+use crate::chart::{Chart, XAxis};
 use crate::{
-    fmt_ratio, progress, verify, verify_lists, Bars, BenchError, Ctx, Mode, Report, Row, Table,
+    fmt_ratio, progress, verify, verify_lists, Bars, BenchError, Ctx, Mode, Op, Report, Row, Table,
+    Timer,
 };
 
 const NAME: &str = "cma";
@@ -251,6 +253,10 @@ fn prepare_bsa(zone: &Zone) -> Result<Bsa, BenchError> {
 struct Instance {
     b: BuddyAllocator,
     held_back: Vec<u64>,
+    /// What the last timed free returned, checked by the next setup.
+    last: Option<Result<FreeSummary, BuddyError>>,
+    /// The first error met in an untimed setup.
+    failed: Option<BenchError>,
 }
 
 impl Instance {
@@ -258,6 +264,8 @@ impl Instance {
         Instance {
             b: zone.alloc.clone(),
             held_back: Vec::new(),
+            last: None,
+            failed: None,
         }
     }
 
@@ -285,6 +293,31 @@ impl Instance {
             self.held_back.push(p);
         }
         Ok(())
+    }
+
+    /// The counts of the last timed free, if any, must be `want`.
+    fn finish(&mut self, want: FreeSummary) -> Result<(), BenchError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        match self.last.take() {
+            None => Ok(()),
+            Some(r) => verify(
+                "the counts of a timed free",
+                &[("expected", Ok(want)), ("timed", r)],
+            ),
+        }
+    }
+
+    /// A round's untimed setup: checks the previous free, then takes the
+    /// range again. Errors are kept for [`Instance::finish`].
+    fn prepare_round(&mut self, case: Case, start: u64, want: FreeSummary) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = self.finish(want).and_then(|()| self.setup(case, start)) {
+            self.failed = Some(e);
+        }
     }
 
     /// Checks the state after a free: validate(), the held-back pages, and
@@ -344,13 +377,19 @@ fn bsa_check(f: &mut Bsa, start: u64) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Rounds per case, and a time budget per case after which sampling stops
-/// (keeping at least 3 rounds).
-fn rounds(mode: Mode) -> (usize, Duration) {
-    match mode {
-        Mode::Quick => (5, Duration::from_millis(300)),
-        Mode::Default => (51, Duration::from_secs(10)),
-        Mode::Full => (301, Duration::from_secs(60)),
+/// The timer of a case: rounds per case, and a time budget per variant
+/// after which sampling stops (keeping at least 3 rounds). Each round times
+/// one free per variant (a setup runs before each).
+fn timer(mode: Mode) -> Timer {
+    let (samples, budget) = match mode {
+        Mode::Quick => (5, Duration::from_millis(100)),
+        Mode::Default => (51, Duration::from_secs(3)),
+        Mode::Full => (301, Duration::from_secs(20)),
+    };
+    Timer {
+        sample: Duration::ZERO,
+        samples,
+        budget,
     }
 }
 
@@ -409,54 +448,55 @@ fn time_case(
         bsa_check(f, start)?;
     }
 
-    // Round-robin: each round sets up and frees the range once per variant.
-    let (max_rounds, budget) = rounds(ctx.mode);
-    let variants = if bsa.is_some() { 3 } else { 2 };
-    let mut samples = vec![Vec::with_capacity(max_rounds); variants];
-    let started = Instant::now();
-    for round in 0..max_rounds {
-        before.setup(case, start)?;
-        let t = Instant::now();
-        let r = baselines::buddy::free_contig_range_page_by_page(
-            black_box(&mut before.b),
-            black_box(start),
-            PAGES,
-        );
-        samples[0].push(t.elapsed().as_nanos() as f64);
-        verify(
-            &format!("the counts of a timed {label} free"),
-            &[("expected", Ok(want)), ("before", r)],
-        )?;
-
-        spk.setup(case, start)?;
-        let t = Instant::now();
-        let r = black_box(&mut spk.b).free_contig_range(black_box(start), PAGES);
-        samples[1].push(t.elapsed().as_nanos() as f64);
-        verify(
-            &format!("the counts of a timed {label} free"),
-            &[("expected", Ok(want)), ("spacekit", r)],
-        )?;
-
-        if let Some(f) = bsa.as_deref_mut() {
-            bsa_take(f, start)?;
-            let t = Instant::now();
-            bsa_free(black_box(f), black_box(start));
-            samples[2].push(t.elapsed().as_nanos() as f64);
-        }
-        if round >= 2 && started.elapsed() > budget {
-            break;
-        }
+    // Round-robin: each round sets up (untimed) and frees the range once
+    // per variant. A setup also checks the counts of the previous timed
+    // free, and keeps the first error to report after timing.
+    let timer = timer(ctx.mode);
+    let mut bsa_failed = None;
+    let mut ops = vec![
+        Op::with_setup(
+            &mut before,
+            |i| i.prepare_round(case, start, want),
+            |i| {
+                i.last = Some(baselines::buddy::free_contig_range_page_by_page(
+                    black_box(&mut i.b),
+                    black_box(start),
+                    PAGES,
+                ))
+            },
+        ),
+        Op::with_setup(
+            &mut spk,
+            |i| i.prepare_round(case, start, want),
+            |i| i.last = Some(black_box(&mut i.b).free_contig_range(black_box(start), PAGES)),
+        ),
+    ];
+    if let Some(f) = bsa.as_deref_mut() {
+        ops.push(Op::with_setup(
+            (f, &mut bsa_failed),
+            move |(f, failed)| {
+                if let Err(e) = bsa_take(f, start) {
+                    failed.get_or_insert(e);
+                }
+            },
+            move |(f, _)| bsa_free(black_box(f), black_box(start)),
+        ));
     }
-    if std::env::var_os("SPACEKIT_TRACE").is_some() {
-        eprintln!("trace: {label} samples {samples:?}");
+    let ns = timer.medians(&mut ops);
+    drop(ops);
+    // The timed frees reported the right counts and left every allocator
+    // as verified.
+    for (name, inst) in [("before", &mut before), ("spacekit", &mut spk)] {
+        inst.finish(want)?;
+        inst.check(&format!("{name} (after timing)"), &pristine)?;
     }
-    // The timed frees left every allocator as verified.
-    before.check("before (after timing)", &pristine)?;
-    spk.check("spacekit (after timing)", &pristine)?;
+    if let Some(e) = bsa_failed {
+        return Err(e);
+    }
     if let Some(f) = bsa {
         bsa_check(f, start)?;
     }
-    Ok(samples.iter_mut().map(|v| median(v)).collect())
+    Ok(ns)
 }
 
 /// Microseconds with one decimal.
@@ -540,6 +580,15 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         }
     }
     report.table(table);
+    let chart = Chart::new(
+        &format!("cma: time to free {PAGES} contiguous pages, by where the range starts"),
+        "start of the range",
+        "ns per free (log)",
+        XAxis::Categories(CASES.iter().map(|c| c.label().to_string()).collect()),
+        true,
+    )
+    .from_rows(&report.rows, "start", "median_ns");
+    report.chart(chart);
 
     if let Some(ns) = at_bar {
         let (before, spk, bsa) = (ns[0], ns[1], ns[2]);

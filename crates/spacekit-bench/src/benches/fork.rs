@@ -36,6 +36,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use rangemap::RangeInclusiveMap;
+use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
 
 use crate::chart::{Chart, XAxis};

@@ -27,6 +27,7 @@ use std::hint::black_box;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
 
 use crate::chart::{Chart, XAxis};

@@ -58,8 +58,13 @@ impl<'a, T: PartialEq + fmt::Debug> Comparison<'a, T> {
         }
         (self.check)(&self.what, &answers)?;
         drop(answers);
-        let ns = Timer::medians(timer, &mut ops);
-        Ok(Medians { names, ns })
+        let s = Timer::sample_all(timer, &mut ops);
+        Ok(Medians {
+            names,
+            ns: s.medians,
+            rounds: s.rounds,
+            batches: s.batches,
+        })
     }
 }
 
@@ -80,6 +85,8 @@ impl<X: PartialEq + fmt::Debug> Comparison<'_, Vec<X>> {
 pub struct Medians {
     names: Vec<&'static str>,
     ns: Vec<f64>,
+    rounds: usize,
+    batches: Vec<usize>,
 }
 
 impl Medians {
@@ -88,7 +95,23 @@ impl Medians {
         Medians {
             names: pairs.iter().map(|p| p.0).collect(),
             ns: pairs.iter().map(|p| p.1).collect(),
+            rounds: 0,
+            batches: Vec::new(),
         }
+    }
+
+    /// Rounds sampled (each timed every variant once).
+    pub fn rounds(&self) -> usize {
+        self.rounds
+    }
+
+    /// Calls per sample of `variant` (0 when not timed by a [`Comparison`]).
+    pub fn batch(&self, variant: &str) -> usize {
+        self.names
+            .iter()
+            .position(|n| *n == variant)
+            .and_then(|i| self.batches.get(i).copied())
+            .unwrap_or(0)
     }
 
     /// The variants, in the order added.

@@ -101,8 +101,9 @@ pub fn buffer(ctx: &Ctx) -> Result<Vec<u64>, BenchError> {
 /// XOR of every word, read as fast as the CPU allows.
 pub fn read_xor(buf: &[u64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 support was just checked.
+    if spacekit::arch::Level::detect().has_avx2() {
+        // SAFETY: a `Level` reports AVX2 only when the CPU has it (spacekit
+        // detects it once, at runtime).
         return unsafe { read_xor_avx2(buf) };
     }
     read_xor_scalar(buf)

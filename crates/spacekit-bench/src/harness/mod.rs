@@ -11,5 +11,5 @@ mod verify;
 
 pub use compare::{Comparison, Medians};
 pub use output::{fmt_ns, fmt_ratio, progress, Bar, Bars, Report, Row, Table};
-pub use timer::{batch, median, Op, Timer};
+pub use timer::{batch, median, Op, Sampled, Timer};
 pub use verify::{inject_mismatch, verify, verify_lists};

@@ -143,6 +143,12 @@ impl Timer {
     /// round-robin (one sample of every operation per round), so drift on a
     /// noisy machine affects all variants alike and their ratios stay fair.
     pub fn medians(&self, ops: &mut [Op<'_>]) -> Vec<f64> {
+        self.sample_all(ops).medians
+    }
+
+    /// [`Timer::medians`], with how many rounds ran and each operation's
+    /// calls per sample.
+    pub fn sample_all(&self, ops: &mut [Op<'_>]) -> Sampled {
         let batches: Vec<usize> = ops.iter_mut().map(|op| self.calibrate(op)).collect();
         let started = Instant::now();
         let budget = self.budget * ops.len().max(1) as u32;
@@ -158,8 +164,23 @@ impl Timer {
         if std::env::var_os("SPACEKIT_TRACE").is_some() {
             eprintln!("trace: batches {batches:?} samples {samples:?}");
         }
-        samples.iter_mut().map(|v| median(v)).collect()
+        Sampled {
+            rounds: samples.first().map_or(0, Vec::len),
+            medians: samples.iter_mut().map(|v| median(v)).collect(),
+            batches,
+        }
     }
+}
+
+/// What [`Timer::sample_all`] measured.
+#[derive(Clone, Debug)]
+pub struct Sampled {
+    /// Median nanoseconds per call of each operation.
+    pub medians: Vec<f64>,
+    /// Rounds taken (samples per operation).
+    pub rounds: usize,
+    /// Calls per sample of each operation.
+    pub batches: Vec<usize>,
 }
 
 /// Median of `v` (sorted in place); 0 for an empty slice.
@@ -198,8 +219,11 @@ mod tests {
     #[test]
     fn medians_time_every_operation() {
         let (mut a, mut b) = (0u64, 0u64);
-        let m = quick().medians(&mut [batch(|| a += 1), batch(|| b += 1)]);
+        let s = quick().sample_all(&mut [batch(|| a += 1), batch(|| b += 1)]);
+        let m = s.medians;
         assert_eq!(m.len(), 2);
+        assert_eq!(s.batches.len(), 2);
+        assert_eq!(s.rounds, 3, "quick() takes 3 samples");
         assert!(m.iter().all(|&x| x > 0.0));
         assert!(
             a >= 4 && b >= 4,

@@ -101,6 +101,7 @@ impl Default for BuddyConfig {
 /// What a [`BuddyAllocator`] call can refuse. The allocator is unchanged
 /// whenever one is returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BuddyError {
     /// A configuration the allocator cannot represent.
     BadConfig {
@@ -211,8 +212,7 @@ impl fmt::Display for BuddyError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for BuddyError {}
+impl core::error::Error for BuddyError {}
 
 /// What a contiguous free did with the range's pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -872,16 +872,6 @@ impl BuddyAllocator {
         self.meta[i] &= !POISON;
         Ok(was)
     }
-
-    /// Checks every invariant: the free lists and the per-page words agree
-    /// (each list entry heads a free, aligned, in-span block of its order;
-    /// each head is on its list; every free page is in exactly one block),
-    /// no two free buddies of one order are left unmerged, free pages have
-    /// no references or poison, and the counts add up. For tests; O(pages).
-    #[doc(hidden)]
-    pub fn validate(&self) -> Result<(), String> {
-        self.check()
-    }
 }
 
 /// A [`BuddyAllocator`] behind a mutex, for use from several threads.
@@ -945,3 +935,14 @@ impl LockedBuddyAllocator {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::__testing::Validate for BuddyAllocator {
+    /// Checks every invariant: the free lists and the per-page words agree
+    /// (each list entry heads a free, aligned, in-span block of its order;
+    /// each head is on its list; every free page is in exactly one block),
+    /// no two free buddies of one order are left unmerged, free pages have
+    /// no references or poison, and the counts add up. For tests; O(pages).
+    fn validate(&self) -> Result<(), String> {
+        self.check()
+    }
+}

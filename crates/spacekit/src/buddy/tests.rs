@@ -4,6 +4,7 @@
 
 use alloc::vec::Vec;
 
+use crate::__testing::Validate;
 use crate::test_rng::Rng;
 
 use super::{BuddyAllocator, BuddyConfig, BuddyError};

@@ -100,6 +100,7 @@ pub const INNER_SLOTS: usize = 10;
 /// What a [`RangeTree`] call can refuse. The tree is unchanged whenever one
 /// is returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RangeTreeError {
     /// A range or window with `first > last`.
     InvalidRange {
@@ -175,8 +176,7 @@ impl fmt::Display for RangeTreeError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for RangeTreeError {}
+impl core::error::Error for RangeTreeError {}
 
 /// A map from non-overlapping inclusive `u64` ranges to values, with
 /// O(log n) lookup, update and free-gap search, and a structure-copying
@@ -701,17 +701,6 @@ impl<V> RangeTree<V> {
         Ok(Self::build(v))
     }
 
-    /// Checks every structural invariant: pivots sorted and inside the
-    /// bounds the parent records, minimum fill of non-root nodes, every
-    /// recorded gap exact (so each parent holds its children's maximum),
-    /// no empty slot in use, parent and child links and the leaf chain
-    /// consistent, the entry count, and the free lists. For tests and
-    /// fuzzers; O(n).
-    #[doc(hidden)]
-    pub fn validate(&self) -> Result<(), alloc::string::String> {
-        self.check()
-    }
-
     /// Bulk load from sorted, disjoint entries: leaves and internal nodes
     /// filled evenly (each at least half full), bottom-up.
     fn build(entries: impl IntoIterator<Item = (u64, u64, V)>) -> Self {
@@ -809,3 +798,15 @@ impl<V: Clone> FromIterator<(u64, u64, V)> for RangeTree<V> {
 
 #[cfg(test)]
 mod tests;
+
+impl<V> crate::__testing::Validate for RangeTree<V> {
+    /// Checks every structural invariant: pivots sorted and inside the
+    /// bounds the parent records, minimum fill of non-root nodes, every
+    /// recorded gap exact (so each parent holds its children's maximum),
+    /// no empty slot in use, parent and child links and the leaf chain
+    /// consistent, the entry count, and the free lists. For tests and
+    /// fuzzers; O(n).
+    fn validate(&self) -> Result<(), alloc::string::String> {
+        self.check()
+    }
+}

@@ -5,6 +5,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
+use crate::__testing::Validate;
 use crate::test_rng::Rng;
 
 use super::{RangeTree, RangeTreeError};

@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, FreeSummary, PageState};
 
 #[derive(Clone, Copy, Debug)]

@@ -3,6 +3,7 @@
 //! changing nothing.
 
 use crate::model::{Model, E};
+use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyConfig, PageState};
 use std::fmt::Debug;
 

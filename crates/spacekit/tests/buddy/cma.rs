@@ -5,6 +5,7 @@ use crate::model::{canonical_blocks, E};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, FreeSummary};
 
 #[test]

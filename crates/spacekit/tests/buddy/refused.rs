@@ -4,6 +4,7 @@
 
 use crate::checks::{refused, snapshot, zone};
 use crate::model::{canonical_blocks, E, REF_LIMIT};
+use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyConfig, FreeSummary, MAX_ORDER_LIMIT};
 
 #[test]
