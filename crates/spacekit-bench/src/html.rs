@@ -31,8 +31,12 @@ impl Machine {
     /// The SIMD level spacekit chose and the features the CPU reports, e.g.
     /// `avx2 (avx2 popcnt bmi1 pclmulqdq ...)`.
     pub fn simd_summary() -> String {
-        // PENDING-ARCH: switch to spacekit::arch once it lands.
-        format!("SIMD level {}", spacekit::bitmap::Backend::detect().name())
+        let level = spacekit::arch::Level::detect();
+        let have: Vec<&str> = spacekit::arch::cpu_features()
+            .filter(|f| f.1)
+            .map(|f| f.0)
+            .collect();
+        format!("SIMD level {} (CPU: {})", level.name(), have.join(" "))
     }
 
     /// This machine, with the bandwidth rows found in `reports`.

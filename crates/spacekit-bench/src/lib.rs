@@ -93,15 +93,12 @@ pub fn find(name: &str) -> Option<&'static Bench> {
     BENCHES.iter().find(|b| b.name == name)
 }
 
-/// Runs the benchmarks named (all of [`BENCHES`] when `names` is empty), in
-/// the table's order, and returns each one's report.
+/// Runs the benchmarks named, in the order given (all of [`BENCHES`], in
+/// the table's order, when `names` is empty), and returns each one's report.
 pub fn run(names: &[String], ctx: &Ctx) -> Result<Vec<(&'static Bench, Report)>, BenchError> {
     let mut chosen: Vec<&'static Bench> = Vec::new();
     for n in names {
-        let b = find(n).ok_or_else(|| BenchError(format!("no benchmark called {n}")))?;
-        if !chosen.iter().any(|c| c.name == b.name) {
-            chosen.push(b);
-        }
+        chosen.push(find(n).ok_or_else(|| BenchError(format!("no benchmark called {n}")))?);
     }
     if chosen.is_empty() {
         chosen = BENCHES.iter().collect();

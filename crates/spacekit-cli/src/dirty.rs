@@ -1,14 +1,15 @@
 //! `spacekit dirty ranges`: a raw dirty bitmap file to a memory range table.
 
+use std::borrow::Cow;
 use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, BufWriter, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use memmap2::Mmap;
 use serde_json::json;
-use spacekit::dirty::MemoryRangeTable;
+use spacekit::bitmap::le_words;
+use spacekit::dirty::{Geometry, MemoryRangeTable, Scan};
 
 /// Arguments of `spacekit dirty`.
 #[derive(Args, Debug)]
@@ -24,7 +25,7 @@ enum DirtyCommand {
     /// FILE holds the bitmap as raw little-endian 64-bit words (bit i of the
     /// file = page BASE + i * PAGE_SIZE), as KVM's KVM_GET_DIRTY_LOG or a
     /// VMM's own log produce it; its length must be a multiple of 8 bytes.
-    /// The file is memory-mapped and scanned on all threads.
+    /// The file is read 512 MiB at a time and scanned on all threads.
     Ranges(RangesArgs),
 }
 
@@ -86,15 +87,22 @@ pub fn run(args: &DirtyArgs) -> Result<(), String> {
     }
 }
 
-/// A bitmap file, mapped, and viewed as words.
-struct Bitmap {
-    map: Option<Mmap>,
+/// A bitmap file, read a step at a time into a reused buffer.
+///
+/// Read, not memory-mapped: mapping a file is `unsafe` (another process may
+/// truncate it under the mapping), and the CLI holds no `unsafe`. The scan
+/// reads each byte once either way; a buffer of one step bounds the memory.
+struct BitmapFile {
+    path: PathBuf,
+    file: File,
+    words: usize,
+    buf: Vec<u8>,
 }
 
-impl Bitmap {
-    fn open(path: &Path) -> Result<Bitmap, String> {
-        let f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let len = f
+impl BitmapFile {
+    fn open(path: &Path) -> Result<BitmapFile, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let len = file
             .metadata()
             .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
             .len();
@@ -104,92 +112,84 @@ impl Bitmap {
                 path.display()
             ));
         }
-        let map = if len == 0 {
-            None
-        } else {
-            // SAFETY: the mapping is read-only and private to this process;
-            // like every reader of a file that someone else may change, we
-            // rely on the file not being truncated while it is mapped (a
-            // bitmap being scanned is a snapshot by contract).
-            Some(
-                unsafe { Mmap::map(&f) }
-                    .map_err(|e| format!("cannot map {}: {e}", path.display()))?,
-            )
-        };
-        Ok(Bitmap { map })
+        let words = usize::try_from(len / 8)
+            .map_err(|_| format!("{}: {len} bytes is too large", path.display()))?;
+        Ok(BitmapFile {
+            path: path.to_path_buf(),
+            file,
+            words,
+            buf: Vec::new(),
+        })
     }
 
-    /// The words: borrowed from the mapping on little-endian machines.
-    fn words(&self) -> std::borrow::Cow<'_, [u64]> {
-        let bytes: &[u8] = self.map.as_deref().unwrap_or(&[]);
-        if cfg!(target_endian = "little") {
-            // SAFETY: every bit pattern is a valid u64, and `align_to`
-            // only hands out the correctly aligned middle part.
-            let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
-            if head.is_empty() && tail.is_empty() {
-                return std::borrow::Cow::Borrowed(words);
-            }
+    /// The next `n` words of the file: borrowed from the buffer (aligned by
+    /// the allocator) on little-endian machines, decoded elsewhere.
+    fn next_words(&mut self, n: usize) -> Result<Cow<'_, [u64]>, String> {
+        let want = n * 8;
+        self.buf.clear();
+        self.buf
+            .try_reserve_exact(want)
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        (&mut self.file)
+            .take(want as u64)
+            .read_to_end(&mut self.buf)
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        if self.buf.len() != want {
+            return Err(format!(
+                "{}: the file shrank while it was read",
+                self.path.display()
+            ));
         }
-        // Elsewhere, decode; `open` checked the length is whole words.
-        std::borrow::Cow::Owned(
-            bytes
-                .chunks_exact(8)
-                .map(|c| {
-                    let mut w = [0u8; 8];
-                    w.copy_from_slice(c);
-                    u64::from_le_bytes(w)
-                })
-                .collect(),
-        )
+        le_words(&self.buf).map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }
 
-/// Words per progress step (512 MiB of bitmap: 2^32 pages).
+/// Words per step (512 MiB of bitmap: 2^32 pages): read, scanned, and
+/// reported on the progress bar at a time.
 const STEP_WORDS: usize = 64 << 20;
 
 fn ranges(a: &RangesArgs) -> Result<(), String> {
-    let first = Bitmap::open(&a.file)?;
-    let second = a.or.as_deref().map(Bitmap::open).transpose()?;
-    let w1 = first.words();
-    let w2 = second.as_ref().map(Bitmap::words);
-    if let Some(w2) = &w2 {
-        if w2.len() != w1.len() {
+    let mut first = BitmapFile::open(&a.file)?;
+    let mut second = a.or.as_deref().map(BitmapFile::open).transpose()?;
+    let nwords = first.words;
+    if let Some(second) = &second {
+        if second.words != nwords {
             return Err(format!(
                 "{} has {} words but {} has {}: the two logs must cover the same memory",
                 a.file.display(),
-                w1.len(),
-                a.or.as_deref().unwrap_or(Path::new("")).display(),
-                w2.len()
+                nwords,
+                second.path.display(),
+                second.words
             ));
         }
     }
+    let geometry = Geometry::new(a.base, a.page_size).map_err(|e| e.to_string())?;
     let started = Instant::now();
-    let show = !a.quiet && io::stderr().is_terminal() && w1.len() > STEP_WORDS;
+    let show = !a.quiet && io::stderr().is_terminal() && nwords > STEP_WORDS;
     let mut table = MemoryRangeTable::new();
-    let nsteps = w1.len().div_ceil(STEP_WORDS).max(1);
-    for (k, lo) in (0..w1.len().max(1)).step_by(STEP_WORDS).enumerate() {
-        let hi = (lo + STEP_WORDS).min(w1.len());
-        let offset = (lo as u64 * 64)
-            .checked_mul(a.page_size)
-            .and_then(|o| a.base.checked_add(o))
+    let nsteps = nwords.div_ceil(STEP_WORDS).max(1);
+    for (k, lo) in (0..nwords.max(1)).step_by(STEP_WORDS).enumerate() {
+        let hi = (lo + STEP_WORDS).min(nwords);
+        let offset = (lo as u64)
+            .checked_mul(64)
+            .and_then(|page| geometry.page_addr(page))
             .ok_or_else(|| "the bitmap's pages run past the 64-bit address space".to_string())?;
-        let r = match &w2 {
-            None => table.par_extend_from_bitmap(&w1[lo..hi], a.page_size, offset, a.merge_gap),
-            Some(w2) => table.par_extend_from_bitmaps_or(
-                &w1[lo..hi],
-                &w2[lo..hi],
-                a.page_size,
-                offset,
-                a.merge_gap,
-            ),
-        };
-        r.map_err(|e| e.to_string())?;
+        let w1 = first.next_words(hi - lo)?;
+        let w2 = second.as_mut().map(|f| f.next_words(hi - lo)).transpose()?;
+        let mut scan = Scan::new(&w1, geometry.with_base(offset))
+            .map_err(|e| e.to_string())?
+            .merge_gap(a.merge_gap)
+            .parallel(true);
+        if let Some(w2) = &w2 {
+            scan = scan.or(w2).map_err(|e| e.to_string())?;
+        }
+        table.extend_from(scan);
         if show {
             eprint!(
                 "\r[dirty] {:>3}% ({} of {} MiB, {} ranges)",
                 (k + 1) * 100 / nsteps,
                 (hi * 8) >> 20,
-                (w1.len() * 8) >> 20,
+                (nwords * 8) >> 20,
                 table.len()
             );
         }
@@ -215,7 +215,7 @@ fn ranges(a: &RangesArgs) -> Result<(), String> {
             let v = json!({
                 "page_size": a.page_size,
                 "base": a.base,
-                "bitmap_bytes": w1.len() * 8,
+                "bitmap_bytes": nwords * 8,
                 "ranges": table.ranges().iter().map(|r| json!({"gpa": r.gpa, "length": r.length})).collect::<Vec<_>>(),
                 "total_bytes": table.total_bytes(),
             });
@@ -230,7 +230,7 @@ fn ranges(a: &RangesArgs) -> Result<(), String> {
             "{} ranges, {} bytes dirty, {} MiB of bitmap scanned in {:.1} ms",
             table.len(),
             table.total_bytes(),
-            (w1.len() * 8) >> 20,
+            (nwords * 8) >> 20,
             elapsed.as_secs_f64() * 1e3
         );
     }

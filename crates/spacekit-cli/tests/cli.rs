@@ -116,7 +116,7 @@ fn dirty_ranges(args: &[&std::ffi::OsStr]) -> (bool, Vec<u8>, String) {
 
 #[test]
 fn dirty_ranges_in_every_format_match_the_library() {
-    use spacekit::dirty::MemoryRangeTable;
+    use spacekit::dirty::{Geometry, MemoryRangeTable, Scan};
     // Random runs over 3000 words, and a second log to OR in.
     let mut s = 0x1234_5678u64;
     let mut next = move || {
@@ -136,7 +136,8 @@ fn dirty_ranges_in_every_format_match_the_library() {
     let fa = bitmap_file("a.bin", &a);
     let fb = bitmap_file("b.bin", &b);
     let base = 0x1_0000_0000u64;
-    let want = MemoryRangeTable::from_bitmaps_or(&a, &b, 4096, base, 3).unwrap();
+    let scan = Scan::new(&a, Geometry::new(base, 4096).unwrap()).unwrap();
+    let want = MemoryRangeTable::from_scan(scan.or(&b).unwrap().merge_gap(3));
     assert!(want.len() > 100);
 
     let common = |fmt: &str| -> Vec<std::ffi::OsString> {

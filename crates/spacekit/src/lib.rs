@@ -35,6 +35,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod arch;
 pub mod bitmap;
 pub mod buddy;
 pub mod checked_bitmap;

@@ -13,3 +13,20 @@ pub trait Validate {
     /// `Ok(())` when every invariant holds.
     fn validate(&self) -> Result<(), alloc::string::String>;
 }
+
+/// The dirty scanner's hooks: force a backend or small parallel blocks.
+pub use crate::dirty::hooks::{ranges_or_with, ranges_with, scan_with, ScanOpts};
+
+/// The free-space index's check against the bitmap it indexes.
+pub use crate::freespace::hooks::validate_index;
+
+/// ext4 hooks (feature `ext4`): fault injection for `Image::flush`.
+/// `Image` implements `Validate`.
+#[cfg(feature = "ext4")]
+pub mod ext4 {
+    pub use crate::ext4::hooks::fail_write_after;
+}
+
+/// The bitmap engine's hooks: run queries at a chosen SIMD level, count a
+/// clear-area search's restarts.
+pub use crate::bitmap::hooks::{find_clear_area_stats, AreaStats, AtLevel};

@@ -1,7 +1,7 @@
 //! Deterministic bitmap cases: exhaustive small maps across word boundaries,
 //! the edge cases of the kernel's lib/test_bitmap.c, agreement with the kernel
-//! ports in `baselines`, and bad input. Every query runs on the default path
-//! and on the forced scalar path.
+//! ports in `baselines`, and bad input. Every query runs at every SIMD level
+//! this machine has (`Level::available()`, the portable scalar loops first).
 
 use std::ops::{Bound, Range};
 
@@ -11,9 +11,10 @@ use baselines::find_bit::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use spacekit::__testing::AtLevel;
+use spacekit::arch::Level;
 use spacekit::bitmap::{
-    load_le_bytes, store_le_bytes, Backend, BitView, BitViewMut, Bitmap, BitmapError, Bits,
-    BitsMut, ForceScalar,
+    load_le_bytes, store_le_bytes, BitView, BitViewMut, Bitmap, BitmapError, Bits, BitsMut,
 };
 
 mod common;
@@ -106,12 +107,15 @@ fn check_summary<B: Bits + ?Sized>(b: &B, m: &[bool], starts: &[usize], what: &s
     }
 }
 
-fn both<B: Bits + ?Sized>(b: &B, f: impl Fn(&dyn Fn(&str) -> String, &dyn BitsDyn)) {
-    f(&|w| format!("default {w}"), &Dyn(b));
-    f(&|w| format!("scalar {w}"), &Dyn(&ForceScalar(b)));
+/// Runs `f` on `b` at every level this machine has; `f`'s first argument
+/// prefixes a failure message with the level.
+fn each_level<B: Bits + ?Sized>(b: &B, f: impl Fn(&dyn Fn(&str) -> String, &dyn BitsDyn)) {
+    for level in Level::available() {
+        f(&|w| format!("{level} {w}"), &Dyn(&AtLevel(b, level)));
+    }
 }
 
-/// Object-safe adapter so `both` can hand the same closure either path.
+/// Object-safe adapter so `each_level` can hand the same closure every level.
 trait BitsDyn {
     fn full(&self, m: &[bool], starts: &[usize], what: &str);
     fn summary(&self, m: &[bool], starts: &[usize], what: &str);
@@ -153,11 +157,17 @@ const LENS: &[usize] = &[
 ];
 
 #[test]
-fn forced_scalar_is_really_scalar() {
+fn forced_levels_are_really_those_levels() {
     let map = Bitmap::new(10);
-    assert_eq!(ForceScalar(&map).backend(), Backend::scalar());
-    assert_eq!(ForceScalar(&map).backend().name(), "scalar");
-    assert_eq!(map.backend(), Backend::detect());
+    for level in Level::available() {
+        assert_eq!(AtLevel(&map, level).level(), level);
+        assert_eq!(AtLevel(map.view(), level).level(), level);
+    }
+    assert_eq!(AtLevel(&map, Level::scalar()).level().name(), "scalar");
+    // Without the hook, every bitmap type runs at the detected level.
+    assert_eq!(map.level(), Level::detect());
+    assert_eq!(map.view().level(), Level::detect());
+    assert_eq!(map.as_words().level(), Level::detect());
 }
 
 #[test]
@@ -167,7 +177,7 @@ fn every_single_set_and_single_clear_bit() {
         for fill in [false, true] {
             let m = vec![fill; len];
             let map = bitmap_of(&m);
-            both(&map, |w, b| {
+            each_level(&map, |w, b| {
                 b.full(
                     &m,
                     &[0, len / 2, len],
@@ -181,7 +191,7 @@ fn every_single_set_and_single_clear_bit() {
                 m[pos] = !background;
                 let map = bitmap_of(&m);
                 let starts = [0, pos.saturating_sub(1), pos, pos + 1, len];
-                both(&map, |w, b| {
+                each_level(&map, |w, b| {
                     b.full(
                         &m,
                         &starts,
@@ -217,7 +227,7 @@ fn short_patterns_between_pads() {
                     let map = bitmap_of(&m);
                     let len = m.len();
                     let plen = pat.len();
-                    both(&map, |w, b| {
+                    each_level(&map, |w, b| {
                         let what = w(&format!("left={left} pat={pat:?} right={right}"));
                         b.summary(&m, &[0, left, left + 1, left + plen], &what);
                         // Range searches bounded to the pattern and around it.
@@ -291,13 +301,10 @@ fn single_bit_in_long_maps_every_position() {
                 m[pos] = !background;
                 map.flip(pos).unwrap();
                 let needle = !background;
-                for path in 0..2 {
-                    let (next, prev, last, last_in, runs) = if path == 0 {
-                        probe(&map, needle, pos, len)
-                    } else {
-                        probe(&ForceScalar(&map), needle, pos, len)
-                    };
-                    let what = format!("len={len} pos={pos} background={background} path={path}");
+                for level in Level::available() {
+                    let (next, prev, last, last_in, runs) =
+                        probe(&AtLevel(&map, level), needle, pos, len);
+                    let what = format!("len={len} pos={pos} background={background} {level}");
                     assert_eq!(next, [Some(pos); 3], "{what}: next");
                     let want_prev =
                         [len - 1, pos, pos + (len - pos) / 2].map(|s| m_prev(&m, s, needle));
@@ -307,12 +314,16 @@ fn single_bit_in_long_maps_every_position() {
                     assert_eq!(runs, m_runs(&m, 0, needle), "{what}: runs");
                     assert_eq!(runs.len(), 1, "{what}: runs");
                 }
-                // A few more full queries on the default path and ones/zeros.
-                assert_eq!(map.iter_ones(0).count(), m_count(&m), "len={len} pos={pos}");
-                assert_eq!(
-                    ForceScalar(&map).iter_zeros(pos).count(),
-                    m_positions(&m, pos, false).len()
-                );
+                // A few more full queries, ones and zeros, at every level.
+                for level in Level::available() {
+                    let b = AtLevel(&map, level);
+                    assert_eq!(b.iter_ones(0).count(), m_count(&m), "len={len} pos={pos}");
+                    assert_eq!(
+                        b.iter_zeros(pos).count(),
+                        m_positions(&m, pos, false).len(),
+                        "len={len} pos={pos} {level}"
+                    );
+                }
                 m[pos] = background;
                 map.flip(pos).unwrap();
             }
@@ -338,8 +349,10 @@ fn test_bitmap_c_clear_79_19_on_full_1024() {
     let mut clear = map.clear_runs(0);
     assert_eq!(clear.next(), Some(79..98));
     assert_eq!(clear.next(), None);
-    assert_eq!(ForceScalar(&map).find_next_clear(0), Some(79));
-    assert_eq!(ForceScalar(&map).find_next_set(79), Some(98));
+    for level in Level::available() {
+        assert_eq!(AtLevel(&map, level).find_next_clear(0), Some(79), "{level}");
+        assert_eq!(AtLevel(&map, level).find_next_set(79), Some(98), "{level}");
+    }
     assert_eq!(map.find_prev_set(97), Some(78));
     assert_eq!(map.find_last_clear_in(..), Ok(Some(97)));
     // Setting it back gives the full map again.
@@ -359,7 +372,9 @@ fn test_bitmap_c_find_nth_bit() {
         let view = BitView::new(&words, len).unwrap();
         for (n, &b) in bits.iter().enumerate() {
             assert_eq!(map.nth_set(n), Some(b), "len={len} n={n}");
-            assert_eq!(ForceScalar(&map).nth_set(n), Some(b));
+            for level in Level::available() {
+                assert_eq!(AtLevel(&map, level).nth_set(n), Some(b), "{level}");
+            }
             assert_eq!(view.nth_set(n), Some(b));
             assert_eq!(find_nth_bit(&words, len, n), b);
         }
@@ -442,43 +457,33 @@ fn test_bitmap_c_for_each_over_500_bits() {
     map.set_range(100..150).unwrap();
     assert_eq!(map, bitmap_of(&m));
     for start in 0..len {
-        for path in 0..2 {
-            let (ones, zeros, sruns, cruns): (Vec<usize>, Vec<usize>, Vec<_>, Vec<_>) = if path == 0
-            {
-                (
-                    map.iter_ones(start).collect(),
-                    map.iter_zeros(start).collect(),
-                    map.set_runs(start).collect(),
-                    map.clear_runs(start).collect(),
-                )
-            } else {
-                let b = ForceScalar(&map);
-                (
-                    b.iter_ones(start).collect(),
-                    b.iter_zeros(start).collect(),
-                    b.set_runs(start).collect(),
-                    b.clear_runs(start).collect(),
-                )
-            };
+        for level in Level::available() {
+            let b = AtLevel(&map, level);
+            let (ones, zeros, sruns, cruns): (Vec<usize>, Vec<usize>, Vec<_>, Vec<_>) = (
+                b.iter_ones(start).collect(),
+                b.iter_zeros(start).collect(),
+                b.set_runs(start).collect(),
+                b.clear_runs(start).collect(),
+            );
             assert_eq!(
                 ones,
                 m_positions(&m, start, true),
-                "ones from {start} path {path}"
+                "ones from {start} {level}"
             );
             assert_eq!(
                 zeros,
                 m_positions(&m, start, false),
-                "zeros from {start} path {path}"
+                "zeros from {start} {level}"
             );
             assert_eq!(
                 sruns,
                 m_runs(&m, start, true),
-                "set runs from {start} path {path}"
+                "set runs from {start} {level}"
             );
             assert_eq!(
                 cruns,
                 m_runs(&m, start, false),
-                "clear runs from {start} path {path}"
+                "clear runs from {start} {level}"
             );
         }
     }
@@ -669,14 +674,10 @@ fn kernel_ports_agree_on_random_maps() {
         let map = bitmap_of(&m);
         let words = map.as_words();
         let what = format!("case {case} len={len}");
-        agree(&map, words, len, &mut rng, &format!("{what} default"));
-        agree(
-            &ForceScalar(&map),
-            words,
-            len,
-            &mut rng,
-            &format!("{what} scalar"),
-        );
+        for level in Level::available() {
+            let b = AtLevel(&map, level);
+            agree(&b, words, len, &mut rng, &format!("{what} {level}"));
+        }
         // Views over garbage tails: the ports clamp to `size` too.
         if case % 4 == 0 {
             let mut g = words.to_vec();
@@ -685,14 +686,16 @@ fn kernel_ports_agree_on_random_maps() {
             }
             g.push(!0);
             let view = BitView::new(&g, len).unwrap();
-            agree(&view, &g, len, &mut rng, &format!("{what} garbage view"));
-            agree(
-                &ForceScalar(view),
-                &g,
-                len,
-                &mut rng,
-                &format!("{what} garbage scalar"),
-            );
+            for level in Level::available() {
+                let b = AtLevel(view, level);
+                agree(
+                    &b,
+                    &g,
+                    len,
+                    &mut rng,
+                    &format!("{what} garbage view {level}"),
+                );
+            }
         }
     }
 }
@@ -770,8 +773,11 @@ fn range_out_of_bounds() {
             assert_eq!(map.find_first_clear_in($r), Err(err.clone()));
             assert_eq!(map.find_last_set_in($r), Err(err.clone()));
             assert_eq!(map.find_last_clear_in($r), Err(err.clone()));
-            assert_eq!(ForceScalar(&map).find_first_set_in($r), Err(err.clone()));
-            assert_eq!(ForceScalar(&map).find_last_clear_in($r), Err(err.clone()));
+            for level in Level::available() {
+                let b = AtLevel(&map, level);
+                assert_eq!(b.find_first_set_in($r), Err(err.clone()), "{level}");
+                assert_eq!(b.find_last_clear_in($r), Err(err.clone()), "{level}");
+            }
             assert_eq!(map.count_ones_in($r), Err(err.clone()));
             assert_eq!(map.all_set_in($r), Err(err.clone()));
             assert_eq!(map.all_clear_in($r), Err(err.clone()));
@@ -957,6 +963,7 @@ fn errors_display_and_are_std_errors() {
         m2.set(10).unwrap_err(),
         map.count_ones_in(3..11).unwrap_err(),
         map.find_clear_area(0, 1, 6, 0).unwrap_err(),
+        map.find_clear_area_mask(0, 1, 6, 0).unwrap_err(),
         BitView::new(&[0u64], 65).unwrap_err(),
         Bitmap::from_words(vec![], 10).unwrap_err(),
     ];
@@ -970,7 +977,11 @@ fn errors_display_and_are_std_errors() {
         seen.push(s);
     }
     assert!(errs[0].to_string().contains("10"));
-    assert!(matches!(errs[2], BitmapError::InvalidAlignMask { mask: 6 }));
+    assert!(matches!(
+        errs[2],
+        BitmapError::InvalidAlignment { align: 6 }
+    ));
+    assert!(matches!(errs[3], BitmapError::InvalidAlignMask { mask: 6 }));
     // Debug of a bitmap is printable and names its runs.
     let mut map = Bitmap::new(300);
     map.set_range(5..9).unwrap();

@@ -1,16 +1,17 @@
 //! Property tests: every public bitmap operation against a naive `Vec<bool>`
-//! model, on the default (SIMD when available) path and on the forced scalar
-//! path, for owned bitmaps, borrowed views with garbage past the length, and
-//! raw word slices.
+//! model, at every SIMD level this machine has (`Level::available()`, the
+//! portable scalar loops first), for owned bitmaps, borrowed views with
+//! garbage past the length, and raw word slices.
 
 use std::ops::{Bound, Range};
 
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseResult;
+use spacekit::__testing::AtLevel;
+use spacekit::arch::Level;
 use spacekit::bitmap::{
     load_le_bytes, store_le_bytes, BitView, BitViewMut, Bitmap, BitmapError, Bits, BitsMut,
-    ForceScalar,
 };
 
 mod common;
@@ -343,8 +344,8 @@ fn check_queries<B: Bits + ?Sized>(
     Ok(())
 }
 
-/// Runs `check_queries` on `b` and on `ForceScalar(b)`.
-fn check_both_paths<B: Bits + ?Sized>(
+/// Runs `check_queries` on `b` at every level this machine has.
+fn check_all_levels<B: Bits + ?Sized>(
     b: &B,
     m: &[bool],
     starts: &[usize],
@@ -352,15 +353,17 @@ fn check_both_paths<B: Bits + ?Sized>(
     ns: &[usize],
     what: &str,
 ) -> TestCaseResult {
-    check_queries(b, m, starts, ranges, ns, &format!("{what} default"))?;
-    check_queries(
-        &ForceScalar(b),
-        m,
-        starts,
-        ranges,
-        ns,
-        &format!("{what} scalar"),
-    )
+    for level in Level::available() {
+        check_queries(
+            &AtLevel(b, level),
+            m,
+            starts,
+            ranges,
+            ns,
+            &format!("{what} {level}"),
+        )?;
+    }
+    Ok(())
 }
 
 /// Applies `op` to `b` and to the model; checks the returned value.
@@ -447,8 +450,8 @@ proptest! {
         let map = bitmap_of(&m);
         prop_assert_eq!(map.len(), m.len());
         prop_assert_eq!(map.is_empty(), m.is_empty());
-        check_both_paths(&map, &m, &starts, &ranges, &ns, "Bitmap")?;
-        check_both_paths(&map.view(), &m, &starts, &ranges, &ns, "Bitmap::view")?;
+        check_all_levels(&map, &m, &starts, &ranges, &ns, "Bitmap")?;
+        check_all_levels(&map.view(), &m, &starts, &ranges, &ns, "Bitmap::view")?;
     }
 
     /// A view over words whose bits past `len` (and a whole extra word) are all
@@ -457,11 +460,11 @@ proptest! {
     fn view_ignores_garbage_past_len((m, starts, ranges, ns) in arb_query_case(1000, 300)) {
         let words = words_with_tail(&m, !0, 1);
         let view = BitView::new(&words, m.len()).unwrap();
-        check_both_paths(&view, &m, &starts, &ranges, &ns, "BitView(garbage)")?;
+        check_all_levels(&view, &m, &starts, &ranges, &ns, "BitView(garbage)")?;
         // Exactly sized storage, too.
         let exact = &words[..m.len().div_ceil(64)];
         let view = BitView::new(exact, m.len()).unwrap();
-        check_both_paths(&view, &m, &starts, &ranges, &ns, "BitView(exact garbage)")?;
+        check_all_levels(&view, &m, &starts, &ranges, &ns, "BitView(exact garbage)")?;
     }
 
     /// `[u64]` is a bitmap of 64 * len bits.
@@ -473,7 +476,7 @@ proptest! {
         ns in vec(0..1100usize, 1..4),
     ) {
         let m: Vec<bool> = (0..words.len() * 64).map(|i| words[i / 64] >> (i % 64) & 1 == 1).collect();
-        check_both_paths(&words[..], &m, &starts, &ranges, &ns, "[u64]")?;
+        check_all_levels(&words[..], &m, &starts, &ranges, &ns, "[u64]")?;
     }
 
     /// Large maps (beyond 16-word SIMD blocks), with long runs so the vector
@@ -481,10 +484,10 @@ proptest! {
     #[test]
     fn long_bitmap_queries_match_model((m, starts, ranges, ns) in arb_query_case(5000, 2500)) {
         let map = bitmap_of(&m);
-        check_both_paths(&map, &m, &starts, &ranges, &ns, "Bitmap(long)")?;
+        check_all_levels(&map, &m, &starts, &ranges, &ns, "Bitmap(long)")?;
         let words = words_with_tail(&m, !0, 1);
         let view = BitView::new(&words, m.len()).unwrap();
-        check_both_paths(&view, &m, &starts, &ranges, &ns, "BitView(long garbage)")?;
+        check_all_levels(&view, &m, &starts, &ranges, &ns, "BitView(long garbage)")?;
     }
 
     /// Random mutation sequences on an owned bitmap: return values, state after
@@ -502,33 +505,33 @@ proptest! {
                 prop_assert_eq!(tail, 0, "step {}: tail bits set after {:?}", step, op);
             }
             prop_assert_eq!(map.count_ones(), m.iter().filter(|&&x| x).count());
-            prop_assert_eq!(ForceScalar(&map).last_set(), (0..len).rev().find(|&i| m[i]));
+            for level in Level::available() {
+                prop_assert_eq!(AtLevel(&map, level).last_set(), (0..len).rev().find(|&i| m[i]));
+            }
         }
         prop_assert_eq!(&map, &bitmap_of(&m));
-        check_both_paths(&map, &m, &[0, len / 2], &[], &[], "Bitmap(mutated)")?;
+        check_all_levels(&map, &m, &[0, len / 2], &[], &[], "Bitmap(mutated)")?;
     }
 
-    /// The same sequences through a `BitViewMut` (and `ForceScalar` around
-    /// one) over words with all-ones garbage past `len`: the garbage is never
-    /// touched.
+    /// The same sequences through a `BitViewMut` at each level over words
+    /// with all-ones garbage past `len`: the garbage is never touched.
     #[test]
-    fn view_mut_never_touches_bits_past_len((mut m, ops) in arb_mutation_case(1000)) {
-        let len = m.len();
-        let mut words = words_with_tail(&m, !0, 1);
-        let mut m2 = m.clone();
-        let mut words2 = words.clone();
-        {
-            let mut view = BitViewMut::new(&mut words, len).unwrap();
-            let mut scalar = ForceScalar(BitViewMut::new(&mut words2, len).unwrap());
-            for (step, op) in ops.iter().enumerate() {
-                apply_op(&mut view, &mut m, op)?;
-                prop_assert_eq!(view.words(), &words_with_tail(&m, !0, 1)[..], "step {}: {:?}", step, op);
-                apply_op(&mut scalar, &mut m2, op)?;
-                prop_assert_eq!(scalar.words(), &words_with_tail(&m2, !0, 1)[..], "scalar step {}: {:?}", step, op);
+    fn view_mut_never_touches_bits_past_len((m0, ops) in arb_mutation_case(1000)) {
+        let len = m0.len();
+        for level in Level::available() {
+            let mut m = m0.clone();
+            let mut words = words_with_tail(&m, !0, 1);
+            {
+                let mut view = AtLevel(BitViewMut::new(&mut words, len).unwrap(), level);
+                for (step, op) in ops.iter().enumerate() {
+                    apply_op(&mut view, &mut m, op)?;
+                    prop_assert_eq!(view.words(), &words_with_tail(&m, !0, 1)[..], "{} step {}: {:?}", level, step, op);
+                }
+                let what = format!("BitViewMut(mutated) {level}");
+                check_queries(&view, &m, &[0, len / 2], &[], &[], &what)?;
             }
-            check_both_paths(&view, &m, &[0, len / 2], &[], &[], "BitViewMut(mutated)")?;
+            prop_assert_eq!(words, words_with_tail(&m, !0, 1));
         }
-        prop_assert_eq!(words, words_with_tail(&m, !0, 1));
     }
 
     /// Mutations on a bare `[u64]` (64 * len bits).

@@ -1,8 +1,11 @@
-//! Integration tests for `spacekit::checked_bitmap::ChecksummedBitmap`: every
+//! Integration tests for `spacekit::checked_bitmap::CheckedBitmap`: every
 //! operation against a `Vec<bool>` model, with the kept checksum compared to
 //! an independent bit-at-a-time CRC-32C of the model's bytes, for bitmaps
 //! built on both engines (`from_bytes`, which uses `Engine::detect()`, and
-//! `from_bytes_with(Engine::portable(), ..)`).
+//! `from_bytes_with(Engine::portable(), ..)`), and with a free-space index
+//! over all the bits or over the checksummed ones only, checked against the
+//! bits (`__testing::Validate`) and the model's free runs after every
+//! operation.
 
 use std::ops::Bound;
 
@@ -11,9 +14,11 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseResult;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
+use spacekit::__testing::Validate;
 use spacekit::bitmap::BitmapError;
-use spacekit::checked_bitmap::ChecksummedBitmap;
+use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::crc32c::{self, CrcError, Engine};
+use spacekit::freespace::FreeSpaceError;
 
 // ---------------------------------------------------------------------------
 // The reference and the model
@@ -79,9 +84,39 @@ enum Op {
     FlipRange(usize, usize),
 }
 
-/// Both engines' bitmaps and the model they must match.
+/// The longest clear run of `m[..len]` as `(start, length)`, the lowest of
+/// equals.
+fn model_largest_free(m: &[bool], len: usize) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    let mut i = 0;
+    while i < len {
+        if m[i] {
+            i += 1;
+            continue;
+        }
+        let s = i;
+        while i < len && !m[i] {
+            i += 1;
+        }
+        if best.is_none_or(|(_, n)| i - s > n) {
+            best = Some((s, i - s));
+        }
+    }
+    best
+}
+
+/// The lowest multiple of 8 starting 8 clear bits inside `m[..len]`.
+fn model_first_fit_8(m: &[bool], len: usize) -> Option<usize> {
+    (0..len.saturating_sub(7))
+        .step_by(8)
+        .find(|&s| m[s..s + 8].iter().all(|&b| !b))
+}
+
+/// Both engines' bitmaps (the detected one also with a free-space index over
+/// all its bits and over its checksummed bits) and the model they must
+/// match.
 struct Harness {
-    maps: Vec<(&'static str, ChecksummedBitmap)>,
+    maps: Vec<(&'static str, CheckedBitmap)>,
     model: Vec<bool>,
     seed: u32,
     csum_len: usize,
@@ -89,11 +124,18 @@ struct Harness {
 
 impl Harness {
     fn new(bytes: &[u8], seed: u32, csum_len: usize) -> Harness {
-        let detect = ChecksummedBitmap::from_bytes(bytes, seed, csum_len).unwrap();
+        let detect = CheckedBitmap::from_bytes(bytes, seed, csum_len).unwrap();
         let portable =
-            ChecksummedBitmap::from_bytes_with(Engine::portable(), bytes, seed, csum_len).unwrap();
+            CheckedBitmap::from_bytes_with(Engine::portable(), bytes, seed, csum_len).unwrap();
+        let indexed = detect.clone().with_index(bytes.len() * 8).unwrap();
+        let prefix = detect.clone().with_index(csum_len * 8).unwrap();
         let h = Harness {
-            maps: vec![("detect", detect), ("portable", portable)],
+            maps: vec![
+                ("detect", detect),
+                ("portable", portable),
+                ("indexed", indexed),
+                ("indexed-prefix", prefix),
+            ],
             model: model_of(bytes),
             seed,
             csum_len,
@@ -131,6 +173,28 @@ impl Harness {
             );
             prop_assert_eq!(map.recompute(), want, "{} recompute after {}", name, after);
             prop_assert!(map.verify(), "{} verify after {}", name, after);
+            if let Err(e) = map.validate() {
+                prop_assert!(false, "{} validate after {}: {}", name, after, e);
+            }
+            // The index's searches see the model's free runs (over the bits
+            // it covers).
+            if let Some(ix) = map.index() {
+                let n = ix.len() as usize;
+                prop_assert_eq!(
+                    map.largest_free(),
+                    model_largest_free(&self.model, n),
+                    "{} largest free after {}",
+                    name,
+                    after
+                );
+                prop_assert_eq!(
+                    map.first_fit(8, 8, 0, 0),
+                    Ok(model_first_fit_8(&self.model, n)),
+                    "{} first fit after {}",
+                    name,
+                    after
+                );
+            }
         }
         Ok(())
     }
@@ -236,9 +300,9 @@ fn from_bytes_checksums_the_first_csum_len_bytes() {
     for csum_len in [4096, 2048, 0, 1, 7, 8, 13, 4095] {
         let want = reference::raw(seed, &bytes[..csum_len]);
         let maps = [
-            ChecksummedBitmap::from_bytes(&bytes, seed, csum_len).unwrap(),
-            ChecksummedBitmap::from_bytes_with(Engine::detect(), &bytes, seed, csum_len).unwrap(),
-            ChecksummedBitmap::from_bytes_with(Engine::portable(), &bytes, seed, csum_len).unwrap(),
+            CheckedBitmap::from_bytes(&bytes, seed, csum_len).unwrap(),
+            CheckedBitmap::from_bytes_with(Engine::detect(), &bytes, seed, csum_len).unwrap(),
+            CheckedBitmap::from_bytes_with(Engine::portable(), &bytes, seed, csum_len).unwrap(),
         ];
         for map in maps {
             assert_eq!(map.checksum(), want, "csum_len {csum_len}");
@@ -257,15 +321,15 @@ fn from_bytes_checksums_the_first_csum_len_bytes() {
     }
     // A prefix checksum really is a prefix checksum.
     assert_ne!(
-        ChecksummedBitmap::from_bytes(&bytes, seed, 2048)
+        CheckedBitmap::from_bytes(&bytes, seed, 2048)
             .unwrap()
             .checksum(),
         reference::raw(seed, &bytes)
     );
     // from_bytes is from_bytes_with the detected engine.
     assert_eq!(
-        ChecksummedBitmap::from_bytes(&bytes, seed, 100).unwrap(),
-        ChecksummedBitmap::from_bytes_with(Engine::detect(), &bytes, seed, 100).unwrap()
+        CheckedBitmap::from_bytes(&bytes, seed, 100).unwrap(),
+        CheckedBitmap::from_bytes_with(Engine::detect(), &bytes, seed, 100).unwrap()
     );
 }
 
@@ -275,11 +339,11 @@ fn from_bytes_rejects_csum_len_past_the_end() {
         let bytes = vec![0x5Au8; len];
         let want = CrcError::ChecksumLenTooLong { csum_len, len };
         assert_eq!(
-            ChecksummedBitmap::from_bytes(&bytes, 1, csum_len),
+            CheckedBitmap::from_bytes(&bytes, 1, csum_len),
             Err(want.clone())
         );
         assert_eq!(
-            ChecksummedBitmap::from_bytes_with(Engine::portable(), &bytes, 1, csum_len),
+            CheckedBitmap::from_bytes_with(Engine::portable(), &bytes, 1, csum_len),
             Err(want.clone())
         );
         assert!(!want.to_string().is_empty());
@@ -666,6 +730,117 @@ fn store_bytes_checks_the_length() {
             assert_eq!(out, model_bytes(&h.model));
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// The free-space index
+// ---------------------------------------------------------------------------
+
+#[test]
+fn index_searches_follow_every_update() {
+    // An ext4-like group: 8192-bit bitmap, the index over its first 8000
+    // bits (the blocks), the checksum over 1000 bytes; bit 0 is block 8001.
+    let mut bytes = vec![0u8; 1024];
+    bytes[..4].fill(0xFF); // 32 metadata blocks
+    let map = CheckedBitmap::from_bytes(&bytes, 0xE4, 1000).unwrap();
+    let mut map = map.with_index(8000).unwrap();
+    map.set_range(8000..).unwrap(); // padding: in use, outside the index
+    assert_eq!(map.index().map(|ix| ix.len()), Some(8000));
+    assert_eq!(map.largest_free(), Some((32, 7968)));
+    // 100 blocks aligned to 16 on absolute numbers: (s + 8001) % 16 == 0.
+    let s = map.first_fit(100, 16, 8001, 0).unwrap().unwrap();
+    assert_eq!((s, (s + 8001) % 16), (47, 0));
+    assert_eq!(map.set_range(s..s + 100), Ok(100));
+    // Every kind of update keeps searches and the checksum current.
+    map.clear(s + 50).unwrap();
+    map.flip_range(4000..4100).unwrap();
+    map.set(7999).unwrap();
+    map.validate().unwrap();
+    assert_eq!(map.first_fit(1, 1, 0, s), Ok(Some(s + 50)));
+    assert_eq!(map.first_fit(1, 1, 0, 7999), Ok(Some(32)), "wraps");
+    // Best fit by size class: the single free bit for one block.
+    assert_eq!(map.best_fit(1, 1, 0), Ok(Some(s + 50)));
+    // Two runs of 40+ share the 2048 class: the lower one.
+    assert_eq!(map.best_fit(40, 1, 0), Ok(Some(147)));
+    assert_eq!(map.largest_free(), Some((4100, 3899)));
+    assert_eq!(
+        map.checksum(),
+        reference::raw(0xE4, &map.to_bytes()[..1000])
+    );
+    // The index is not part of the value.
+    let plain = CheckedBitmap::from_bytes(&map.to_bytes(), 0xE4, 1000).unwrap();
+    assert_eq!(plain, map);
+    assert!(plain.index().is_none());
+    // Without it, the same answers by a scan (of all the bits).
+    let mut unindexed = map.clone();
+    assert!(unindexed.remove_index().is_some());
+    for (nr, align, off, goal) in [
+        (1, 1, 0, 0),
+        (1, 1, 0, 7999),
+        (100, 16, 8001, 0),
+        (9, 8, 3, 5000),
+    ] {
+        assert_eq!(
+            unindexed.first_fit(nr, align, off, goal),
+            map.first_fit(nr, align, off, goal),
+            "{nr} {align} {off} {goal}"
+        );
+        assert_eq!(
+            unindexed.best_fit(nr, align, off),
+            map.best_fit(nr, align, off)
+        );
+    }
+    assert_eq!(unindexed.largest_free(), map.largest_free());
+    unindexed.validate().unwrap();
+    // into_parts drops the index.
+    let (bits, crc) = map.into_parts();
+    assert_eq!(
+        (bits.to_le_bytes(), crc),
+        (plain.to_bytes(), plain.checksum())
+    );
+}
+
+#[test]
+fn index_bad_input_is_a_typed_error() {
+    let mut map = CheckedBitmap::from_bytes(&[0u8; 64], 1, 64).unwrap();
+    assert_eq!(
+        map.build_index(513),
+        Err(FreeSpaceError::OutOfRange {
+            start: 0,
+            end: 513,
+            bits: 512
+        })
+    );
+    assert!(map.index().is_none());
+    let map = map.with_index(500).unwrap();
+    assert_eq!(map.first_fit(0, 1, 0, 0), Err(FreeSpaceError::ZeroLength));
+    assert_eq!(
+        map.first_fit(1, 6, 0, 0),
+        Err(FreeSpaceError::BadAlignment { align: 6 })
+    );
+    assert_eq!(
+        map.best_fit(1, 0, 0),
+        Err(FreeSpaceError::BadAlignment { align: 0 })
+    );
+    assert_eq!(
+        map.first_fit(1, 1, 0, 501),
+        Err(FreeSpaceError::OutOfRange {
+            start: 501,
+            end: 501,
+            bits: 500
+        })
+    );
+    // Larger than the indexed bits: no fit, not an error.
+    assert_eq!(map.first_fit(501, 1, 0, 0), Ok(None));
+    assert_eq!(map.first_fit(500, 1, 0, 500), Ok(Some(0)));
+    let full = CheckedBitmap::from_bytes(&[0xFF; 8], 1, 8)
+        .unwrap()
+        .with_index(64)
+        .unwrap();
+    assert_eq!(full.largest_free(), None);
+    assert_eq!(full.best_fit(1, 1, 0), Ok(None));
+    let e: Box<dyn std::error::Error> = Box::new(FreeSpaceError::ZeroLength);
+    assert!(!e.to_string().is_empty());
 }
 
 // ---------------------------------------------------------------------------

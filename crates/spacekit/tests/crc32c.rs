@@ -1,15 +1,18 @@
 //! Integration tests for `spacekit::crc32c`: the bulk CRC, `shift`, `combine`,
 //! `flip_range` and `splice`, each against an independent bit-at-a-time
 //! reference (and, for buffers too large to allocate, against an independent
-//! polynomial model), through the free functions and through both engines
-//! (`Engine::detect()` and `Engine::portable()`), which must also agree with
-//! each other.
+//! polynomial model), through the free functions, through an engine at every
+//! SIMD level this machine has (`Engine::at_level(l)` for each of
+//! `Level::available()`: the portable carry-less products, then PCLMULQDQ
+//! where the CPU has it) and through `Engine::portable()` (portable bulk CRC
+//! too), which must all agree with each other.
 
 use std::fmt::Debug;
 
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
+use spacekit::arch::Level;
 use spacekit::crc32c::{self, CrcError, Engine};
 
 // ---------------------------------------------------------------------------
@@ -141,12 +144,13 @@ enum Via {
     Engine(Engine),
 }
 
-fn vias() -> [Via; 3] {
-    [
-        Via::Free,
-        Via::Engine(Engine::detect()),
-        Via::Engine(Engine::portable()),
-    ]
+/// The free functions, an engine at each available level, and the portable
+/// engine.
+fn vias() -> Vec<Via> {
+    let mut v = vec![Via::Free];
+    v.extend(Level::available().map(|l| Via::Engine(Engine::at_level(l))));
+    v.push(Via::Engine(Engine::portable()));
+    v
 }
 
 impl Via {
@@ -198,9 +202,10 @@ impl Via {
 /// Runs `f` through every [`Via`], asserts they all return the same value,
 /// and returns it. `what` describes the call for failure messages.
 fn agree<T: PartialEq + Debug>(what: &dyn Fn() -> String, f: impl Fn(Via) -> T) -> T {
-    let [first, rest @ ..] = vias();
+    let vias = vias();
+    let (&first, rest) = vias.split_first().expect("the free functions");
     let want = f(first);
-    for v in rest {
+    for &v in rest {
         let got = f(v);
         assert_eq!(got, want, "{v:?} disagrees with {first:?}: {}", what());
     }
@@ -212,9 +217,10 @@ fn agree_prop<T: PartialEq + Debug>(
     what: &dyn Fn() -> String,
     f: impl Fn(Via) -> T,
 ) -> Result<T, TestCaseError> {
-    let [first, rest @ ..] = vias();
+    let vias = vias();
+    let (&first, rest) = vias.split_first().expect("the free functions");
     let want = f(first);
-    for v in rest {
+    for &v in rest {
         let got = f(v);
         prop_assert_eq!(
             &got,
@@ -232,7 +238,7 @@ fn agree_prop<T: PartialEq + Debug>(
 // Sanity of the setup
 // ---------------------------------------------------------------------------
 
-/// With default features on an x86_64 CPU with PCLMULQDQ, the two engines are
+/// With default features on an x86_64 CPU with PCLMULQDQ, the engines are
 /// really different code, so comparing them is not vacuous.
 #[test]
 fn engines_are_distinct_where_possible() {
@@ -240,8 +246,19 @@ fn engines_are_distinct_where_possible() {
     assert_eq!((bulk, unit), ("slicing-by-8", "portable"));
     #[cfg(feature = "crc-fast")]
     assert_eq!(Engine::detect().names().0, "crc-fast");
+    assert_eq!(Engine::at_level(Level::scalar()).names().1, "portable");
+    assert_eq!(Engine::detect(), Engine::at_level(Level::detect()));
+    for level in Level::available() {
+        let unit = Engine::at_level(level).names().1;
+        let want = if level.has_pclmulqdq() {
+            "pclmulqdq"
+        } else {
+            "portable"
+        };
+        assert_eq!(unit, want, "{level:?}");
+    }
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("pclmulqdq") {
+    if spacekit::arch::cpu_features().any(|f| f == ("pclmulqdq", true)) {
         assert_eq!(Engine::detect().names().1, "pclmulqdq");
     }
 }

@@ -3,16 +3,23 @@
 //! harvesting).
 
 use proptest::prelude::*;
-use spacekit::bitmap::Backend;
-use spacekit::dirty::{
-    ranges, ranges_or, ranges_or_with, ranges_with, DirtyBitmap, DirtyError, MemoryRange,
-    MemoryRangeTable, ScanOpts,
-};
+use spacekit::__testing::{ranges_or_with, ranges_with, scan_with, ScanOpts};
+use spacekit::dirty::{DirtyBitmap, DirtyError, Geometry, MemoryRange, MemoryRangeTable, Scan};
+
+/// `Geometry::new(base, page)`, for valid test inputs.
+fn geo(base: u64, page: u64) -> Geometry {
+    Geometry::new(base, page).unwrap()
+}
+
+/// A table of `scan`'s ranges, for valid test inputs.
+fn table_of(words: &[u64], g: Geometry, gap: u64) -> MemoryRangeTable {
+    MemoryRangeTable::from_scan(Scan::new(words, g).unwrap().merge_gap(gap))
+}
 
 /// Every way of building ranges over `a` (or `a | b`): the iterators and the
-/// serial and parallel table builders, each with the detected backend and
-/// the scalar one, parallel blocks of `block` words. Each result is paired
-/// with a label for failure messages.
+/// serial and parallel table builds, each with every backend the machine
+/// runs (the detected one and the scalar one), parallel blocks of `block`
+/// words. Each result is paired with a label for failure messages.
 fn all_paths(
     a: &[u64],
     b: Option<&[u64]>,
@@ -22,22 +29,24 @@ fn all_paths(
     block: usize,
 ) -> Vec<(String, Vec<MemoryRange>)> {
     let mut out = Vec::new();
-    for backend in [Backend::detect(), Backend::scalar()] {
-        let opts = ScanOpts {
-            backend,
-            block_words: block,
-        };
-        let name = backend.name();
+    let g = geo(base, page);
+    for opts in ScanOpts::each_backend(block) {
+        let name = format!("{:?}", opts.backend);
         if gap == 0 {
             let it: Vec<_> = match b {
-                None => ranges_with(a, page, base, opts).unwrap().collect(),
-                Some(b) => ranges_or_with(a, b, page, base, opts).unwrap().collect(),
+                None => ranges_with(g, a, opts).unwrap().collect(),
+                Some(b) => ranges_or_with(g, a, b, opts).unwrap().collect(),
             };
             out.push((format!("iter/{name}"), it));
         }
         for par in [false, true] {
+            let mut scan = Scan::new(a, g).unwrap();
+            if let Some(b) = b {
+                scan = scan.or(b).unwrap();
+            }
+            let scan = scan_with(scan.merge_gap(gap).parallel(par), opts);
             let mut t = MemoryRangeTable::new();
-            t.extend_with(a, b, page, base, gap, opts, par).unwrap();
+            t.extend_from(scan);
             out.push((format!("table/{name}/par={par}"), t.ranges().to_vec()));
         }
     }
@@ -101,18 +110,19 @@ proptest! {
     fn ranges_match_the_per_bit_model(words in arb_bitmap(), shift in 9u32..=21, base_pages in 0u64..1 << 20) {
         let page = 1u64 << shift;
         let base = base_pages * page;
-        let got: Vec<_> = ranges(&words, page, base).unwrap().collect();
+        let got: Vec<_> = geo(base, page).ranges(&words).unwrap().collect();
         prop_assert_eq!(got, model(&words, page, base, 0));
     }
 
     #[test]
     fn table_merges_gaps_like_the_model(words in arb_bitmap(), gap in 0u64..=70) {
-        let t = MemoryRangeTable::from_bitmap(&words, 4096, 0x1000_0000, gap).unwrap();
+        let g = geo(0x1000_0000, 4096);
+        let t = table_of(&words, g, gap);
         prop_assert_eq!(t.ranges(), &model(&words, 4096, 0x1000_0000, gap)[..]);
         // Reuse: refilling a cleared table gives the same ranges.
         let mut again = t.clone();
         again.clear();
-        again.extend_from_bitmap(&words, 4096, 0x1000_0000, gap).unwrap();
+        again.extend_from(Scan::new(&words, g).unwrap().merge_gap(gap));
         prop_assert_eq!(&again, &t);
     }
 
@@ -148,7 +158,7 @@ proptest! {
 
     #[test]
     fn partition_keeps_order_and_bytes(words in arb_bitmap(), max_pages in 1u64..=300) {
-        let t = MemoryRangeTable::from_bitmap(&words, 4096, 0, 0).unwrap();
+        let t = table_of(&words, geo(0, 4096), 0);
         let max = max_pages * 4096;
         let parts = t.partition(max);
         let mut flat = MemoryRangeTable::new();
@@ -166,7 +176,7 @@ proptest! {
 
     #[test]
     fn wire_format_round_trips(words in arb_bitmap()) {
-        let t = MemoryRangeTable::from_bitmap(&words, 4096, 0x8000_0000, 0).unwrap();
+        let t = table_of(&words, geo(0x8000_0000, 4096), 0);
         let bytes = t.to_bytes();
         prop_assert_eq!(bytes.len(), t.len() * 16);
         prop_assert_eq!(MemoryRangeTable::from_bytes(&bytes).unwrap(), t);
@@ -177,7 +187,7 @@ proptest! {
 fn runs_crossing_words_coalesce() {
     // Bits 60..=67 and 127..=128: each one range.
     let words = [0xF000_0000_0000_0000u64, 0x8000_0000_0000_000F, 1];
-    let got: Vec<_> = ranges(&words, 4096, 0).unwrap().collect();
+    let got: Vec<_> = geo(0, 4096).ranges(&words).unwrap().collect();
     assert_eq!(
         got,
         [
@@ -192,7 +202,7 @@ fn runs_crossing_words_coalesce() {
         ]
     );
     let all = [!0u64; 5];
-    let got: Vec<_> = ranges(&all, 1 << 21, 0).unwrap().collect();
+    let got: Vec<_> = geo(0, 1 << 21).ranges(&all).unwrap().collect();
     assert_eq!(
         got,
         [MemoryRange {
@@ -243,14 +253,15 @@ fn or_length_mismatch_is_an_error() {
         expected: 4,
         found: 3,
     };
-    assert_eq!(ranges_or(&a, &b, 4096, 0).err(), Some(want.clone()));
-    let mut t = MemoryRangeTable::from_bitmap(&[1], 4096, 0, 0).unwrap();
+    let g = geo(0, 4096);
+    assert_eq!(g.ranges_or(&a, &b).err(), Some(want.clone()));
+    let t = table_of(&[1], g, 0);
     let before = t.clone();
-    assert_eq!(
-        t.extend_from_bitmaps_or(&a, &b, 4096, 0, 0),
-        Err(want.clone())
-    );
-    assert_eq!(t.par_extend_from_bitmaps_or(&a, &b, 4096, 0, 0), Err(want));
+    // The table builder refuses the second log before it can touch a table,
+    // serial or parallel, whichever option comes first.
+    let scan = Scan::new(&a, g).unwrap();
+    assert_eq!(scan.or(&b).err(), Some(want.clone()));
+    assert_eq!(scan.parallel(true).merge_gap(3).or(&b).err(), Some(want));
     assert_eq!(t, before, "a failed call leaves the table alone");
 }
 
@@ -259,18 +270,21 @@ fn extend_joins_across_calls_and_spans_are_checked() {
     // Two halves of one bitmap appended in turn give the whole bitmap's
     // ranges: the run across the seam joins.
     let w = [0xFF00_0000_0000_0000u64, 0xFF, 0, 1 << 63, !0];
-    let whole = MemoryRangeTable::from_bitmap(&w, 4096, 0, 0).unwrap();
-    let mut t = MemoryRangeTable::from_bitmap(&w[..1], 4096, 0, 0).unwrap();
-    t.extend_from_bitmap(&w[1..4], 4096, 64 * 4096, 0).unwrap();
-    t.par_extend_from_bitmap(&w[4..], 4096, 4 * 64 * 4096, 0)
-        .unwrap();
+    let g = geo(0, 4096);
+    let whole = table_of(&w, g, 0);
+    let mut t = table_of(&w[..1], g, 0);
+    t.extend_from(Scan::new(&w[1..4], g.with_base(64 * 4096)).unwrap());
+    let at = g.page_addr(4 * 64).unwrap();
+    assert_eq!(at, 4 * 64 * 4096);
+    t.extend_from(Scan::new(&w[4..], g.with_base(at)).unwrap().parallel(true));
     assert_eq!(t, whole);
     // A bitmap whose last page would end past 2^64 is refused.
     assert!(matches!(
-        ranges(&[1, 2], 1 << 40, u64::MAX - (1 << 45)),
+        geo(u64::MAX - (1 << 45), 1 << 40).ranges(&[1, 2]),
         Err(DirtyError::OutOfRange { .. })
     ));
-    assert!(MemoryRangeTable::from_bitmap(&[0; 4], 1 << 62, 0, 0).is_err());
+    assert!(Scan::new(&[0; 4], geo(0, 1 << 62)).is_err());
+    assert_eq!(geo(u64::MAX - 4095, 4096).page_addr(1), None);
 }
 
 #[test]
@@ -294,15 +308,16 @@ fn large_bitmaps_agree_on_every_path() {
                 x
             })
             .collect();
-        let want: Vec<_> = ranges(&w, 4096, 0).unwrap().collect();
+        let g = geo(0, 4096);
+        let want: Vec<_> = g.ranges(&w).unwrap().collect();
         assert_eq!(want, model(&w, 4096, 0, 0), "{pct}%");
         let mut par = MemoryRangeTable::new();
-        par.par_extend_from_bitmap(&w, 4096, 0, 0).unwrap();
+        par.extend_from(Scan::new(&w, g).unwrap().parallel(true));
         assert_eq!(par.ranges(), &want[..], "{pct}% parallel");
         let or_par = {
             let mut t = MemoryRangeTable::new();
             let zero = vec![0u64; nw];
-            t.par_extend_from_bitmaps_or(&zero, &w, 4096, 0, 0).unwrap();
+            t.extend_from(Scan::new(&zero, g).unwrap().or(&w).unwrap().parallel(true));
             t
         };
         assert_eq!(or_par, par, "{pct}% parallel OR with a clean log");
@@ -312,8 +327,12 @@ fn large_bitmaps_agree_on_every_path() {
 #[test]
 fn bad_input_is_a_typed_error() {
     assert_eq!(
-        ranges(&[1], 3000, 0).err(),
+        Geometry::new(0, 3000).err(),
         Some(DirtyError::InvalidPageSize { page_size: 3000 })
+    );
+    assert_eq!(
+        Geometry::new(0, 0).err(),
+        Some(DirtyError::InvalidPageSize { page_size: 0 })
     );
     assert_eq!(
         MemoryRangeTable::from_bytes(&[0; 17]),
@@ -334,7 +353,7 @@ fn bad_input_is_a_typed_error() {
     // Truncated input is rejected, never silently shortened.
     assert!(MemoryRangeTable::from_bytes(&bytes[..bytes.len() - 1]).is_err());
 
-    let log = DirtyBitmap::new(0x1000, 0x10_0000, 4096).unwrap();
+    let log = DirtyBitmap::new(geo(0x1000, 4096), 0x10_0000).unwrap();
     assert!(log.mark(0x0fff, 1).is_err(), "before the region");
     assert!(log.mark(0x10_0000, 0x1001).is_err(), "past the end");
     assert!(log.mark(u64::MAX, 2).is_err(), "overflow");
@@ -346,8 +365,8 @@ fn bad_input_is_a_typed_error() {
     );
     let mut short = vec![0u64; 3];
     assert!(log.harvest_into(&mut short).is_err());
-    assert!(DirtyBitmap::new(0, 4096, 1000).is_err());
-    assert!(DirtyBitmap::new(u64::MAX, 2, 4096).is_err());
+    assert!(Geometry::new(0, 1000).is_err());
+    assert!(DirtyBitmap::new(geo(u64::MAX, 4096), 2).is_err());
 }
 
 #[test]
@@ -355,8 +374,9 @@ fn mark_reset_and_harvest_follow_a_page_model() {
     let page = 4096u64;
     let base = 0x4000_0000u64;
     let len = 1000 * page + 123; // a partial last page
-    let log = DirtyBitmap::new(base, len, page).unwrap();
+    let log = DirtyBitmap::new(geo(base, page), len).unwrap();
     assert_eq!(log.pages(), 1001);
+    assert_eq!((log.geometry(), log.len()), (geo(base, page), len));
     let mut model = vec![false; 1001];
     let mut s = 0x1234_5678_9abc_def1u64;
     for round in 0..2000 {
@@ -397,7 +417,7 @@ fn mark_reset_and_harvest_follow_a_page_model() {
 #[test]
 fn concurrent_marks_are_never_lost() {
     let pages = 64 * 512u64;
-    let log = DirtyBitmap::new(0, pages * 4096, 4096).unwrap();
+    let log = DirtyBitmap::new(geo(0, 4096), pages * 4096).unwrap();
     let threads = 4u64;
     let mut union = vec![0u64; log.words()];
     let done = std::sync::atomic::AtomicUsize::new(0);
@@ -434,4 +454,59 @@ fn concurrent_marks_are_never_lost() {
     // harvest ran after every thread finished, so every page must be in the
     // union of the harvests.
     assert!(union.iter().all(|&w| w == !0), "a marked page was lost");
+}
+
+#[test]
+fn geometry_is_checked_once_and_scan_options_compose() {
+    let g = geo(0x1_0000_0000, 1 << 21);
+    assert_eq!(g.base(), 0x1_0000_0000);
+    assert_eq!(g.page_size().get(), 1 << 21);
+    assert_eq!(g.page_shift(), 21);
+    assert_eq!(g.page_addr(5), Some(0x1_0000_0000 + (5 << 21)));
+    assert_eq!(g.with_base(0).page_addr(1), Some(1 << 21));
+    for bad in [0u64, 3, 4097, u64::MAX] {
+        assert_eq!(
+            Geometry::new(0, bad),
+            Err(DirtyError::InvalidPageSize { page_size: bad })
+        );
+    }
+    assert!(Geometry::new(0, 1 << 63).is_ok());
+
+    // Pages 0, 10 and 200 dirty in one log, page 5 in another.
+    let a = [1u64 | 1 << 10, 0, 0, 1 << 8];
+    let b = [1u64 << 5, 0, 0, 0];
+    let scan = Scan::new(&a, g).unwrap();
+    assert_eq!((scan.words(), scan.geometry()), (4, g));
+    let page = |p: u64, n: u64| MemoryRange {
+        gpa: g.page_addr(p).unwrap(),
+        length: n << 21,
+    };
+    // Options in any order give the same table; a Scan is Copy and reusable.
+    let merged = scan.or(&b).unwrap().merge_gap(4);
+    let other_order = scan.merge_gap(4).parallel(true).or(&b).unwrap();
+    assert_eq!(
+        MemoryRangeTable::from_scan(merged).ranges(),
+        [page(0, 11), page(200, 1)]
+    );
+    assert_eq!(
+        MemoryRangeTable::from_scan(other_order),
+        MemoryRangeTable::from_scan(merged)
+    );
+    // A second `or` replaces the first.
+    let zero = [0u64; 4];
+    assert_eq!(
+        MemoryRangeTable::from_scan(scan.or(&b).unwrap().or(&zero).unwrap()).ranges(),
+        [page(0, 1), page(10, 1), page(200, 1)]
+    );
+    // A gap too large to count in bytes joins everything.
+    assert_eq!(
+        MemoryRangeTable::from_scan(scan.merge_gap(u64::MAX)).ranges(),
+        [page(0, 201)]
+    );
+    // The log's geometry places its harvest.
+    let log = DirtyBitmap::new(g, 256 << 21).unwrap();
+    log.mark(g.page_addr(200).unwrap(), 1).unwrap();
+    let words = log.take();
+    let got: Vec<_> = log.geometry().ranges(&words).unwrap().collect();
+    assert_eq!(got, [page(200, 1)]);
 }

@@ -2,26 +2,30 @@
 //! set/clear/flip of a range, first fit (from a goal, wrapping, aligned on
 //! absolute numbers) equals the bitmap engine's `find_clear_area` scan, the
 //! best fit is a valid fit in the smallest size class that has one, the
-//! largest free run is the longest clear run, and `validate()` holds.
+//! largest free run is the longest clear run, and `validate_index` holds;
+//! a `CheckedBitmap` owning an index over the same bits (the bytes' bits
+//! past them stay clear and unindexed) gives the same answers.
 
 use proptest::prelude::*;
+use spacekit::__testing::{validate_index, Validate};
 use spacekit::bitmap::{Bitmap, Bits, BitsMut};
+use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::freespace::{FreeSpaceError, FreeSpaceIndex};
 
 /// First fit by scanning the bitmap: from the goal, then from 0 (below
-/// the goal), with the kernel's align mask and offset.
+/// the goal), with the alignment and offset.
 fn scan_first(map: &Bitmap, nr: u64, align: u64, off: u64, goal: u64) -> Option<u64> {
-    let mask = (align - 1) as usize;
+    let align_us = align as usize;
     // find_clear_area aligns `index + offset`; only the offset modulo the
     // alignment matters.
     let off = (off % align) as usize;
     let hit = map
-        .find_clear_area(goal as usize, nr as usize, mask, off)
+        .find_clear_area(goal as usize, nr as usize, align_us, off)
         .unwrap();
     if let Some(x) = hit {
         return Some(x as u64);
     }
-    map.find_clear_area(0, nr as usize, mask, off)
+    map.find_clear_area(0, nr as usize, align_us, off)
         .unwrap()
         .map(|x| x as u64)
         .filter(|&x| x < goal)
@@ -83,14 +87,27 @@ proptest! {
     fn index_agrees_with_a_bitmap_scan((bits, ops, queries) in case()) {
         let mut map = Bitmap::new(bits as usize);
         let mut index = FreeSpaceIndex::new(map.as_words(), bits).unwrap();
+        let zeros = vec![0u8; bits.div_ceil(8) as usize];
+        let mut checked = CheckedBitmap::from_bytes(&zeros, 0, zeros.len())
+            .unwrap()
+            .with_index(bits as usize)
+            .unwrap();
         for o in ops {
             let (a, b) = match o {
                 Op::Set(a, b) => { map.set_range(a as usize..b as usize).unwrap(); (a, b) }
                 Op::Clear(a, b) => { map.clear_range(a as usize..b as usize).unwrap(); (a, b) }
                 Op::Flip(a, b) => { map.flip_range(a as usize..b as usize).unwrap(); (a, b) }
             };
+            let r = a as usize..b as usize;
+            match o {
+                Op::Set(..) => { checked.set_range(r).unwrap(); }
+                Op::Clear(..) => { checked.clear_range(r).unwrap(); }
+                Op::Flip(..) => { checked.flip_range(r).unwrap(); }
+            }
             index.update(map.as_words(), a..b).unwrap();
-            prop_assert!(index.validate(map.as_words()).is_ok());
+            prop_assert!(validate_index(&index, map.as_words()).is_ok());
+            prop_assert!(checked.validate().is_ok());
+            prop_assert_eq!(checked.index(), Some(&index));
             for &(nr, align_log, off, goal) in &queries {
                 let align = 1u64 << align_log;
                 let w = map.as_words();
@@ -106,9 +123,19 @@ proptest! {
                     .min()
                     .map(|c| c.2);
                 prop_assert_eq!(best, want, "best fit nr {} align {}", nr, align);
+                let (n, a, o, g) = (nr as usize, align as usize, off as usize, goal as usize);
+                prop_assert_eq!(
+                    checked.first_fit(n, a, o, g).unwrap(),
+                    scan_first(&map, nr, align, off, goal).map(|x| x as usize)
+                );
+                prop_assert_eq!(checked.best_fit(n, a, o).unwrap(), want.map(|x| x as usize));
             }
             let longest = runs(&map).into_iter().map(|(s, e)| (e - s, std::cmp::Reverse(s))).max();
             prop_assert_eq!(index.largest_free(map.as_words()), longest.map(|(l, s)| (s.0, l)));
+            prop_assert_eq!(
+                checked.largest_free(),
+                longest.map(|(l, s)| (s.0 as usize, l as usize))
+            );
         }
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! * `before`: Cloud Hypervisor's per-bit loop,
 //! * `seed`: the seed's bit-position iterator plus coalesce,
-//! * `spacekit`: `MemoryRangeTable::extend_from_bitmap` (one thread),
-//! * `spacekit-mt`: `MemoryRangeTable::par_extend_from_bitmap` (all threads),
+//! * `spacekit`: `MemoryRangeTable::extend_from` a `Scan` (one thread),
+//! * `spacekit-mt`: the same `Scan` with `.parallel(true)` (all threads),
 //!
 //! at uniform random densities 0%, 0.1%, 1% and 5%, clustered (1% of pages
 //! dirty in runs of 64) and 100%. Each variant fills its own output buffer,
@@ -19,11 +19,12 @@ use std::hint::black_box;
 use baselines::dirty_log::{self, MemoryRange as BaseRange};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::dirty::MemoryRangeTable;
+use spacekit::dirty::{Geometry, MemoryRangeTable, Scan};
 
+use crate::chart::{Chart, XAxis};
 use crate::harness::membw;
 use crate::{
-    batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
+    batch, progress, verify, Bars, BenchError, Comparison, Ctx, Medians, Mode, Report, Row, Table,
 };
 
 const NAME: &str = "dirty";
@@ -91,6 +92,99 @@ fn bitmap(words: usize, d: Density, rng: &mut SmallRng) -> Vec<u64> {
     w
 }
 
+/// The output buffers, one per variant, reused by every call.
+#[derive(Default)]
+struct Outputs {
+    before: Vec<BaseRange>,
+    seed: Vec<BaseRange>,
+    spacekit: MemoryRangeTable,
+    mt: MemoryRangeTable,
+}
+
+/// Verifies and times the four variants on one bitmap; returns the medians
+/// and the number of ranges.
+fn density_case(
+    ctx: &Ctx,
+    bm: &[u64],
+    label: &str,
+    o: &mut Outputs,
+) -> Result<(Medians, usize), BenchError> {
+    let geometry = Geometry::new(BASE, PAGE).map_err(|e| BenchError(e.to_string()))?;
+    let scan = Scan::new(bm, geometry).map_err(|e| BenchError(e.to_string()))?;
+    // Correctness first; this also faults in every output buffer.
+    dirty_log::before(bm, BASE, PAGE, &mut o.before);
+    dirty_log::seed(bm, BASE, PAGE, &mut o.seed);
+    o.spacekit.clear();
+    o.spacekit.extend_from(scan);
+    o.mt.clear();
+    o.mt.extend_from(scan.parallel(true));
+    let base_pairs = |v: &[BaseRange]| v.iter().map(|r| (r.gpa, r.length)).collect::<Vec<_>>();
+    let table_pairs = |t: &MemoryRangeTable| {
+        t.ranges()
+            .iter()
+            .map(|r| (r.gpa, r.length))
+            .collect::<Vec<_>>()
+    };
+    let nranges = o.spacekit.len();
+    let answers = [
+        base_pairs(&o.before),
+        base_pairs(&o.seed),
+        table_pairs(&o.spacekit),
+        table_pairs(&o.mt),
+    ];
+    let [a_before, a_seed, a_spk, a_mt] = answers;
+    let mut timer = ctx.timer();
+    // `before` takes about two seconds per call at the full size: fewer
+    // samples there, still round-robin with the others.
+    if ctx.mode == Mode::Full {
+        timer.samples = 9;
+    }
+    let Outputs {
+        before,
+        seed,
+        spacekit,
+        mt,
+    } = o;
+    let m = Comparison::lists(format!("the ranges at {label}"))
+        .variant(
+            "before",
+            a_before,
+            batch(|| dirty_log::before(black_box(bm), BASE, PAGE, before)),
+        )
+        .variant(
+            "seed",
+            a_seed,
+            batch(|| dirty_log::seed(black_box(bm), BASE, PAGE, seed)),
+        )
+        .variant(
+            "spacekit",
+            a_spk,
+            batch(|| {
+                spacekit.clear();
+                spacekit.extend_from(black_box(scan));
+            }),
+        )
+        .variant(
+            "spacekit-mt",
+            a_mt,
+            batch(|| {
+                mt.clear();
+                mt.extend_from(black_box(scan).parallel(true));
+            }),
+        )
+        .run(&timer)?;
+    // The timed calls must still give the verified answer.
+    verify(
+        &format!("the ranges after timing at {label}"),
+        &[
+            ("spacekit", nranges),
+            ("spacekit-mt", o.mt.len()),
+            ("before", o.before.len()),
+        ],
+    )?;
+    Ok((m, nranges))
+}
+
 /// Runs `bench dirty`.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let bytes: usize = match ctx.mode {
@@ -127,105 +221,69 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         ],
     );
     // One output buffer per variant, reused by every call and every density.
-    let mut out_before: Vec<BaseRange> = Vec::new();
-    let mut out_seed: Vec<BaseRange> = Vec::new();
-    let mut out_sk = MemoryRangeTable::new();
-    let mut out_mt = MemoryRangeTable::new();
+    let mut outs = Outputs::default();
     let mut results = Vec::new();
     for d in DENSITIES {
         progress(NAME, &format!("{} MiB at {}", bytes >> 20, d.label()));
         let bm = bitmap(words, d, &mut rng);
-        // Correctness first; this also faults in every output buffer.
-        dirty_log::before(&bm, BASE, PAGE, &mut out_before);
-        dirty_log::seed(&bm, BASE, PAGE, &mut out_seed);
-        out_sk.clear();
-        out_sk
-            .extend_from_bitmap(&bm, PAGE, BASE, 0)
-            .map_err(|e| BenchError(e.to_string()))?;
-        out_mt.clear();
-        out_mt
-            .par_extend_from_bitmap(&bm, PAGE, BASE, 0)
-            .map_err(|e| BenchError(e.to_string()))?;
-        let as_pairs = |v: &[BaseRange]| v.iter().map(|r| (r.gpa, r.length)).collect::<Vec<_>>();
-        let sk_pairs = |t: &MemoryRangeTable| {
-            t.ranges()
-                .iter()
-                .map(|r| (r.gpa, r.length))
-                .collect::<Vec<_>>()
-        };
-        verify(
-            &format!("the ranges at {}", d.label()),
-            &[
-                ("before", as_pairs(&out_before)),
-                ("seed", as_pairs(&out_seed)),
-                ("spacekit", sk_pairs(&out_sk)),
-                ("spacekit-mt", sk_pairs(&out_mt)),
-            ],
-        )?;
-        let nranges = out_sk.len();
-        let mut timer = ctx.timer();
-        // `before` takes about two seconds per call at the full size: fewer
-        // samples there, still round-robin with the others.
-        if ctx.mode == Mode::Full {
-            timer.samples = 9;
+        let (m, nranges) = density_case(ctx, &bm, d.label(), &mut outs)?;
+        m.rows(&mut report, |v| {
+            Row::new("scan", v)
+                .field("density", d.label())
+                .field("bytes", bytes)
+                .field("ranges", nranges)
+        });
+        for row in report.rows.iter_mut().rev().take(m.names().len()) {
+            let ns = row.num("median_ns").unwrap_or(f64::NAN);
+            *row = row.clone().field("gbps", bytes as f64 / ns);
         }
-        let ns = timer.medians(&mut [
-            batch(|| dirty_log::before(black_box(&bm), BASE, PAGE, &mut out_before)),
-            batch(|| dirty_log::seed(black_box(&bm), BASE, PAGE, &mut out_seed)),
-            batch(|| {
-                out_sk.clear();
-                let _ = out_sk.extend_from_bitmap(black_box(&bm), PAGE, BASE, 0);
-            }),
-            batch(|| {
-                out_mt.clear();
-                let _ = out_mt.par_extend_from_bitmap(black_box(&bm), PAGE, BASE, 0);
-            }),
-        ]);
-        // The timed calls must still give the verified answer.
-        verify(
-            &format!("the ranges after timing at {}", d.label()),
-            &[("spacekit", nranges), ("spacekit-mt", out_mt.len())],
-        )?;
-        for (variant, &t) in ["before", "seed", "spacekit", "spacekit-mt"]
-            .iter()
-            .zip(&ns)
-        {
-            report.push(
-                Row::new("scan", variant)
-                    .field("density", d.label())
-                    .field("bytes", bytes)
-                    .field("ranges", nranges)
-                    .field("median_ns", t)
-                    .field("gbps", bytes as f64 / t),
-            );
-        }
-        let gbps = bytes as f64 / ns[2];
+        let gbps = bytes as f64 / m.ns("spacekit");
         table.row(vec![
             d.label().into(),
             nranges.to_string(),
-            fmt_ns(ns[0]),
-            fmt_ns(ns[1]),
-            fmt_ns(ns[2]),
-            fmt_ns(ns[3]),
+            m.cell("before"),
+            m.cell("seed"),
+            m.cell("spacekit"),
+            m.cell("spacekit-mt"),
             format!("{gbps:.2}"),
             format!("{:.0}%", gbps / bw.single * 100.0),
-            fmt_ratio(ns[1], ns[2]),
-            fmt_ratio(ns[2], ns[3]),
+            m.ratio_cell("seed", "spacekit"),
+            m.ratio_cell("spacekit", "spacekit-mt"),
         ]);
-        results.push((d.label(), ns));
+        results.push((d.label(), m));
     }
     report.table(table);
 
-    let get = |label: &str| {
+    let mut chart = Chart::new(
+        &format!(
+            "dirty: {} MiB bitmap to ranges, GB/s of bitmap by density",
+            bytes >> 20
+        ),
+        "dirty pages",
+        "GB/s (log)",
+        XAxis::Categories(DENSITIES.iter().map(|d| d.label().to_string()).collect()),
+        true,
+    )
+    .from_rows(
+        report.rows.iter().filter(|r| r.str("case") == Some("scan")),
+        "density",
+        "gbps",
+    );
+    chart.limit("membw", bw.single);
+    if bw.threads > 1 {
+        chart.limit("membw-mt", bw.all);
+    }
+    report.chart(chart);
+
+    let get = |label: &str| -> Result<&Medians, BenchError> {
         results
             .iter()
             .find(|(l, _)| *l == label)
-            .map(|(_, ns)| ns.clone())
-            .unwrap_or_default()
+            .map(|(_, m)| m)
+            .ok_or_else(|| BenchError(format!("no {label} row")))
     };
-    let zero = get("0%");
     if ctx.mode != Mode::Quick {
-        let gbps = bytes as f64 / zero[2];
+        let gbps = bytes as f64 / get("0%")?.ns("spacekit");
         bars.check(
             gbps >= 0.8 * bw.single,
             format!(
@@ -236,26 +294,26 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         );
     }
     for (label, bar) in [("0.1%", 1.5), ("1%", 3.0), ("5%", 2.0), ("100%", 100.0)] {
-        let ns = get(label);
-        let r = ns[1] / ns[2];
+        let m = get(label)?;
+        let r = m.ratio("seed", "spacekit");
         bars.check(
             r >= bar,
             format!(
                 "{label}: spacekit {} vs seed {} = {r:.1}x faster (bar: >= {bar}x)",
-                fmt_ns(ns[2]),
-                fmt_ns(ns[1])
+                m.cell("spacekit"),
+                m.cell("seed")
             ),
         );
     }
     for label in ["0%", "1%"] {
-        let ns = get(label);
-        let r = ns[2] / ns[3];
+        let m = get(label)?;
+        let r = m.ratio("spacekit", "spacekit-mt");
         bars.check(
             r >= 1.6,
             format!(
                 "{label}: spacekit-mt ({threads} threads) {} vs 1 thread {} = {r:.2}x (bar: >= 1.6x)",
-                fmt_ns(ns[3]),
-                fmt_ns(ns[2])
+                m.cell("spacekit-mt"),
+                m.cell("spacekit")
             ),
         );
     }

@@ -9,10 +9,11 @@
 //!   `baselines::find_bit`), then a full CRC-32C of the bitmap's checksummed
 //!   bytes: the cost seed 001's "Before" column pays;
 //! * `flip`: the same scan, with the checksum updated by `flip_range`
-//!   (`ChecksummedBitmap`): the seed's "+crc_flip_range";
+//!   (`CheckedBitmap`): the seed's "+crc_flip_range";
 //! * `spacekit`: first fit from ext4's goal (the block after the previous
-//!   allocation, wrapping once) through a `FreeSpaceIndex` kept in step
-//!   with the bitmap, and `flip_range`: the seed's "+free_space_tree".
+//!   allocation, wrapping once) through the `FreeSpaceIndex` a
+//!   `CheckedBitmap` owns, kept in step with the bitmap and its checksum
+//!   (`flip_range`) by every change: the seed's "+free_space_tree".
 //!
 //! Block sizes 1 KiB to 64 KiB, with the blocks per group e2fsprogs allows
 //! (at most 65,528; `source` `image`, the group's starting bitmap read from
@@ -37,7 +38,7 @@ use baselines::find_bit::{self, AreaVariant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::bitmap::{Bitmap, Bits, BitsMut};
-use spacekit::checked_bitmap::ChecksummedBitmap;
+use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::crc32c;
 use spacekit::freespace::FreeSpaceIndex;
 
@@ -98,13 +99,13 @@ fn fill_before(g: &Group) -> Fill {
     f
 }
 
-fn checked(g: &Group) -> ChecksummedBitmap {
+fn checked(g: &Group) -> CheckedBitmap {
     let bytes = g.bitmap.to_le_bytes();
-    ChecksummedBitmap::from_bytes(&bytes[..g.blocks.div_ceil(8)], SEED, csum_len(g))
+    CheckedBitmap::from_bytes(&bytes[..g.blocks.div_ceil(8)], SEED, csum_len(g))
         .expect("the bitmap's own bytes")
 }
 
-fn fill_flip(g: &Group, start: &ChecksummedBitmap) -> Fill {
+fn fill_flip(g: &Group, start: &CheckedBitmap) -> Fill {
     let mut map = start.clone();
     let mut f = Fill {
         allocs: 0,
@@ -122,9 +123,10 @@ fn fill_flip(g: &Group, start: &ChecksummedBitmap) -> Fill {
     f
 }
 
-fn fill_spacekit(g: &Group, start: &ChecksummedBitmap, index: &FreeSpaceIndex) -> Fill {
+/// `start` carries its free-space index over the group's blocks; every
+/// `set_range` brings checksum and index up to date.
+fn fill_spacekit(g: &Group, start: &CheckedBitmap) -> Fill {
     let mut map = start.clone();
-    let mut index = index.clone();
     let mut f = Fill {
         allocs: 0,
         digest: 0,
@@ -134,18 +136,13 @@ fn fill_spacekit(g: &Group, start: &ChecksummedBitmap, index: &FreeSpaceIndex) -
     // there, wrapping once; the same blocks as a scan from the start, since
     // everything before the goal is taken or too short).
     let mut goal = 0;
-    while let Ok(Some(s)) = index.first_fit(map.bitmap().as_words(), REQ as u64, 1, 0, goal) {
-        let s = s as usize;
-        if map.set_range(s..s + REQ).is_err()
-            || index
-                .update(map.bitmap().as_words(), s as u64..(s + REQ) as u64)
-                .is_err()
-        {
+    while let Ok(Some(s)) = map.first_fit(REQ, 1, 0, goal) {
+        if map.set_range(s..s + REQ).is_err() {
             break;
         }
         f.allocs += 1;
         f.digest = mix(f.digest, s);
-        goal = (s + REQ) as u64;
+        goal = s + REQ;
     }
     f.crc = map.checksum();
     let _ = g;
@@ -204,11 +201,13 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             ),
         );
         let start = checked(g);
-        let index = FreeSpaceIndex::new(g.bitmap.as_words(), g.blocks as u64)
+        let indexed = start
+            .clone()
+            .with_index(g.blocks)
             .map_err(|e| BenchError(format!("index: {e}")))?;
         let a = fill_before(g);
         let b = fill_flip(g, &start);
-        let c = fill_spacekit(g, &start, &index);
+        let c = fill_spacekit(g, &indexed);
         verify(
             &format!("fallocate {} blocks/group", g.blocks),
             &[("before", a), ("flip", b), ("spacekit", c)],
@@ -216,7 +215,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         let mut done = start.clone();
         // The final checksum is a fresh computation's.
         let mut copy = g.bitmap.clone();
-        while let Ok(Some(s)) = copy.find_clear_area(0, REQ, 0, 0) {
+        while let Ok(Some(s)) = copy.find_clear_area(0, REQ, 1, 0) {
             let _ = copy.set_range(s..s + REQ);
             let _ = done.set_range(s..s + REQ);
         }
@@ -238,7 +237,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
                 std::hint::black_box(fill_flip(g, &start));
             }),
             batch(|| {
-                std::hint::black_box(fill_spacekit(g, &start, &index));
+                std::hint::black_box(fill_spacekit(g, &indexed));
             }),
         ]);
         let bytes = (a.allocs * REQ as u64 * g.block_size) as f64;
@@ -316,7 +315,7 @@ fn first_fit(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Benc
         FreeSpaceIndex::new(map.as_words(), bits as u64).map_err(|e| BenchError(e.to_string()))?;
     let align_off = (offset % 64) as usize;
     let scan = || {
-        map.find_clear_area(0, 64, 63, align_off)
+        map.find_clear_area(0, 64, 64, align_off)
             .ok()
             .flatten()
             .map(|x| x as u64)

@@ -18,7 +18,9 @@ use baselines::find_bit as kernel;
 use baselines::find_bit::AreaVariant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::bitmap::{BitView, Bits, ForceScalar};
+use spacekit::__testing::{find_clear_area_stats, AtLevel};
+use spacekit::arch::Level;
+use spacekit::bitmap::{BitView, Bits};
 
 use crate::harness::membw;
 use crate::{
@@ -126,7 +128,7 @@ fn area_case(
     what: &str,
 ) -> Result<AreaRun, BenchError> {
     let view = BitView::new(words, nbits).map_err(|e| BenchError(e.to_string()))?;
-    let scalar = ForceScalar(view);
+    let scalar = AtLevel(view, Level::scalar());
     let kernel_answer = |v| {
         let (i, restarts) = kernel::find_next_zero_area_off(words, nbits, 0, nr, mask, 0, v);
         ((i < nbits).then_some(i), restarts)
@@ -134,8 +136,8 @@ fn area_case(
     let (before, r_before) = kernel_answer(AreaVariant::Before);
     let (seed, r_seed) = kernel_answer(AreaVariant::Seed);
     let bad = |e: spacekit::bitmap::BitmapError| BenchError(e.to_string());
-    let (spk, s_spk) = view.find_clear_area_stats(0, nr, mask, 0).map_err(bad)?;
-    let (sca, s_sca) = scalar.find_clear_area_stats(0, nr, mask, 0).map_err(bad)?;
+    let (spk, s_spk) = find_clear_area_stats(&view, 0, nr, mask + 1, 0).map_err(bad)?;
+    let (sca, s_sca) = find_clear_area_stats(&scalar, 0, nr, mask + 1, 0).map_err(bad)?;
     verify(
         what,
         &[
@@ -162,10 +164,10 @@ fn area_case(
         kernel_loop(AreaVariant::Before),
         kernel_loop(AreaVariant::Seed),
         batch(|| {
-            black_box(black_box(&view).find_clear_area(0, nr, mask, 0).ok());
+            black_box(black_box(&view).find_clear_area_mask(0, nr, mask, 0).ok());
         }),
         batch(|| {
-            black_box(black_box(&scalar).find_clear_area(0, nr, mask, 0).ok());
+            black_box(black_box(&scalar).find_clear_area_mask(0, nr, mask, 0).ok());
         }),
     ]);
     let ns = [m[0], m[1], m[2], m[3]];
@@ -326,7 +328,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             let mut words = vec![!fill; scan_bytes / 8];
             black_box(&mut words[..]).fill(fill);
             let view = BitView::new(&words, nbits).map_err(|e| BenchError(e.to_string()))?;
-            let scalar = ForceScalar(view);
+            let scalar = AtLevel(view, Level::scalar());
             let run = || -> Option<usize> {
                 match (variant, find_clear) {
                     ("before", true) => {
@@ -416,12 +418,12 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             let view = BitView::new(&words, SEED_BITS).map_err(|e| BenchError(e.to_string()))?;
             let b = op.run_kernel(&words, SEED_BITS);
             let s = op.run_spacekit(&view);
-            let sc = op.run_spacekit(&ForceScalar(view));
+            let sc = op.run_spacekit(&AtLevel(view, Level::scalar()));
             verify(
                 &format!("{} on {label}", op.name()),
                 &[("before", b), ("spacekit", s), ("spacekit-scalar", sc)],
             )?;
-            let scalar = ForceScalar(view);
+            let scalar = AtLevel(view, Level::scalar());
             let m = ctx.timer().medians(&mut [
                 batch(|| {
                     black_box(op.run_kernel(black_box(&words), SEED_BITS));

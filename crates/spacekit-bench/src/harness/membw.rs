@@ -19,6 +19,11 @@ use crate::{BenchError, Ctx, Mode};
 pub struct Bandwidth {
     /// Single-thread read bandwidth, GB/s (1e9 bytes per second).
     pub single: f64,
+    /// Read bandwidth with every thread reading its own slice, GB/s (equal
+    /// to `single` on a one-thread machine).
+    pub all: f64,
+    /// Threads of the `all` figure.
+    pub threads: usize,
 }
 
 /// Measures bandwidth over `buf` (made by [`buffer`]) and returns its rows,
@@ -33,7 +38,7 @@ pub fn measure(ctx: &Ctx, buf: &[u64]) -> Result<(Report, Bandwidth), BenchError
         "membw: memory read bandwidth",
         &["threads", "bytes", "time", "GB/s"],
     );
-    let mut single = 0.0;
+    let (mut single, mut all) = (0.0, 0.0);
     let mut counts = vec![1];
     if threads > 1 {
         counts.push(threads);
@@ -58,6 +63,7 @@ pub fn measure(ctx: &Ctx, buf: &[u64]) -> Result<(Report, Bandwidth), BenchError
         if t == 1 {
             single = gbps;
         }
+        all = gbps;
         table.row(vec![
             t.to_string(),
             bytes.to_string(),
@@ -73,7 +79,14 @@ pub fn measure(ctx: &Ctx, buf: &[u64]) -> Result<(Report, Bandwidth), BenchError
         );
     }
     report.table(table);
-    Ok((report, Bandwidth { single }))
+    Ok((
+        report,
+        Bandwidth {
+            single,
+            all,
+            threads,
+        },
+    ))
 }
 
 /// The buffer `bench membw` reads: much larger than the last-level cache,

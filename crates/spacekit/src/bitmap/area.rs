@@ -55,9 +55,10 @@
 //! window, a filter probe and its widening, the exact scan), never once per
 //! collision as in the kernel's loop.
 
-use super::arch::{scalar::zero_chunk_in_word, Backend, Chunk};
+use super::arch::{self, scalar::zero_chunk_in_word, Chunk};
 use super::find::{next_in, prev_in, skip_fwd};
 use super::word::{first_word_mask, last_word_mask, runs_of_ones, words_for, Align};
+use crate::arch::Level;
 
 /// How the search skips ahead between exact scans.
 #[derive(Clone, Copy, Debug)]
@@ -126,12 +127,10 @@ pub struct AreaStats {
 /// one word in `m`). A zero probe is widened to its zero run; if the run is
 /// long enough it is the first block (earlier blocks would hold an earlier,
 /// non-zero probe), otherwise probing restarts past the run's end.
-fn first_zero_block(words: &[u64], from: usize, m: usize, be: Backend) -> Option<usize> {
+fn first_zero_block(words: &[u64], from: usize, m: usize, be: Level) -> Option<usize> {
     if m == 1 {
         // First zero word: the lane filter at 64-bit width, with SIMD.
-        return be
-            .first_zero_chunk(words, from, Chunk::B64)
-            .map(|bit| bit / 64);
+        return arch::first_zero_chunk(be, words, from, Chunk::B64).map(|bit| bit / 64);
     }
     let n = words.len();
     let mut lo_bound = from;
@@ -171,7 +170,7 @@ pub(crate) fn find_clear_area(
     start: usize,
     nr: usize,
     align: Align,
-    be: Backend,
+    be: Level,
     stats: &mut AreaStats,
 ) -> Option<usize> {
     if start >= nbits {
@@ -230,7 +229,7 @@ fn scan(
     start: usize,
     nr: usize,
     align: Align,
-    be: Backend,
+    be: Level,
     stats: &mut AreaStats,
 ) -> Option<usize> {
     // The caller checked this for its own `start`; the fast path may have
@@ -325,7 +324,7 @@ fn scan(
         let bound = wi * 64;
         let lower = match filter {
             Filter::Lane(c) => {
-                let z = be.first_zero_chunk(words, wi, c)?;
+                let z = arch::first_zero_chunk(be, words, wi, c)?;
                 // A window holding the lane at z starts at or after z + c - nr.
                 (z + c as usize).saturating_sub(nr)
             }
@@ -363,7 +362,7 @@ fn fits(p: usize, nr: usize, end: usize) -> bool {
 #[cfg(test)]
 mod tests {
     //! The full scan on its own, bypassing the kernel-style fast path that
-    //! answers most small cases before the scan runs.
+    //! answers most small cases before the scan runs, at every level.
     use super::*;
     use alloc::vec::Vec;
 
@@ -386,20 +385,25 @@ mod tests {
         w
     }
 
-    fn scan_both(
+    /// The scan at every level this machine runs.
+    fn scan_all(
         bits: &[bool],
         start: usize,
         nr: usize,
         mask: usize,
         off: usize,
-    ) -> [Option<usize>; 2] {
+    ) -> Vec<Option<usize>> {
         let w = words_of(bits);
         let a = Align::new(mask, off);
         let mut st = AreaStats::default();
-        [
-            scan(&w, bits.len(), start, nr, a, Backend::detect(), &mut st),
-            scan(&w, bits.len(), start, nr, a, Backend::scalar(), &mut st),
-        ]
+        Level::available()
+            .map(|l| scan(&w, bits.len(), start, nr, a, l, &mut st))
+            .collect()
+    }
+
+    /// `want` once per available level.
+    fn each_level(want: Option<usize>) -> Vec<Option<usize>> {
+        alloc::vec![want; Level::available().count()]
     }
 
     /// xorshift64*, enough for test data without a dependency.
@@ -425,7 +429,7 @@ mod tests {
         bits[704..1113].iter_mut().for_each(|b| *b = true);
         for nr in [216, 300, 400, 401] {
             let want = model(&bits, 42, nr, 0, 0);
-            assert_eq!(scan_both(&bits, 42, nr, 0, 0), [want; 2], "nr={nr}");
+            assert_eq!(scan_all(&bits, 42, nr, 0, 0), each_level(want), "nr={nr}");
         }
     }
 
@@ -456,8 +460,8 @@ mod tests {
             let start = rng.below(len);
             let want = model(&bits, start, nr, mask, off);
             assert_eq!(
-                scan_both(&bits, start, nr, mask, off),
-                [want; 2],
+                scan_all(&bits, start, nr, mask, off),
+                each_level(want),
                 "len={len} start={start} nr={nr} mask={mask} off={off}"
             );
         }

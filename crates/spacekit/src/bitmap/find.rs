@@ -5,8 +5,9 @@
 //! Ranges are half-open `[start, end)` with `start <= end <= nbits`, already
 //! validated by the caller.
 
-use super::arch::Backend;
+use super::arch;
 use super::word::{first_word_mask, last_word_mask, select_in_word, words_for};
+use crate::arch::Level;
 
 /// `!0` when searching for clear bits (words are inverted), 0 for set bits.
 #[inline(always)]
@@ -25,13 +26,7 @@ const LOOKAHEAD: usize = 32;
 
 /// First index in `[from, nw)` whose word differs from `x`.
 #[inline(always)]
-pub(crate) fn skip_fwd(
-    words: &[u64],
-    from: usize,
-    nw: usize,
-    x: u64,
-    be: Backend,
-) -> Option<usize> {
+pub(crate) fn skip_fwd(words: &[u64], from: usize, nw: usize, x: u64, be: Level) -> Option<usize> {
     let words = &words[..nw];
     let stop = nw.min(from.saturating_add(LOOKAHEAD));
     let near = words.get(from..stop)?;
@@ -50,12 +45,12 @@ pub(crate) fn skip_fwd(
     if stop >= nw {
         return None;
     }
-    be.first_diff(words, stop, x)
+    arch::first_diff(be, words, stop, x)
 }
 
 /// Last index in `[lo, end)` whose word differs from `x`.
 #[inline(always)]
-fn skip_back(words: &[u64], lo: usize, end: usize, x: u64, be: Backend) -> Option<usize> {
+fn skip_back(words: &[u64], lo: usize, end: usize, x: u64, be: Level) -> Option<usize> {
     if lo >= end {
         return None;
     }
@@ -77,7 +72,7 @@ fn skip_back(words: &[u64], lo: usize, end: usize, x: u64, be: Backend) -> Optio
     if near == lo {
         return None;
     }
-    be.last_diff(&words[lo..near], near - lo, x).map(|k| lo + k)
+    arch::last_diff(be, &words[lo..near], near - lo, x).map(|k| lo + k)
 }
 
 /// First position in `[from, end)` holding a set bit (`CLEAR == false`) or a
@@ -87,7 +82,7 @@ pub(crate) fn next_in<const CLEAR: bool>(
     words: &[u64],
     from: usize,
     end: usize,
-    be: Backend,
+    be: Level,
 ) -> Option<usize> {
     if from >= end {
         return None;
@@ -112,7 +107,7 @@ pub(crate) fn prev_in<const CLEAR: bool>(
     words: &[u64],
     start: usize,
     end: usize,
-    be: Backend,
+    be: Level,
 ) -> Option<usize> {
     if start >= end {
         return None;
@@ -130,7 +125,7 @@ pub(crate) fn prev_in<const CLEAR: bool>(
 }
 
 /// Number of set bits in `[start, end)`.
-pub(crate) fn count_ones_in(words: &[u64], start: usize, end: usize, be: Backend) -> usize {
+pub(crate) fn count_ones_in(words: &[u64], start: usize, end: usize, be: Level) -> usize {
     if start >= end {
         return 0;
     }
@@ -144,19 +139,19 @@ pub(crate) fn count_ones_in(words: &[u64], start: usize, end: usize, be: Backend
     let mid = if mid.len() <= 4 {
         mid.iter().map(|w| w.count_ones() as usize).sum()
     } else {
-        be.count_ones(mid)
+        arch::count_ones(be, mid)
     };
     first + mid + last
 }
 
 /// Position of the `n`-th (from 0) set bit below `nbits` (find_nth_bit).
-pub(crate) fn nth_set(words: &[u64], nbits: usize, n: usize, be: Backend) -> Option<usize> {
+pub(crate) fn nth_set(words: &[u64], nbits: usize, n: usize, be: Level) -> Option<usize> {
     let nw = words_for(nbits);
     if nw == 0 {
         return None;
     }
     // Whole words first (popcount blocks), then the masked last word.
-    let n = match be.nth_word(&words[..nw - 1], n) {
+    let n = match arch::nth_word(be, &words[..nw - 1], n) {
         Ok((wi, rank)) => return Some(wi * 64 + select_in_word(words[wi], rank) as usize),
         Err(rest) => rest,
     };

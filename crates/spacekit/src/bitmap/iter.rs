@@ -3,9 +3,9 @@
 use core::iter::FusedIterator;
 use core::ops::Range;
 
-use super::arch::Backend;
 use super::find::{inv, skip_fwd};
 use super::word::{first_word_mask, last_word_mask, words_for};
+use crate::arch::Level;
 
 /// A cursor over the bits of one polarity: set bits (`CLEAR == false`) or
 /// clear bits. It keeps the current word, so the next bit, or the end of the
@@ -19,11 +19,11 @@ struct Walk<'a, const CLEAR: bool> {
     wi: usize,
     /// Word `wi` in the walked polarity, keeping only bits not yet reported.
     cur: u64,
-    be: Backend,
+    be: Level,
 }
 
 impl<'a, const CLEAR: bool> Walk<'a, CLEAR> {
-    fn new(words: &'a [u64], nbits: usize, from: usize, be: Backend) -> Self {
+    fn new(words: &'a [u64], nbits: usize, from: usize, be: Level) -> Self {
         let words = &words[..words_for(nbits)];
         let mut walk = Walk {
             words,
@@ -124,7 +124,7 @@ impl<'a, const CLEAR: bool> Walk<'a, CLEAR> {
 pub struct Ones<'a>(Walk<'a, false>);
 
 impl<'a> Ones<'a> {
-    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Backend) -> Self {
+    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Level) -> Self {
         Ones(Walk::new(words, nbits, from, be))
     }
 }
@@ -143,7 +143,7 @@ impl FusedIterator for Ones<'_> {}
 pub struct Zeros<'a>(Walk<'a, true>);
 
 impl<'a> Zeros<'a> {
-    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Backend) -> Self {
+    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Level) -> Self {
         Zeros(Walk::new(words, nbits, from, be))
     }
 }
@@ -162,7 +162,7 @@ impl FusedIterator for Zeros<'_> {}
 pub struct SetRuns<'a>(Walk<'a, false>);
 
 impl<'a> SetRuns<'a> {
-    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Backend) -> Self {
+    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Level) -> Self {
         SetRuns(Walk::new(words, nbits, from, be))
     }
 }
@@ -181,7 +181,7 @@ impl FusedIterator for SetRuns<'_> {}
 pub struct ClearRuns<'a>(Walk<'a, true>);
 
 impl<'a> ClearRuns<'a> {
-    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Backend) -> Self {
+    pub(crate) fn new(words: &'a [u64], nbits: usize, from: usize, be: Level) -> Self {
         ClearRuns(Walk::new(words, nbits, from, be))
     }
 }

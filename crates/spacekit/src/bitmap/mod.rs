@@ -24,37 +24,56 @@
 //! map.set(130)?;
 //! assert_eq!(map.find_next_clear(0), Some(100));
 //! // 40 clear bits, starting on a multiple of 32:
-//! assert_eq!(map.find_clear_area(0, 40, 31, 0)?, Some(160));
+//! assert_eq!(map.find_clear_area(0, 40, 32, 0)?, Some(160));
 //! let runs: Vec<_> = map.set_runs(0).collect();
 //! assert_eq!(runs, [0..100, 130..131]);
 //! # Ok::<(), spacekit::bitmap::BitmapError>(())
 //! ```
 //!
+//! # Alignment
+//!
+//! Searches that align their answer follow the convention every module of
+//! the crate uses (`freespace::FreeSpaceIndex::first_fit`,
+//! `rangetree::RangeTree::find_gap_aligned`, `ext4::AllocRequest`): `align`
+//! is a power-of-two count of bits (1 = no alignment) and `offset` shifts the
+//! grid, so a position `p` is acceptable when `(p + offset) % align == 0`.
+//! Pass the absolute number of bit 0 as `offset` to align absolute numbers
+//! (block numbers of a block group, say). Any other `align`, 0 included, is a
+//! [`BitmapError::InvalidAlignment`]. The kernel's mask form
+//! (`align_mask = align - 1`) stays available as
+//! [`Bits::find_clear_area_mask`], a drop-in for
+//! `bitmap_find_next_zero_area_off`.
+//!
 //! # Speed
 //!
-//! Long scans skip whole words with AVX2 when the CPU has it (detected once,
-//! see [`Backend`]), with a portable fallback. The clear-area search reads the
-//! bitmap once instead of restarting per collision; its module documentation
-//! in the source (`area.rs`) describes the algorithm.
+//! Long scans skip whole words with AVX2 when the CPU has it, with a portable
+//! fallback: each bitmap keeps the [`crate::arch::Level`] that
+//! [`crate::arch`] detected when it was built, and each search matches it
+//! once. The clear-area search reads the bitmap once instead of restarting
+//! per collision; its module documentation in the source (`area.rs`)
+//! describes the algorithm.
 
 mod arch;
 mod area;
 mod bytes;
 mod find;
+pub(crate) mod hooks;
 mod iter;
+mod le_words;
 mod word;
 
-pub use arch::Backend;
-pub use area::AreaStats;
 pub use bytes::{load_le_bytes, store_le_bytes};
 pub(crate) use find::skip_fwd as skip_words;
 pub use iter::{ClearRuns, Ones, SetRuns, Zeros};
+pub use le_words::le_words;
 
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::{Bound, RangeBounds};
 
+use crate::arch::Level;
+use area::AreaStats;
 use find::RangeOp;
 use word::{last_word_mask, words_for, Align};
 
@@ -79,7 +98,14 @@ pub enum BitmapError {
         /// The bitmap's length in bits.
         len: usize,
     },
-    /// An alignment mask that is not of the form `2^k - 1`.
+    /// An alignment that is not a power of two (0 included); see the
+    /// module's "Alignment" section.
+    InvalidAlignment {
+        /// The alignment given.
+        align: usize,
+    },
+    /// A kernel-style alignment mask ([`Bits::find_clear_area_mask`]) that
+    /// is not of the form `2^k - 1`.
     InvalidAlignMask {
         /// The mask given.
         mask: usize,
@@ -113,6 +139,9 @@ impl fmt::Display for BitmapError {
                 f,
                 "bit range {start}..{end} is invalid for a bitmap of {len} bits"
             ),
+            BitmapError::InvalidAlignment { align } => {
+                write!(f, "alignment {align} is not a power of two")
+            }
             BitmapError::InvalidAlignMask { mask } => {
                 write!(f, "alignment mask {mask:#x} is not of the form 2^k - 1")
             }
@@ -170,9 +199,18 @@ pub fn check_range(
     }
 }
 
+/// The alignment rule, if `align` is a power of two.
+#[inline(always)]
+fn check_align(align: usize, offset: usize) -> Result<Align, BitmapError> {
+    if !align.is_power_of_two() {
+        return Err(BitmapError::InvalidAlignment { align });
+    }
+    Ok(Align::new(align - 1, offset))
+}
+
 /// The alignment rule, if `mask` is of the form `2^k - 1`.
 #[inline(always)]
-fn check_align(mask: usize, offset: usize) -> Result<Align, BitmapError> {
+fn check_align_mask(mask: usize, offset: usize) -> Result<Align, BitmapError> {
     if mask & mask.wrapping_add(1) != 0 {
         return Err(BitmapError::InvalidAlignMask { mask });
     }
@@ -213,10 +251,10 @@ pub trait Bits: sealed::Sealed {
     /// Length in bits.
     fn bit_len(&self) -> usize;
 
-    /// The SIMD implementation searches use.
+    /// The SIMD level searches run at.
     #[doc(hidden)]
-    fn backend(&self) -> Backend {
-        Backend::detect()
+    fn level(&self) -> Level {
+        Level::detect()
     }
 
     /// Value of bit `index`, or `None` past the end (test_bit).
@@ -227,12 +265,12 @@ pub trait Bits: sealed::Sealed {
     /// First set bit at or after `from` (find_next_bit; the kernel returns
     /// `size` where this returns `None`).
     fn find_next_set(&self, from: usize) -> Option<usize> {
-        find::next_in::<false>(self.words(), from, self.bit_len(), self.backend())
+        find::next_in::<false>(self.words(), from, self.bit_len(), self.level())
     }
 
     /// First clear bit at or after `from` (find_next_zero_bit).
     fn find_next_clear(&self, from: usize) -> Option<usize> {
-        find::next_in::<true>(self.words(), from, self.bit_len(), self.backend())
+        find::next_in::<true>(self.words(), from, self.bit_len(), self.level())
     }
 
     /// Last set bit at or before `at`; `None` if there is none or `at` is past
@@ -241,7 +279,7 @@ pub trait Bits: sealed::Sealed {
         if at >= self.bit_len() {
             return None;
         }
-        find::prev_in::<false>(self.words(), 0, at + 1, self.backend())
+        find::prev_in::<false>(self.words(), 0, at + 1, self.level())
     }
 
     /// Last clear bit at or before `at`; `None` if there is none or `at` is
@@ -250,7 +288,7 @@ pub trait Bits: sealed::Sealed {
         if at >= self.bit_len() {
             return None;
         }
-        find::prev_in::<true>(self.words(), 0, at + 1, self.backend())
+        find::prev_in::<true>(self.words(), 0, at + 1, self.level())
     }
 
     /// First set bit (find_first_bit).
@@ -265,12 +303,12 @@ pub trait Bits: sealed::Sealed {
 
     /// Last set bit (find_last_bit).
     fn last_set(&self) -> Option<usize> {
-        find::prev_in::<false>(self.words(), 0, self.bit_len(), self.backend())
+        find::prev_in::<false>(self.words(), 0, self.bit_len(), self.level())
     }
 
     /// Last clear bit.
     fn last_clear(&self) -> Option<usize> {
-        find::prev_in::<true>(self.words(), 0, self.bit_len(), self.backend())
+        find::prev_in::<true>(self.words(), 0, self.bit_len(), self.level())
     }
 
     /// First set bit inside `range`.
@@ -282,7 +320,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::next_in::<false>(self.words(), s, e, self.backend()))
+        Ok(find::next_in::<false>(self.words(), s, e, self.level()))
     }
 
     /// First clear bit inside `range`.
@@ -294,7 +332,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::next_in::<true>(self.words(), s, e, self.backend()))
+        Ok(find::next_in::<true>(self.words(), s, e, self.level()))
     }
 
     /// Last set bit inside `range`: seed 000's `find_last_bit_range(addr, end,
@@ -307,7 +345,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::prev_in::<false>(self.words(), s, e, self.backend()))
+        Ok(find::prev_in::<false>(self.words(), s, e, self.level()))
     }
 
     /// Last clear bit inside `range`.
@@ -319,18 +357,18 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::prev_in::<true>(self.words(), s, e, self.backend()))
+        Ok(find::prev_in::<true>(self.words(), s, e, self.level()))
     }
 
     /// Position of the `n`-th set bit, counting from 0 (find_nth_bit, which
     /// returns a value `>= size` where this returns `None`).
     fn nth_set(&self, n: usize) -> Option<usize> {
-        find::nth_set(self.words(), self.bit_len(), n, self.backend())
+        find::nth_set(self.words(), self.bit_len(), n, self.level())
     }
 
     /// Number of set bits (bitmap_weight).
     fn count_ones(&self) -> usize {
-        find::count_ones_in(self.words(), 0, self.bit_len(), self.backend())
+        find::count_ones_in(self.words(), 0, self.bit_len(), self.level())
     }
 
     /// Number of set bits in `range`.
@@ -339,7 +377,7 @@ pub trait Bits: sealed::Sealed {
     /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
     fn count_ones_in(&self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::count_ones_in(self.words(), s, e, self.backend()))
+        Ok(find::count_ones_in(self.words(), s, e, self.level()))
     }
 
     /// Whether every bit in `range` is set (true for an empty range).
@@ -360,85 +398,113 @@ pub trait Bits: sealed::Sealed {
 
     /// Positions of the set bits at or after `from` (for_each_set_bit_from).
     fn iter_ones(&self, from: usize) -> Ones<'_> {
-        Ones::new(self.words(), self.bit_len(), from, self.backend())
+        Ones::new(self.words(), self.bit_len(), from, self.level())
     }
 
     /// Positions of the clear bits at or after `from` (for_each_clear_bit_from).
     fn iter_zeros(&self, from: usize) -> Zeros<'_> {
-        Zeros::new(self.words(), self.bit_len(), from, self.backend())
+        Zeros::new(self.words(), self.bit_len(), from, self.level())
     }
 
     /// Maximal runs of set bits at or after `from`, as half-open ranges
     /// (for_each_set_bitrange_from). A run that started before `from` is
     /// reported from `from`.
     fn set_runs(&self, from: usize) -> SetRuns<'_> {
-        SetRuns::new(self.words(), self.bit_len(), from, self.backend())
+        SetRuns::new(self.words(), self.bit_len(), from, self.level())
     }
 
     /// Maximal runs of clear bits at or after `from` (for_each_clear_bitrange_from).
     fn clear_runs(&self, from: usize) -> ClearRuns<'_> {
-        ClearRuns::new(self.words(), self.bit_len(), from, self.backend())
+        ClearRuns::new(self.words(), self.bit_len(), from, self.level())
     }
 
     /// Lowest `p >= start` such that bits `[p, p + nr)` are all clear and
-    /// `(p + align_offset) & align_mask == 0`
-    /// (bitmap_find_next_zero_area_off; the kernel returns a value `>= size`
-    /// where this returns `None`).
+    /// `(p + offset) % align == 0`: the first fit of `nr` bits from
+    /// `start`, aligned as the module's "Alignment" section describes
+    /// (Linux's bitmap_find_next_zero_area_off with
+    /// `align_mask = align - 1`; the kernel returns a value `>= size` where
+    /// this returns `None`).
     ///
-    /// `align_mask` must be `2^k - 1` (0 for no alignment). `nr == 0` returns
+    /// `align` must be a power of two (1 for no alignment). `nr == 0` returns
     /// the aligned first clear bit at or after `start`, if it is below the
     /// length, as the kernel does. `start` past the end gives `Ok(None)`.
     ///
     /// Unlike the kernel it does not reread the bitmap once per collision; see
     /// the algorithm in the source of `bitmap/area.rs`.
     ///
+    /// ```
+    /// use spacekit::bitmap::{Bitmap, Bits, BitsMut};
+    ///
+    /// let mut map = Bitmap::new(256);
+    /// map.set_range(0..70)?;
+    /// assert_eq!(map.find_clear_area(0, 10, 1, 0)?, Some(70));
+    /// assert_eq!(map.find_clear_area(0, 10, 16, 0)?, Some(80));
+    /// // Aligned on absolute numbers: bit 0 is block 1000, 1000 % 16 == 8.
+    /// assert_eq!(map.find_clear_area(0, 10, 16, 1000)?, Some(72));
+    /// assert!(map.find_clear_area(0, 10, 12, 0).is_err());
+    /// # Ok::<(), spacekit::bitmap::BitmapError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`BitmapError::InvalidAlignment`] unless `align` is a power of two.
+    fn find_clear_area(
+        &self,
+        start: usize,
+        nr: usize,
+        align: usize,
+        offset: usize,
+    ) -> Result<Option<usize>, BitmapError> {
+        // Calls the search directly (not through the stats hook) so the
+        // unused counters vanish from the inlined fast path.
+        Ok(area::find_clear_area(
+            self.words(),
+            self.bit_len(),
+            start,
+            nr,
+            check_align(align, offset)?,
+            self.level(),
+            &mut AreaStats::default(),
+        ))
+    }
+
+    /// [`Bits::find_clear_area`] in the kernel's mask form: the lowest
+    /// `p >= start` with bits `[p, p + nr)` clear and
+    /// `(p + align_offset) & align_mask == 0`. A drop-in for Linux's
+    /// `bitmap_find_next_zero_area_off(map, size, start, nr, align_mask,
+    /// align_offset)` (which returns a value `>= size` where this returns
+    /// `None`); ports of kernel code keep their arguments as they are.
+    ///
+    /// `align_mask` must be `2^k - 1` (0 for no alignment); `usize::MAX`
+    /// (alignment 2^64) is accepted too.
+    ///
+    /// ```
+    /// use spacekit::bitmap::{Bitmap, Bits};
+    ///
+    /// let map = Bitmap::new(64);
+    /// assert_eq!(map.find_clear_area_mask(1, 8, 7, 0)?, Some(8));
+    /// assert_eq!(map.find_clear_area(1, 8, 8, 0)?, Some(8));
+    /// # Ok::<(), spacekit::bitmap::BitmapError>(())
+    /// ```
+    ///
     /// # Errors
     /// [`BitmapError::InvalidAlignMask`] if `align_mask + 1` is not a power of
     /// two.
-    fn find_clear_area(
+    fn find_clear_area_mask(
         &self,
         start: usize,
         nr: usize,
         align_mask: usize,
         align_offset: usize,
     ) -> Result<Option<usize>, BitmapError> {
-        // Calls the search directly (not through `find_clear_area_stats`) so
-        // the unused counters vanish from the inlined fast path.
         Ok(area::find_clear_area(
             self.words(),
             self.bit_len(),
             start,
             nr,
-            check_align(align_mask, align_offset)?,
-            self.backend(),
+            check_align_mask(align_mask, align_offset)?,
+            self.level(),
             &mut AreaStats::default(),
         ))
-    }
-
-    /// [`Bits::find_clear_area`], also returning how many times the search
-    /// started over from a new candidate (the benchmark's "restarts").
-    ///
-    /// # Errors
-    /// As [`Bits::find_clear_area`].
-    #[doc(hidden)]
-    fn find_clear_area_stats(
-        &self,
-        start: usize,
-        nr: usize,
-        align_mask: usize,
-        align_offset: usize,
-    ) -> Result<(Option<usize>, AreaStats), BitmapError> {
-        let mut stats = AreaStats::default();
-        let p = area::find_clear_area(
-            self.words(),
-            self.bit_len(),
-            start,
-            nr,
-            check_align(align_mask, align_offset)?,
-            self.backend(),
-            &mut stats,
-        );
-        Ok((p, stats))
     }
 }
 
@@ -539,7 +605,7 @@ pub trait BitsMut: Bits {
 /// map.set_range(10..=20)?;
 /// assert_eq!(map.count_ones(), 11);
 /// assert_eq!(map.find_next_set(21), None);
-/// assert_eq!(map.find_clear_area(0, 16, 0, 0)?, Some(21));
+/// assert_eq!(map.find_clear_area(0, 16, 1, 0)?, Some(21));
 /// # Ok::<(), spacekit::bitmap::BitmapError>(())
 /// ```
 #[derive(Clone, Default)]
@@ -547,7 +613,7 @@ pub struct Bitmap {
     words: Vec<u64>,
     len: usize,
     /// Chosen once at construction so hot searches skip the detection load.
-    backend: Backend,
+    level: Level,
 }
 
 impl PartialEq for Bitmap {
@@ -588,7 +654,7 @@ impl Bitmap {
         Bitmap {
             words: vec![0; words_for(len)],
             len,
-            backend: Backend::detect(),
+            level: Level::detect(),
         }
     }
 
@@ -597,7 +663,7 @@ impl Bitmap {
         let mut b = Bitmap {
             words: vec![!0; words_for(len)],
             len,
-            backend: Backend::detect(),
+            level: Level::detect(),
         };
         b.clear_tail();
         b
@@ -618,7 +684,7 @@ impl Bitmap {
         let mut b = Bitmap {
             words,
             len,
-            backend: Backend::detect(),
+            level: Level::detect(),
         };
         b.clear_tail();
         Ok(b)
@@ -693,7 +759,7 @@ impl Bitmap {
         BitView {
             words: &self.words,
             len: self.len,
-            backend: self.backend,
+            level: self.level,
         }
     }
 
@@ -712,8 +778,8 @@ impl Bits for Bitmap {
     fn bit_len(&self) -> usize {
         self.len
     }
-    fn backend(&self) -> Backend {
-        self.backend
+    fn level(&self) -> Level {
+        self.level
     }
 }
 impl BitsMut for Bitmap {
@@ -736,7 +802,7 @@ impl BitsMut for Bitmap {
 pub struct BitView<'a> {
     words: &'a [u64],
     len: usize,
-    backend: Backend,
+    level: Level,
 }
 
 impl<'a> BitView<'a> {
@@ -749,7 +815,7 @@ impl<'a> BitView<'a> {
         Ok(BitView {
             words,
             len,
-            backend: Backend::detect(),
+            level: Level::detect(),
         })
     }
 }
@@ -762,8 +828,8 @@ impl Bits for BitView<'_> {
     fn bit_len(&self) -> usize {
         self.len
     }
-    fn backend(&self) -> Backend {
-        self.backend
+    fn level(&self) -> Level {
+        self.level
     }
 }
 
@@ -773,7 +839,7 @@ impl Bits for BitView<'_> {
 pub struct BitViewMut<'a> {
     words: &'a mut [u64],
     len: usize,
-    backend: Backend,
+    level: Level,
 }
 
 impl<'a> BitViewMut<'a> {
@@ -786,7 +852,7 @@ impl<'a> BitViewMut<'a> {
         Ok(BitViewMut {
             words,
             len,
-            backend: Backend::detect(),
+            level: Level::detect(),
         })
     }
 }
@@ -799,8 +865,8 @@ impl Bits for BitViewMut<'_> {
     fn bit_len(&self) -> usize {
         self.len
     }
-    fn backend(&self) -> Backend {
-        self.backend
+    fn level(&self) -> Level {
+        self.level
     }
 }
 impl BitsMut for BitViewMut<'_> {
@@ -824,30 +890,6 @@ impl BitsMut for [u64] {
     }
 }
 
-/// Runs every query of the wrapped bitmap through the portable scalar loops,
-/// whatever the CPU supports. For tests and benchmarks of the fallback.
-#[doc(hidden)]
-#[derive(Clone, Debug)]
-pub struct ForceScalar<B>(pub B);
-
-impl<B> sealed::Sealed for ForceScalar<B> {}
-impl<B: Bits> Bits for ForceScalar<B> {
-    fn words(&self) -> &[u64] {
-        self.0.words()
-    }
-    fn bit_len(&self) -> usize {
-        self.0.bit_len()
-    }
-    fn backend(&self) -> Backend {
-        Backend::scalar()
-    }
-}
-impl<B: BitsMut> BitsMut for ForceScalar<B> {
-    fn words_mut_internal(&mut self) -> &mut [u64] {
-        self.0.words_mut_internal()
-    }
-}
-
 impl<B: Bits + ?Sized> sealed::Sealed for &B {}
 impl<B: Bits + ?Sized> Bits for &B {
     fn words(&self) -> &[u64] {
@@ -856,7 +898,7 @@ impl<B: Bits + ?Sized> Bits for &B {
     fn bit_len(&self) -> usize {
         (**self).bit_len()
     }
-    fn backend(&self) -> Backend {
-        (**self).backend()
+    fn level(&self) -> Level {
+        (**self).level()
     }
 }

@@ -61,6 +61,7 @@
 //! let done = zone.free_contig_range(cma, 16384)?;
 //! assert_eq!((done.freed, done.poisoned), (16383, 1));
 //! assert_eq!(zone.free_page_count(), (1 << 18) - 1);
+//! # use spacekit::__testing::Validate;
 //! # zone.validate().unwrap();
 //! # Ok::<(), spacekit::buddy::BuddyError>(())
 //! ```

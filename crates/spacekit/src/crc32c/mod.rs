@@ -61,6 +61,7 @@ mod soft;
 
 use core::fmt;
 
+use crate::arch::Level;
 use arch::Unit;
 
 /// What went wrong with a CRC update.
@@ -144,12 +145,22 @@ impl core::error::Error for CrcError {}
 
 /// Which implementations a computation uses: the bulk CRC (the `crc-fast`
 /// crate when its feature is on, else portable slicing-by-8) and the
-/// carry-less multiply unit for the O(log n) updates (PCLMULQDQ when the CPU
-/// has it, else portable).
+/// carry-less multiply unit for the O(log n) updates (PCLMULQDQ when the
+/// [`Level`] has it, else portable).
 ///
-/// The free functions of this module use [`Engine::detect`]; tests and
-/// benchmarks use [`Engine::portable`] to run the fallbacks through the same
-/// checks.
+/// The free functions of this module use [`Engine::detect`]; tests run the
+/// same checks on [`Engine::at_level`] for each of [`Level::available`] and
+/// on [`Engine::portable`], which also replaces the bulk CRC.
+///
+/// ```
+/// use spacekit::arch::Level;
+/// use spacekit::crc32c::{self, Engine};
+///
+/// for level in Level::available() {
+///     let e = Engine::at_level(level);
+///     assert_eq!(e.shift(e.raw(7, b"abc"), 5), crc32c::raw(7, b"abc\0\0\0\0\0"));
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Engine {
     unit: Unit,
@@ -164,11 +175,22 @@ enum Bulk {
 }
 
 impl Engine {
-    /// The fastest implementations available, detected once and cached.
+    /// The fastest implementations available:
+    /// [`Engine::at_level`]`(`[`Level::detect`]`())`, detected once and
+    /// cached.
     #[inline]
     pub fn detect() -> Engine {
+        Engine::at_level(Level::detect())
+    }
+
+    /// The multiply unit `level` may use (PCLMULQDQ when
+    /// [`Level::has_pclmulqdq`], so not at [`Level::scalar`]) with the
+    /// default bulk CRC (`crc-fast`, which dispatches on its own, when the
+    /// feature is on).
+    #[inline]
+    pub const fn at_level(level: Level) -> Engine {
         Engine {
-            unit: Unit::detect(),
+            unit: Unit::for_level(level),
             #[cfg(feature = "crc-fast")]
             bulk: Bulk::CrcFast,
             #[cfg(not(feature = "crc-fast"))]
@@ -177,11 +199,12 @@ impl Engine {
     }
 
     /// The portable fallbacks only: slicing-by-8 and 4-bit-window carry-less
-    /// products.
+    /// products ([`Engine::at_level`]`(`[`Level::scalar`]`())` with the
+    /// bulk CRC portable too).
     #[inline]
     pub const fn portable() -> Engine {
         Engine {
-            unit: Unit::Portable,
+            unit: Unit::for_level(Level::scalar()),
             bulk: Bulk::Soft,
         }
     }

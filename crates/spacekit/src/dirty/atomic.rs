@@ -17,44 +17,48 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::{page_shift, DirtyError};
+use super::{DirtyError, Geometry};
 
 /// An atomic dirty bitmap over a guest memory region `[base, base + len)`
-/// with pages of any power-of-two size.
+/// with pages of any power-of-two size (its [`Geometry`]).
 ///
 /// ```
-/// use spacekit::dirty::DirtyBitmap;
+/// use spacekit::dirty::{DirtyBitmap, Geometry, Scan};
 ///
-/// let log = DirtyBitmap::new(0x4000_0000, 1 << 30, 4096)?;
+/// let log = DirtyBitmap::new(Geometry::new(0x4000_0000, 4096)?, 1 << 30)?;
 /// log.mark(0x4000_1ff0, 0x20)?;            // touches pages 1 and 2
 /// assert!(log.is_dirty(0x4000_2000)?);
 /// let words = log.take();
 /// assert_eq!(words[0], 0b110);
 /// assert!(!log.is_dirty(0x4000_2000)?);    // harvesting clears
+/// // The harvest's ranges, placed by the log's own geometry:
+/// let ranges: Vec<_> = log.geometry().ranges(&words)?.collect();
+/// assert_eq!((ranges[0].gpa, ranges[0].length), (0x4000_1000, 0x2000));
 /// # Ok::<(), spacekit::dirty::DirtyError>(())
 /// ```
 #[derive(Debug)]
 pub struct DirtyBitmap {
     words: Vec<AtomicU64>,
-    base: u64,
+    geometry: Geometry,
     len: u64,
     shift: u32,
     pages: u64,
 }
 
 impl DirtyBitmap {
-    /// A clean log of `len` bytes from `base` (the last page may be partial).
+    /// A clean log of `len` bytes from `geometry.base()`, in pages of
+    /// `geometry.page_size()` (the last page may be partial).
     ///
     /// # Errors
-    /// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two;
     /// [`DirtyError::OutOfRange`] if `base + len` overflows or the bitmap
     /// would not fit in memory.
-    pub fn new(base: u64, len: u64, page_size: u64) -> Result<Self, DirtyError> {
-        let shift = page_shift(page_size)?;
+    pub fn new(geometry: Geometry, len: u64) -> Result<Self, DirtyError> {
+        let base = geometry.base();
+        let shift = geometry.page_shift();
         if base.checked_add(len).is_none() {
             return Err(DirtyError::OutOfRange { addr: base, len });
         }
-        let pages = len.div_ceil(page_size);
+        let pages = len.div_ceil(geometry.page_size().get());
         let nwords = usize::try_from(pages.div_ceil(64))
             .map_err(|_| DirtyError::OutOfRange { addr: base, len })?;
         let mut words = Vec::new();
@@ -64,7 +68,7 @@ impl DirtyBitmap {
         words.resize_with(nwords, || AtomicU64::new(0));
         Ok(DirtyBitmap {
             words,
-            base,
+            geometry,
             len,
             shift,
             pages,
@@ -81,20 +85,27 @@ impl DirtyBitmap {
         self.words.len()
     }
 
-    /// Page size in bytes.
-    pub fn page_size(&self) -> u64 {
-        1 << self.shift
+    /// Where the log's pages are: its first address and page size. The
+    /// words [`DirtyBitmap::harvest_into`] returns are placed by it (bit `i`
+    /// = the page at `geometry().page_addr(i)`).
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
     }
 
-    /// First address tracked.
-    pub fn base(&self) -> u64 {
-        self.base
+    /// Bytes tracked, from `geometry().base()`.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the log tracks no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Pages `[first, last]` of the byte range, checked against the region.
     fn pages_of(&self, addr: u64, len: u64) -> Result<Option<(u64, u64)>, DirtyError> {
         let err = DirtyError::OutOfRange { addr, len };
-        let off = addr.checked_sub(self.base).ok_or(err.clone())?;
+        let off = addr.checked_sub(self.geometry.base()).ok_or(err.clone())?;
         let end = off.checked_add(len).ok_or(err.clone())?;
         if end > self.len {
             return Err(err);

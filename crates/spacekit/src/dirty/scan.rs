@@ -25,9 +25,17 @@
 //!
 //! The parallel scan sizes each block's share of the output first with
 //! `count_edges`, a branch-free popcount of the edge masks.
+//!
+//! This file holds the level-independent algorithm. The word-parallel pieces
+//! (stage 1, the edge count) are kernels in `arch/` (`scalar.rs`,
+//! `x86_64/avx2.rs`), and every entry point below hands its work to
+//! `arch::run` as a `Job`, which matches the `Level` once and runs the whole
+//! job compiled for it.
 
-use crate::bitmap::Backend;
+use crate::arch::Level;
 
+pub(crate) use super::arch::Words;
+use super::arch::{self, Job, Kernel};
 use super::DirtyError;
 
 /// Edge positions buffered before they are paired into ranges.
@@ -36,28 +44,12 @@ pub(crate) const BUF: usize = 1024;
 /// Words per batch.
 const BATCH: usize = 64;
 
-/// The bitmap words a scan reads: one bitmap, or the OR of two.
-pub(crate) trait Words: Copy + Send + Sync {
-    /// Number of words.
-    fn len(self) -> usize;
-    /// Word `i` (`i < len`).
-    fn word(self, i: usize) -> u64;
-    /// First index in `[from, end)` whose word differs from `x`.
-    fn skip(self, from: usize, end: usize, x: u64, be: Backend) -> Option<usize>;
-    /// Words `i..i + 4` as one vector.
-    ///
-    /// # Safety
-    /// `i + 4 <= self.len()`, and AVX2 must be available: call only from
-    /// `#[target_feature(enable = "avx2")]` code, into which this inlines.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load4(self, i: usize) -> core::arch::x86_64::__m256i;
-}
-
 /// One bitmap.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct One<'a>(pub(crate) &'a [u64]);
 
-impl Words for One<'_> {
+// SAFETY: `parts` returns the one slice, whose length `len` reports.
+unsafe impl Words for One<'_> {
     #[inline(always)]
     fn len(self) -> usize {
         self.0.len()
@@ -67,17 +59,12 @@ impl Words for One<'_> {
         self.0[i]
     }
     #[inline(always)]
-    fn skip(self, from: usize, end: usize, x: u64, be: Backend) -> Option<usize> {
-        crate::bitmap::skip_words(self.0, from, end, x, be)
+    fn skip(self, from: usize, end: usize, x: u64, level: Level) -> Option<usize> {
+        crate::bitmap::skip_words(self.0, from, end, x, level)
     }
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load4(self, i: usize) -> core::arch::x86_64::__m256i {
-        use core::arch::x86_64::*;
-        debug_assert!(i + 4 <= self.0.len());
-        // SAFETY: the caller guarantees `i + 4 <= len` and AVX2; the load is
-        // unaligned.
-        unsafe { _mm256_loadu_si256(self.0.as_ptr().add(i).cast()) }
+    fn parts(&self) -> (&[u64], Option<&[u64]>) {
+        (self.0, None)
     }
 }
 
@@ -98,7 +85,9 @@ impl<'a> Or<'a> {
     }
 }
 
-impl Words for Or<'_> {
+// SAFETY: `Or::new` (the only constructor) checked that both slices have the
+// same length, which `len` reports.
+unsafe impl Words for Or<'_> {
     #[inline(always)]
     fn len(self) -> usize {
         self.0.len()
@@ -108,7 +97,7 @@ impl Words for Or<'_> {
         self.0[i] | self.1[i]
     }
     #[inline(always)]
-    fn skip(self, from: usize, end: usize, x: u64, _be: Backend) -> Option<usize> {
+    fn skip(self, from: usize, end: usize, x: u64, _level: Level) -> Option<usize> {
         let (a, b) = (self.0.get(from..end)?, self.1.get(from..end)?);
         // Eight words per test: a loop the compiler vectorises (with AVX2
         // inside the AVX2 instantiation of the scanner).
@@ -125,19 +114,9 @@ impl Words for Or<'_> {
         }
         (i..end).find(|&j| self.word(j) != x)
     }
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load4(self, i: usize) -> core::arch::x86_64::__m256i {
-        use core::arch::x86_64::*;
-        debug_assert!(i + 4 <= self.0.len() && self.0.len() == self.1.len());
-        // SAFETY: the caller guarantees `i + 4 <= len` (both slices have that
-        // length, checked by `Or::new`) and AVX2; the loads are unaligned.
-        unsafe {
-            _mm256_or_si256(
-                _mm256_loadu_si256(self.0.as_ptr().add(i).cast()),
-                _mm256_loadu_si256(self.1.as_ptr().add(i).cast()),
-            )
-        }
+    fn parts(&self) -> (&[u64], Option<&[u64]>) {
+        (self.0, Some(self.1))
     }
 }
 
@@ -149,7 +128,7 @@ pub(crate) struct Scanner<W> {
     end: usize,
     /// Bit 63 of the word before `i` (0 before the first word).
     carry: u64,
-    be: Backend,
+    level: Level,
     /// Whether the closing edge at `end` (for a run still open there) is
     /// still to be considered; only full scans add it.
     terminal: bool,
@@ -164,7 +143,7 @@ pub(crate) struct Scanner<W> {
 impl<W: Words> Scanner<W> {
     /// A scan of words `[from, end)`. `terminal`: add an end edge at bit
     /// `64 * end` if the last run is still open there.
-    pub(crate) fn new(src: W, from: usize, end: usize, be: Backend, terminal: bool) -> Self {
+    pub(crate) fn new(src: W, from: usize, end: usize, level: Level, terminal: bool) -> Self {
         let carry = if from == 0 {
             0
         } else {
@@ -175,7 +154,7 @@ impl<W: Words> Scanner<W> {
             i: from,
             end,
             carry,
-            be,
+            level,
             terminal,
             mask: 0,
             mbase: 0,
@@ -185,9 +164,9 @@ impl<W: Words> Scanner<W> {
 
     /// Appends edge positions to `buf[k..]` until fewer than 65 slots remain
     /// or the scan ends; returns the new `k`. `buf.len()` must be `BUF`.
-    /// `AVX`: the caller runs with AVX2, POPCNT and BMI1.
+    /// `K`: the kernels of the level the caller is compiled for.
     #[inline(always)]
-    fn fill<const AVX: bool>(&mut self, buf: &mut [u64], k: usize) -> usize {
+    fn fill_with<K: Kernel>(&mut self, buf: &mut [u64], k: usize) -> usize {
         let mut k = k;
         let src = self.src;
         loop {
@@ -225,7 +204,7 @@ impl<W: Words> Scanner<W> {
                 return k;
             }
             let n = BATCH.min(self.end - self.i);
-            let (m, carry) = marks::<W, AVX>(src, self.i, n, self.carry);
+            let (m, carry) = K::marks(src, self.i, n, self.carry);
             self.mbase = self.i;
             self.mask = m;
             // Dense when more than 7/8 of the batch's words have edges.
@@ -236,7 +215,9 @@ impl<W: Words> Scanner<W> {
                 // A batch without edges: the rest of its uniform stretch
                 // goes by at SIMD speed, with the carry unchanged.
                 let x = carry.wrapping_neg();
-                self.i = src.skip(self.i, self.end, x, self.be).unwrap_or(self.end);
+                self.i = src
+                    .skip(self.i, self.end, x, self.level)
+                    .unwrap_or(self.end);
             }
         }
     }
@@ -244,87 +225,6 @@ impl<W: Words> Scanner<W> {
     /// Whether the scan has reached its end (and added any terminal edge).
     pub(crate) fn done(&self) -> bool {
         self.i >= self.end && !self.terminal && self.mask == 0
-    }
-}
-
-/// Stage 1 over words `[i, i + n)` (`n <= 64`), `carry` the bit below word
-/// `i`: bit `t` of the result is set when word `i + t` has edges. Also
-/// returns the carry out (bit 63 of the last word).
-#[inline(always)]
-fn marks<W: Words, const AVX: bool>(src: W, i: usize, n: usize, carry: u64) -> (u64, u64) {
-    let end = i + n;
-    let mut j = i;
-    let mut m = 0u64;
-    let mut carry = carry;
-    #[cfg(target_arch = "x86_64")]
-    if AVX && n >= 5 {
-        // The vector loop reads the word below each lane, so it starts at
-        // word 1 at the earliest.
-        if j == 0 {
-            m = mark_word(src.word(0), carry);
-            j = 1;
-        }
-        // SAFETY: `AVX` is only set by callers compiled with AVX2 and
-        // POPCNT, which the CPU was checked to have; `1 <= j`, `j + 4 <= end
-        // <= src.len()` (as `n >= 5`) and `end - i <= 64`.
-        (m, j) = unsafe { marks_avx(src, i, j, end, m) };
-        carry = src.word(j - 1) >> 63;
-    }
-    while j < end {
-        let w = src.word(j);
-        m |= mark_word(w, carry) << (j - i);
-        carry = w >> 63;
-        j += 1;
-    }
-    (m, carry)
-}
-
-/// 1 if word `w` (with `carry` the bit below it) has an edge, else 0.
-#[inline(always)]
-fn mark_word(w: u64, carry: u64) -> u64 {
-    u64::from(w ^ ((w << 1) | carry) != 0)
-}
-
-/// The AVX2 stage 1 over words `j..` in steps of four while a whole step
-/// fits before `end`, or-ing marks into `m` (bit `t` for word `i + t`);
-/// returns the marks and the first word not done. The word below each lane
-/// comes from rotating the current vector and taking the previous vector's
-/// top lane, so each step loads once.
-///
-/// # Safety
-/// AVX2 must be available; `i <= j`, `1 <= j`, `end <= src.len()` and
-/// `end - i <= 64`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn marks_avx<W: Words>(
-    src: W,
-    i: usize,
-    mut j: usize,
-    end: usize,
-    mut m: u64,
-) -> (u64, usize) {
-    use core::arch::x86_64::*;
-    // SAFETY: the caller guarantees AVX2 and that words `j - 1 .. end`
-    // exist; every step's load is of words `j..j + 4` with `j + 4 <= end`.
-    unsafe {
-        // Lane 3 of `rot` is the word below the next step's lane 0.
-        let mut rot = _mm256_set1_epi64x(src.word(j - 1) as i64);
-        while j + 4 <= end {
-            let v = src.load4(j);
-            // [v3, v0, v1, v2], then lane 0 from the previous vector's v3.
-            let r = _mm256_permute4x64_epi64(v, 0b10_01_00_11);
-            let below = _mm256_blend_epi32(r, rot, 0b0000_0011);
-            rot = r;
-            let e = _mm256_xor_si256(
-                v,
-                _mm256_or_si256(_mm256_slli_epi64(v, 1), _mm256_srli_epi64(below, 63)),
-            );
-            let zero = _mm256_cmpeq_epi64(e, _mm256_setzero_si256());
-            let bits = (_mm256_movemask_pd(_mm256_castsi256_pd(zero)) as u32 ^ 0xF) as u64;
-            m |= bits << (j - i);
-            j += 4;
-        }
-        (m, j)
     }
 }
 
@@ -351,197 +251,219 @@ fn expand<const U: usize>(pos: u64, mut e: u64, buf: &mut [u64], k: usize) -> us
     k + n
 }
 
-/// Runs `Scanner::fill` compiled for the CPU `be` stands for: with AVX2,
-/// POPCNT and BMI1 when `be` is the AVX2 backend and the CPU has BMI1,
-/// portable otherwise.
+/// Runs `Scanner::fill` compiled for `s`'s level (see `arch::run`).
 #[inline]
 pub(crate) fn fill<W: Words>(s: &mut Scanner<W>, buf: &mut [u64], k: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if s.be.is_avx2() && has_bmi1() {
-        // SAFETY: an AVX2 `Backend` is only built after AVX2 and POPCNT were
-        // detected on this CPU (or are compile-time target features), and
-        // BMI1 was just checked.
-        return unsafe { fill_x86(s, buf, k) };
-    }
-    s.fill::<false>(buf, k)
+    let level = s.level;
+    arch::run(level, Fill { s, buf, k })
 }
 
-/// Whether the CPU has BMI1 (`tzcnt`, `blsr`); std caches the answer.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-fn has_bmi1() -> bool {
-    #[cfg(feature = "std")]
-    {
-        std::is_x86_feature_detected!("bmi1")
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        cfg!(target_feature = "bmi1")
+/// The job of [`fill`].
+struct Fill<'s, 'b, W> {
+    s: &'s mut Scanner<W>,
+    buf: &'b mut [u64],
+    k: usize,
+}
+
+impl<W: Words> Job for Fill<'_, '_, W> {
+    type Output = usize;
+    #[inline(always)]
+    fn run<K: Kernel>(self) -> usize {
+        self.s.fill_with::<K>(self.buf, self.k)
     }
 }
 
-/// # Safety
-/// The CPU must support AVX2, POPCNT and BMI1.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,popcnt,bmi1")]
-unsafe fn fill_x86<W: Words>(s: &mut Scanner<W>, buf: &mut [u64], k: usize) -> usize {
-    s.fill::<true>(buf, k)
-}
-
-/// Number of edges in words `[from, end)` (no terminal edge): one popcount
-/// per word, no branches, so the parallel scan's sizing pass costs little
-/// more than reading the block.
+/// Number of edges in words `[from, end)` (no terminal edge), for the
+/// parallel scan's sizing pass: a branch-free popcount of the edge masks.
 #[cfg(feature = "rayon")]
-pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize, be: Backend) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if be.is_avx2() {
-        // SAFETY: the AVX2 backend proves POPCNT.
-        return unsafe { count_edges_x86(src, from, end) };
-    }
-    let _ = be;
-    count_edges_impl(src, from, end)
+pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize, level: Level) -> usize {
+    arch::run(level, CountEdges { src, from, end })
 }
 
-/// AVX2 edge count: each step forms four words' edge masks as in
-/// [`marks_avx`] and counts their bits with a nibble lookup (`vpshufb`)
-/// summed by `vpsadbw`.
-///
-/// # Safety
-/// The CPU must support AVX2 and POPCNT.
-#[cfg(all(feature = "rayon", target_arch = "x86_64"))]
-#[target_feature(enable = "avx2,popcnt")]
-unsafe fn count_edges_x86<W: Words>(src: W, from: usize, end: usize) -> usize {
-    // Short blocks stay scalar; the first block's first word (no word below
-    // it) is counted on its own.
-    if end < from + 8 {
-        return count_edges_impl(src, from, end);
-    }
-    let head = usize::from(from == 0);
-    // SAFETY: the caller guarantees AVX2 and POPCNT; `1 <= from + head <=
-    // end <= src.len()`.
-    count_edges_impl(src, from, from + head)
-        + unsafe { count_edges_x86_body(src, from + head, end) }
-}
-
-/// # Safety
-/// AVX2 and POPCNT; `1 <= from <= end <= src.len()`.
-#[cfg(all(feature = "rayon", target_arch = "x86_64"))]
-#[target_feature(enable = "avx2,popcnt")]
-unsafe fn count_edges_x86_body<W: Words>(src: W, from: usize, end: usize) -> usize {
-    use core::arch::x86_64::*;
-    let mut j = from;
-    let lut = _mm256_setr_epi8(
-        0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3,
-        3, 4,
-    );
-    let low = _mm256_set1_epi8(0x0f);
-    let zero = _mm256_setzero_si256();
-    let mut acc = zero;
-    let mut rot = _mm256_set1_epi64x(src.word(j - 1) as i64);
-    while j + 4 <= end {
-        // SAFETY: AVX2 is enabled here and `j + 4 <= end <= src.len()`.
-        let v = unsafe { src.load4(j) };
-        let r = _mm256_permute4x64_epi64(v, 0b10_01_00_11);
-        let below = _mm256_blend_epi32(r, rot, 0b0000_0011);
-        rot = r;
-        let e = _mm256_xor_si256(
-            v,
-            _mm256_or_si256(_mm256_slli_epi64(v, 1), _mm256_srli_epi64(below, 63)),
-        );
-        let lo = _mm256_and_si256(e, low);
-        let hi = _mm256_and_si256(_mm256_srli_epi16(e, 4), low);
-        let cnt = _mm256_add_epi8(_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
-        acc = _mm256_add_epi64(acc, _mm256_sad_epu8(cnt, zero));
-        j += 4;
-    }
-    let mut lanes = [0u64; 4];
-    // SAFETY: `lanes` is 32 bytes; unaligned store.
-    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc) };
-    let n: u64 = lanes.iter().sum();
-    n as usize + count_edges_impl(src, j, end)
+/// The job of [`count_edges`].
+#[cfg(feature = "rayon")]
+struct CountEdges<W> {
+    src: W,
+    from: usize,
+    end: usize,
 }
 
 #[cfg(feature = "rayon")]
-#[inline(always)]
-fn count_edges_impl<W: Words>(src: W, from: usize, end: usize) -> usize {
-    let mut carry = if from == 0 {
-        0
-    } else {
-        src.word(from - 1) >> 63
-    };
-    let mut n = 0usize;
-    for j in from..end {
-        let w = src.word(j);
-        n += (w ^ ((w << 1) | carry)).count_ones() as usize;
-        carry = w >> 63;
+impl<W: Words> Job for CountEdges<W> {
+    type Output = usize;
+    #[inline(always)]
+    fn run<K: Kernel>(self) -> usize {
+        K::count_edges(self.src, self.from, self.end)
     }
-    n
 }
 
 /// The serial table builder: appends one range per maximal run of `src` to
 /// `out`. The scan, the pairing of edges and the stores into the table all
-/// run inside one function compiled for the CPU (see [`fill`]).
+/// run inside one function compiled for the level (see `arch::run`).
 pub(crate) fn extend_ranges<W: Words>(
     src: W,
-    be: Backend,
+    level: Level,
     out: &mut alloc::vec::Vec<super::MemoryRange>,
     shift: u32,
     base: u64,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if be.is_avx2() && has_bmi1() {
-        // SAFETY: as in `fill`: the AVX2 backend proves AVX2 and POPCNT,
-        // and BMI1 was just checked.
-        unsafe { extend_ranges_x86(src, be, out, shift, base) };
-        return;
+    arch::run(
+        level,
+        ExtendRanges {
+            src,
+            level,
+            out,
+            shift,
+            base,
+        },
+    )
+}
+
+/// The job of [`extend_ranges`].
+struct ExtendRanges<'o, W> {
+    src: W,
+    level: Level,
+    out: &'o mut alloc::vec::Vec<super::MemoryRange>,
+    shift: u32,
+    base: u64,
+}
+
+impl<W: Words> Job for ExtendRanges<'_, W> {
+    type Output = ();
+    #[inline(always)]
+    fn run<K: Kernel>(self) {
+        let ExtendRanges {
+            src,
+            level,
+            out,
+            shift,
+            base,
+        } = self;
+        let mut buf = [0u64; BUF];
+        let mut s = Scanner::new(src, 0, src.len(), level, true);
+        let mut k = 0;
+        loop {
+            k = s.fill_with::<K>(&mut buf, k);
+            let n = k / 2;
+            out.reserve(n);
+            let len = out.len();
+            let spare = &mut out.spare_capacity_mut()[..n];
+            for (slot, p) in spare.iter_mut().zip(buf[..2 * n].chunks_exact(2)) {
+                slot.write(super::range_of(p[0], p[1], shift, base));
+            }
+            // SAFETY: `reserve(n)` made room for `n` more ranges and the loop
+            // above initialised exactly those `n` slots.
+            unsafe { out.set_len(len + n) };
+            // An open run's start waits for its end in the next batch.
+            if k % 2 == 1 {
+                buf[0] = buf[k - 1];
+            }
+            k %= 2;
+            if s.done() {
+                break;
+            }
+        }
     }
-    extend_ranges_impl::<W, false>(src, be, out, shift, base);
 }
 
-/// # Safety
-/// The CPU must support AVX2, POPCNT and BMI1.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,popcnt,bmi1")]
-unsafe fn extend_ranges_x86<W: Words>(
-    src: W,
-    be: Backend,
-    out: &mut alloc::vec::Vec<super::MemoryRange>,
-    shift: u32,
-    base: u64,
-) {
-    extend_ranges_impl::<W, true>(src, be, out, shift, base);
-}
+#[cfg(test)]
+mod tests {
+    //! The scanner's entry points at every level against a bit-at-a-time
+    //! model, on one bitmap and on the OR of two.
+    use super::*;
+    use crate::dirty::MemoryRange;
+    use crate::test_rng::Rng;
+    use alloc::vec::Vec;
 
-#[inline(always)]
-fn extend_ranges_impl<W: Words, const AVX: bool>(
-    src: W,
-    be: Backend,
-    out: &mut alloc::vec::Vec<super::MemoryRange>,
-    shift: u32,
-    base: u64,
-) {
-    let mut buf = [0u64; BUF];
-    let mut s = Scanner::new(src, 0, src.len(), be, true);
-    let mut k = 0;
-    loop {
-        k = s.fill::<AVX>(&mut buf, k);
-        let n = k / 2;
-        out.reserve(n);
-        let len = out.len();
-        let spare = &mut out.spare_capacity_mut()[..n];
-        for (slot, p) in spare.iter_mut().zip(buf[..2 * n].chunks_exact(2)) {
-            slot.write(super::range_of(p[0], p[1], shift, base));
+    /// `n` words of alternating runs, each 1..=2 * `mean` bits long.
+    fn random_words(rng: &mut Rng, n: usize, mean: u64) -> Vec<u64> {
+        let mut w = alloc::vec![0u64; n];
+        let (mut i, mut v) = (0usize, rng.below(2) == 1);
+        while i < 64 * n {
+            let len = 1 + rng.below(2 * mean) as usize;
+            for b in i..(i + len).min(64 * n) {
+                if v {
+                    w[b / 64] |= 1 << (b % 64);
+                }
+            }
+            i += len;
+            v = !v;
         }
-        // SAFETY: `reserve(n)` made room for `n` more ranges and the loop
-        // above initialised exactly those `n` slots.
-        unsafe { out.set_len(len + n) };
-        // An open run's start waits for its end in the next batch.
-        if k % 2 == 1 {
-            buf[0] = buf[k - 1];
+        w
+    }
+
+    /// Maximal runs of set bits, as pages from 0 with 1-byte pages.
+    fn model(w: &[u64]) -> Vec<MemoryRange> {
+        let mut out: Vec<MemoryRange> = Vec::new();
+        for b in 0..64 * w.len() as u64 {
+            if w[(b / 64) as usize] >> (b % 64) & 1 == 1 {
+                match out.last_mut() {
+                    Some(r) if r.end() == b => r.length += 1,
+                    _ => out.push(MemoryRange { gpa: b, length: 1 }),
+                }
+            }
         }
-        k %= 2;
-        if s.done() {
-            break;
+        out
+    }
+
+    /// The ranges through `fill`, from a scanner over all words.
+    fn via_fill<W: Words>(src: W, level: Level) -> Vec<MemoryRange> {
+        let mut s = Scanner::new(src, 0, src.len(), level, true);
+        let mut buf = alloc::vec![0u64; BUF];
+        let mut edges = Vec::new();
+        let mut k = 0;
+        loop {
+            k = fill(&mut s, &mut buf, k);
+            edges.extend_from_slice(&buf[..k]);
+            k = 0;
+            if s.done() {
+                break;
+            }
+        }
+        edges
+            .chunks_exact(2)
+            .map(|p| super::super::range_of(p[0], p[1], 0, 0))
+            .collect()
+    }
+
+    fn check<W: Words>(src: W, want: &[MemoryRange], what: &str) {
+        for level in Level::available() {
+            assert_eq!(via_fill(src, level), want, "fill at {level}: {what}");
+            let mut out = Vec::new();
+            extend_ranges(src, level, &mut out, 0, 0);
+            assert_eq!(out, want, "extend_ranges at {level}: {what}");
+            #[cfg(feature = "rayon")]
+            for (from, end) in [(0, src.len()), (src.len() / 3, src.len()), (1, 9)] {
+                let (from, end) = (from.min(src.len()), end.min(src.len()));
+                let mut carry = if from == 0 {
+                    0
+                } else {
+                    src.word(from - 1) >> 63
+                };
+                let mut n = 0;
+                for j in from..end {
+                    let w = src.word(j);
+                    n += (w ^ (w << 1 | carry)).count_ones() as usize;
+                    carry = w >> 63;
+                }
+                let got = count_edges(src, from, end, level);
+                assert_eq!(got, n, "count_edges({from}..{end}) at {level}: {what}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_level_matches_the_model() {
+        let mut rng = Rng(0x5CA2_D1E7);
+        for case in 0..300 {
+            let n = rng.below(300) as usize;
+            let mean = [1, 3, 40, 500, 5000][case % 5];
+            let a = random_words(&mut rng, n, mean);
+            let b = random_words(&mut rng, n, mean);
+            check(One(&a), &model(&a), &alloc::format!("one, case {case}"));
+            let or: Vec<u64> = a.iter().zip(&b).map(|(x, y)| x | y).collect();
+            let src = Or::new(&a, &b).unwrap();
+            check(src, &model(&or), &alloc::format!("or, case {case}"));
         }
     }
 }

@@ -3,10 +3,11 @@
 
 use alloc::vec::Vec;
 
-use super::scan::{self, One, Or, Words};
-use super::{check_span, page_shift, DirtyError, MemoryRange, ScanOpts};
+use super::hooks::ScanOpts;
+use super::scan::{self, Words};
 #[cfg(feature = "rayon")]
 use super::{range_of, scan::Scanner};
+use super::{DirtyError, MemoryRange, Scan, Source};
 
 /// Whether `next` starts at most `gap` bytes after `last` ends.
 #[inline]
@@ -29,8 +30,9 @@ fn write_block<W: Words>(
     out: &mut [core::mem::MaybeUninit<MemoryRange>],
     shift: u32,
     base: u64,
-    be: crate::bitmap::Backend,
+    opts: ScanOpts,
 ) -> usize {
+    let be = opts.backend;
     let mut buf = [0u64; scan::BUF];
     let mut s = Scanner::new(src, lo, hi, be, false);
     let mut k = 0;
@@ -83,10 +85,11 @@ pub const WIRE_RANGE_BYTES: usize = 16;
 /// `vm_migration::protocol::MemoryRangeTable`.
 ///
 /// ```
-/// use spacekit::dirty::{MemoryRange, MemoryRangeTable};
+/// use spacekit::dirty::{Geometry, MemoryRange, MemoryRangeTable, Scan};
 ///
 /// // Pages 0-1 and 4 dirty; merging gaps of up to 2 clean pages joins them.
-/// let table = MemoryRangeTable::from_bitmap(&[0b1_0011], 4096, 0, 2)?;
+/// let scan = Scan::new(&[0b1_0011], Geometry::new(0, 4096)?)?.merge_gap(2);
+/// let table = MemoryRangeTable::from_scan(scan);
 /// assert_eq!(table.ranges(), [MemoryRange { gpa: 0, length: 5 * 4096 }]);
 /// let wire = table.to_bytes();
 /// assert_eq!(MemoryRangeTable::from_bytes(&wire)?, table);
@@ -103,172 +106,49 @@ impl MemoryRangeTable {
         Self::default()
     }
 
-    /// The dirty ranges of `bitmap` (see [`super::ranges`]), joining ranges
-    /// separated by at most `merge_gap` clean pages (0: only adjacent pages
-    /// join, which [`super::ranges`] already does).
-    ///
-    /// # Errors
-    /// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two.
-    pub fn from_bitmap(
-        bitmap: &[u64],
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-    ) -> Result<Self, DirtyError> {
+    /// A new table of `scan`'s ranges: [`MemoryRangeTable::extend_from`] on
+    /// an empty table.
+    pub fn from_scan(scan: Scan<'_>) -> Self {
         let mut t = Self::new();
-        t.extend_from_bitmap(bitmap, page_size, base, merge_gap)?;
-        Ok(t)
+        t.extend_from(scan);
+        t
     }
 
-    /// Appends the dirty ranges of `bitmap`, reusing the table's allocation
-    /// (call [`MemoryRangeTable::clear`] first to refill it). A first range
-    /// that continues the table's last one (within `merge_gap` pages) is
-    /// joined to it.
+    /// Appends the ranges of `scan` (a bitmap, or the OR of two, serial or
+    /// parallel, with gaps of up to `merge_gap` pages joined; see [`Scan`]),
+    /// reusing the table's allocation: call [`MemoryRangeTable::clear`]
+    /// first to refill it. A first range that continues the table's last one
+    /// (within the scan's `merge_gap` pages) is joined to it, so a log
+    /// appended in slices gives the same table as the whole log.
     ///
-    /// # Errors
-    /// [`DirtyError::InvalidPageSize`] unless `page_size` is a power of two;
-    /// [`DirtyError::OutOfRange`] if the bitmap's last page would end past
-    /// 2^64. The table is unchanged then.
-    pub fn extend_from_bitmap(
-        &mut self,
-        bitmap: &[u64],
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-    ) -> Result<(), DirtyError> {
-        self.extend_with(
-            bitmap,
-            None,
-            page_size,
-            base,
-            merge_gap,
-            ScanOpts::default(),
-            false,
-        )
-    }
-
-    /// The dirty ranges of `a | b` (see [`super::ranges_or`]), joining
-    /// ranges at most `merge_gap` clean pages apart.
+    /// Cloud Hypervisor's `MemoryRangeTable::from_dirty_bitmap`, without its
+    /// step per dirty page, its hard-coded 4 KiB pages or its silent
+    /// truncation of two logs of different lengths.
     ///
-    /// # Errors
-    /// [`DirtyError::LengthMismatch`] if the bitmaps differ in length;
-    /// otherwise as [`MemoryRangeTable::from_bitmap`].
-    pub fn from_bitmaps_or(
-        a: &[u64],
-        b: &[u64],
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-    ) -> Result<Self, DirtyError> {
-        let mut t = Self::new();
-        t.extend_from_bitmaps_or(a, b, page_size, base, merge_gap)?;
-        Ok(t)
-    }
-
-    /// [`MemoryRangeTable::extend_from_bitmap`] over `a | b`, without
-    /// building the OR.
+    /// ```
+    /// use spacekit::dirty::{Geometry, MemoryRange, MemoryRangeTable, Scan};
     ///
-    /// # Errors
-    /// [`DirtyError::LengthMismatch`] if the bitmaps differ in length;
-    /// otherwise as [`MemoryRangeTable::extend_from_bitmap`]. The table is
-    /// unchanged on error.
-    pub fn extend_from_bitmaps_or(
-        &mut self,
-        a: &[u64],
-        b: &[u64],
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-    ) -> Result<(), DirtyError> {
-        self.extend_with(
-            a,
-            Some(b),
-            page_size,
-            base,
-            merge_gap,
-            ScanOpts::default(),
-            false,
-        )
-    }
-
-    /// [`MemoryRangeTable::extend_from_bitmap`] on all threads of rayon's
-    /// pool: the bitmap is cut into blocks, each block's edges are counted in
-    /// parallel, and each block then writes its own ranges straight into the
-    /// table at the offset the counts give; a run crossing block edges is
-    /// written whole by the block it starts in. The result is identical to
-    /// the serial scan. Small bitmaps are scanned serially.
-    ///
-    /// # Errors
-    /// As [`MemoryRangeTable::extend_from_bitmap`].
-    #[cfg(feature = "rayon")]
-    pub fn par_extend_from_bitmap(
-        &mut self,
-        bitmap: &[u64],
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-    ) -> Result<(), DirtyError> {
-        self.extend_with(
-            bitmap,
-            None,
-            page_size,
-            base,
-            merge_gap,
-            ScanOpts::default(),
-            true,
-        )
-    }
-
-    /// [`MemoryRangeTable::par_extend_from_bitmap`] over `a | b`.
-    ///
-    /// # Errors
-    /// As [`MemoryRangeTable::extend_from_bitmaps_or`].
-    #[cfg(feature = "rayon")]
-    pub fn par_extend_from_bitmaps_or(
-        &mut self,
-        a: &[u64],
-        b: &[u64],
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-    ) -> Result<(), DirtyError> {
-        self.extend_with(
-            a,
-            Some(b),
-            page_size,
-            base,
-            merge_gap,
-            ScanOpts::default(),
-            true,
-        )
-    }
-
-    /// Every table builder in one: `a` or `a | b`, serial or parallel
-    /// (`parallel` is ignored without the `rayon` feature), with explicit
-    /// [`ScanOpts`].
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn extend_with(
-        &mut self,
-        a: &[u64],
-        b: Option<&[u64]>,
-        page_size: u64,
-        base: u64,
-        merge_gap: u64,
-        opts: ScanOpts,
-        parallel: bool,
-    ) -> Result<(), DirtyError> {
-        let shift = page_shift(page_size)?;
-        check_span(a.len(), shift, base)?;
-        let gap = if merge_gap > u64::MAX >> shift {
+    /// let g = Geometry::new(0, 4096)?;
+    /// let log = [1u64 << 63, 0b1];
+    /// let mut table = MemoryRangeTable::new();
+    /// // The log in two slices; the run across the seam is one range.
+    /// table.extend_from(Scan::new(&log[..1], g)?);
+    /// table.extend_from(Scan::new(&log[1..], g.with_base(64 * 4096))?.parallel(true));
+    /// assert_eq!(table.ranges(), [MemoryRange { gpa: 63 * 4096, length: 2 * 4096 }]);
+    /// # Ok::<(), spacekit::dirty::DirtyError>(())
+    /// ```
+    pub fn extend_from(&mut self, scan: Scan<'_>) {
+        let shift = scan.geometry.page_shift();
+        let base = scan.geometry.base();
+        let gap = if scan.merge_gap > u64::MAX >> shift {
             u64::MAX
         } else {
-            merge_gap << shift
+            scan.merge_gap << shift
         };
         let old = self.data.len();
-        match b {
-            None => self.extend_words(One(a), shift, base, opts, parallel),
-            Some(b) => self.extend_words(Or::new(a, b)?, shift, base, opts, parallel),
+        match scan.src {
+            Source::One(src) => self.extend_words(src, shift, base, scan.opts, scan.parallel),
+            Source::Or(src) => self.extend_words(src, shift, base, scan.opts, scan.parallel),
         }
         // Join across the old/new seam, and gaps of up to `merge_gap` pages.
         let seam = old.saturating_sub(1);
@@ -277,7 +157,6 @@ impl MemoryRangeTable {
         if gap > 0 || joins_seam {
             self.merge_from(seam, gap);
         }
-        Ok(())
     }
 
     /// Appends the maximal runs of `src` as ranges (no gap merging).
@@ -348,7 +227,7 @@ impl MemoryRangeTable {
                     out,
                     shift,
                     base,
-                    be,
+                    opts,
                 )
             })
             .sum();

@@ -1,6 +1,6 @@
 //! Block and inode allocation with full accounting.
 
-use crate::bitmap::{BitView, Bits};
+use crate::bitmap::Bits;
 use crate::crc32c;
 use std::vec::Vec;
 
@@ -62,15 +62,17 @@ impl Image {
             if !self.desc_csum_ok[g as usize] || self.desc(g).free_blocks() < len {
                 continue;
             }
-            let l = self.block_bitmap(g)?;
-            if !l.csum_ok {
-                continue;
-            }
             let n = self.info.blocks_in_group(g);
             let first = self.info.group_first_block(g);
             let offset = (first & u64::from(align - 1)) as u32;
             let goal_bit = if i == 0 { bit0 } else { 0 };
-            if let Some(bit) = l.search(n, goal_bit, len, align, offset) {
+            // Groups whose bitmap fails its checksum are skipped.
+            let found = self.with_block_bitmap(g, |l| {
+                l.csum_ok()
+                    .then(|| l.search(n, goal_bit, len, align, offset))
+                    .flatten()
+            })?;
+            if let Some(bit) = found {
                 self.mark_blocks(g, bit, len, true)?;
                 return Ok(first + u64::from(bit));
             }
@@ -125,14 +127,14 @@ impl Image {
                 });
             }
             let l = self.block_bitmap(g)?;
-            if !l.csum_ok {
+            if !l.csum_ok() {
                 return Err(Ext4Error::BadChecksum {
                     what: "block bitmap",
                     group: Some(g),
                 });
             }
             let range = bit as usize..(bit + n) as usize;
-            if let Some(c) = l.map.bitmap().find_first_clear_in(range)? {
+            if let Some(c) = l.bits().find_first_clear_in(range)? {
                 return Err(Ext4Error::BlockAlreadyFree {
                     block: self.info.group_first_block(g) + c as u64,
                 });
@@ -199,10 +201,10 @@ impl Image {
                 continue;
             }
             let l = self.inode_bitmap(g)?;
-            if !l.csum_ok {
+            if !l.csum_ok() {
                 continue;
             }
-            let view = BitView::new(l.map.bitmap().as_words(), ipg as usize)?;
+            let view = l.view(ipg as usize)?;
             let first_ino_bit =
                 u64::from(self.info.first_ino - 1).saturating_sub(u64::from(g) * u64::from(ipg));
             let Some(bit) = view.find_next_clear(first_ino_bit.min(u64::from(ipg)) as usize) else {
@@ -247,13 +249,13 @@ impl Image {
             });
         }
         let l = self.inode_bitmap(g)?;
-        if !l.csum_ok {
+        if !l.csum_ok() {
             return Err(Ext4Error::BadChecksum {
                 what: "inode bitmap",
                 group: Some(g),
             });
         }
-        if l.map.bitmap().get(bit as usize) != Some(true) {
+        if l.bits().get(bit as usize) != Some(true) {
             return Err(Ext4Error::InodeAlreadyFree { ino });
         }
         self.mark_inode(g, bit, directory, false)
@@ -287,18 +289,9 @@ impl Image {
             sb_free,
             "would go out of range",
         ))?;
-        let range = bit as usize..(bit + n) as usize;
-        let changed = self.with_block_bitmap(g, |l| {
-            let r = if alloc {
-                l.map.set_range(range)
-            } else {
-                l.map.clear_range(range)
-            };
-            l.changed(bit, bit + n);
-            r
-        })??;
+        let changed = self.with_block_bitmap(g, |l| l.mark_range(bit, n, alloc))??;
         debug_assert_eq!(changed, n as usize);
-        let csum = self.block_bitmap(g)?.map.checksum();
+        let csum = self.block_bitmap(g)?.checksum();
         let metadata_csum = self.info.checksums == ChecksumKind::MetadataCsum;
         let mut d = self.desc_mut(g);
         d.set_free_blocks(new_free);
@@ -360,16 +353,10 @@ impl Image {
         if materialise_blocks {
             self.block_bitmap(g)?;
         }
-        let changed = self.with_inode_bitmap(g, |l| {
-            if alloc {
-                l.map.set(bit as usize).map(|old| !old)
-            } else {
-                l.map.clear(bit as usize)
-            }
-        })??;
+        let changed = self.with_inode_bitmap(g, |l| l.mark(bit, alloc))??;
         debug_assert!(changed);
-        let icsum = self.inode_bitmap(g)?.map.checksum();
-        let bcsum = self.block_bitmap(g)?.map.checksum();
+        let icsum = self.inode_bitmap(g)?.checksum();
+        let bcsum = self.block_bitmap(g)?.checksum();
         let metadata_csum = self.info.checksums == ChecksumKind::MetadataCsum;
         let has_desc_csum = self.info.uninit_flags();
         let mut d = self.desc_mut(g);

@@ -178,8 +178,8 @@ impl fmt::Display for Ext4Error {
     }
 }
 
-impl std::error::Error for Ext4Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl core::error::Error for Ext4Error {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             Ext4Error::Io { source, .. } => Some(source),
             Ext4Error::Bitmap(e) => Some(e),

@@ -1,9 +1,10 @@
 //! Per-group state: the metadata map, effective bitmaps of uninitialised
 //! groups, and the free-run search inside one group.
 
-use crate::bitmap::{Bitmap, Bits, BitsMut};
-use crate::checked_bitmap::ChecksummedBitmap;
-use crate::freespace::FreeSpaceIndex;
+use crate::__testing::Validate;
+use crate::bitmap::{BitView, Bitmap, BitmapError, Bits, BitsMut};
+use crate::checked_bitmap::CheckedBitmap;
+use std::string::String;
 use std::vec::Vec;
 
 use super::error::{corrupt, Ext4Error};
@@ -127,73 +128,113 @@ pub(crate) fn meta_in(meta: &[Meta], start: u64, end: u64) -> impl Iterator<Item
     meta[i..].iter().take_while(move |m| m.start < end)
 }
 
-/// A loaded bitmap, and whether its stored checksum matched when read (true
-/// for computed bitmaps of uninitialised groups and without metadata_csum).
+/// A loaded bitmap (its checksum kept current, and for a block bitmap the
+/// group's free-space index kept in step, by [`CheckedBitmap`]), and whether
+/// its stored checksum matched when read (true for computed bitmaps of
+/// uninitialised groups and without metadata_csum).
+///
+/// Bits change only through [`Loaded::mark_range`] and [`Loaded::mark`], so
+/// the bitmap, its checksum and its index cannot fall out of step.
 #[derive(Clone, Debug)]
 pub(crate) struct Loaded {
-    pub(crate) map: ChecksummedBitmap,
-    pub(crate) csum_ok: bool,
-    /// For block bitmaps, the group's free-space index over its blocks,
-    /// built on the first search and kept in step by every change (`None`
-    /// inside if it could not be built: the search then scans).
-    pub(crate) index: core::cell::OnceCell<Option<FreeSpaceIndex>>,
+    map: CheckedBitmap,
+    csum_ok: bool,
 }
 
 impl Loaded {
-    pub(crate) fn new(map: ChecksummedBitmap, csum_ok: bool) -> Loaded {
-        Loaded {
-            map,
-            csum_ok,
-            index: core::cell::OnceCell::new(),
+    pub(crate) fn new(map: CheckedBitmap, csum_ok: bool) -> Loaded {
+        Loaded { map, csum_ok }
+    }
+
+    /// Whether the stored checksum matched when the bitmap was read.
+    pub(crate) fn csum_ok(&self) -> bool {
+        self.csum_ok
+    }
+
+    /// The bits, read-only.
+    pub(crate) fn bits(&self) -> &Bitmap {
+        self.map.bitmap()
+    }
+
+    /// The first `n` bits (a group's blocks or inodes, without the padding).
+    pub(crate) fn view(&self, n: usize) -> Result<BitView<'_>, BitmapError> {
+        BitView::new(self.map.bitmap().as_words(), n)
+    }
+
+    /// The kept raw CRC-32C of the bitmap's checksummed bytes.
+    pub(crate) fn checksum(&self) -> u32 {
+        self.map.checksum()
+    }
+
+    /// The bytes to write back.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        self.map.to_bytes()
+    }
+
+    /// Sets (`used`) or clears bits `[start, start + n)`; returns how many
+    /// changed. Checksum and index follow.
+    pub(crate) fn mark_range(
+        &mut self,
+        start: u32,
+        n: u32,
+        used: bool,
+    ) -> Result<usize, BitmapError> {
+        let range = start as usize..start as usize + n as usize;
+        if used {
+            self.map.set_range(range)
+        } else {
+            self.map.clear_range(range)
         }
     }
 
+    /// Sets (`used`) or clears bit `bit`; returns whether it changed.
+    pub(crate) fn mark(&mut self, bit: u32, used: bool) -> Result<bool, BitmapError> {
+        let old = if used {
+            self.map.set(bit as usize)?
+        } else {
+            self.map.clear(bit as usize)?
+        };
+        Ok(old != used)
+    }
+
     /// First fit of `nr` free blocks among the group's first `blocks` bits
-    /// (see [`find_free_run`]), through the free-space index.
+    /// (see [`find_free_run`]), through the group's free-space index, built
+    /// over those bits on the first search (if it cannot be built, the
+    /// search scans).
     pub(crate) fn search(
-        &self,
+        &mut self,
         blocks: u32,
         goal_bit: u32,
         nr: u32,
         align: u32,
         offset: u32,
     ) -> Option<u32> {
-        let words = self.map.bitmap().as_words();
-        let index = self
-            .index
-            .get_or_init(|| FreeSpaceIndex::new(words, u64::from(blocks)).ok());
-        match index {
-            Some(ix) => ix
+        let indexed = self.map.index().map(|ix| ix.len());
+        if indexed != Some(u64::from(blocks)) {
+            // Not built yet (or over other bits: rebuild).
+            let _ = self.map.build_index(blocks as usize);
+        }
+        if self.map.index().is_some() {
+            return self
+                .map
                 .first_fit(
-                    words,
-                    nr.into(),
-                    align.into(),
-                    offset.into(),
-                    goal_bit.into(),
+                    nr as usize,
+                    align as usize,
+                    offset as usize,
+                    goal_bit as usize,
                 )
                 .ok()
                 .flatten()
-                .and_then(|b| u32::try_from(b).ok()),
-            None => {
-                let view = crate::bitmap::BitView::new(words, blocks as usize).ok()?;
-                find_free_run(&view, goal_bit, nr, align, offset)
-            }
+                .and_then(|b| u32::try_from(b).ok());
         }
+        let view = self.view(blocks as usize).ok()?;
+        find_free_run(&view, goal_bit, nr, align, offset)
     }
 
-    /// Brings the index (if built) in step after bits `[start, end)` of the
-    /// bitmap changed.
-    pub(crate) fn changed(&mut self, start: u32, end: u32) {
-        if let Some(Some(ix)) = self.index.get_mut() {
-            if ix
-                .update(self.map.bitmap().as_words(), start.into()..end.into())
-                .is_err()
-            {
-                // Cannot happen for a range inside the group; drop the index
-                // rather than keep a stale one (searches then scan).
-                self.index = core::cell::OnceCell::from(None);
-            }
-        }
+    /// The kept checksum equals a fresh computation and the index (if
+    /// built) equals one rebuilt from the bits.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        Validate::validate(&self.map)
     }
 }
 
@@ -245,11 +286,10 @@ pub(crate) fn find_free_run(
     align: u32,
     offset: u32,
 ) -> Option<u32> {
-    let mask = (align as usize).wrapping_sub(1);
-    let offset = offset as usize & mask;
+    let (align, offset) = (align as usize, offset as usize);
     let (goal, nr) = (goal_bit as usize, nr as usize);
     let found = bitmap
-        .find_clear_area(goal, nr, mask, offset)
+        .find_clear_area(goal, nr, align, offset)
         .ok()
         .flatten()
         .or_else(|| {
@@ -258,7 +298,7 @@ pub(crate) fn find_free_run(
             }
             // Runs starting before the goal: only those can be new.
             bitmap
-                .find_clear_area(0, nr, mask, offset)
+                .find_clear_area(0, nr, align, offset)
                 .ok()
                 .flatten()
                 .filter(|&p| p < goal)
@@ -301,12 +341,20 @@ mod tests {
             chunk[..12].fill(0xFF);
             chunk[12] = 0x0F;
         }
-        let mut m = ChecksummedBitmap::from_bytes(&bytes, 0x1234_5678, bits / 8).unwrap();
+        let mut m = CheckedBitmap::from_bytes(&bytes, 0x1234_5678, bits / 8)
+            .unwrap()
+            .with_index(bits)
+            .unwrap();
         let goal = 300_000u32;
         let mut got = std::vec::Vec::new();
         for _ in 0..70 {
             let p = find_free_run(m.bitmap(), goal, 2000, 1024, 0).unwrap();
             assert_eq!(p % 1024, 0);
+            // The index kept in step by every change finds the same run.
+            assert_eq!(
+                m.first_fit(2000, 1024, 0, goal as usize),
+                Ok(Some(p as usize))
+            );
             m.set_range(p as usize..p as usize + 2000).unwrap();
             got.push(p);
         }
@@ -316,5 +364,6 @@ mod tests {
         assert!(got.iter().any(|&p| p < goal));
         assert!(m.verify());
         assert_eq!(m.checksum(), crate::crc32c::raw(0x1234_5678, &m.to_bytes()));
+        Validate::validate(&m).unwrap();
     }
 }

@@ -40,9 +40,10 @@
 //! goal block, wrapping once through the groups), aligned on absolute block
 //! numbers, inside one group. Each group's search goes through a
 //! [`crate::freespace::FreeSpaceIndex`] over the group's blocks, built on
-//! the group's first search and kept in step by every change to its block
-//! bitmap, so a search costs O(log n) instead of a scan of the bitmap (seed
-//! 001's per-group free-space tree).
+//! the group's first search and owned by its block bitmap's
+//! [`crate::checked_bitmap::CheckedBitmap`], which keeps it in step with
+//! every change, so a search costs O(log n) instead of a scan of the bitmap
+//! (seed 001's per-group free-space tree).
 //!
 //! # Checksums
 //!
@@ -54,7 +55,7 @@
 //!   with 32-byte ones; inode bitmap likewise over `s_inodes_per_group / 8`.
 //!
 //! The bitmap checksums are kept current by
-//! [`crate::checked_bitmap::ChecksummedBitmap`] in O(log n) per change, and
+//! [`crate::checked_bitmap::CheckedBitmap`] in O(log n) per change, and
 //! the superblock's by [`crate::crc32c::splice`] over the changed counts.
 //! Uninitialised groups store bitmap checksum 0, which [`Image::verify`] does
 //! not report.
@@ -95,6 +96,7 @@
 mod alloc;
 mod error;
 mod group;
+pub(crate) mod hooks;
 mod layout;
 mod redo;
 mod verify;
@@ -109,8 +111,8 @@ use std::string::{String, ToString};
 use std::vec;
 use std::vec::Vec;
 
-use crate::bitmap::{BitView, Bits};
-use crate::checked_bitmap::ChecksummedBitmap;
+use crate::bitmap::Bits;
+use crate::checked_bitmap::CheckedBitmap;
 
 pub use error::Ext4Error;
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
@@ -409,7 +411,7 @@ impl Image {
         let l = self.block_bitmap(group)?;
         let first = self.info.group_first_block(group);
         let n = self.info.blocks_in_group(group) as usize;
-        let view = BitView::new(l.map.bitmap().as_words(), n)?;
+        let view = l.view(n)?;
         Ok(view
             .clear_runs(0)
             .map(|r| (first + r.start as u64, first + r.end as u64 - 1))
@@ -428,7 +430,7 @@ impl Image {
             "outside the file system",
         ))?;
         let l = self.block_bitmap(g)?;
-        Ok(l.map.bitmap().get(bit as usize).unwrap_or(true))
+        Ok(l.bits().get(bit as usize).unwrap_or(true))
     }
 
     /// Whether inode `ino` is marked in use in its group's (effective)
@@ -444,7 +446,7 @@ impl Image {
             "outside the file system",
         ))?;
         let l = self.inode_bitmap(g)?;
-        Ok(l.map.bitmap().get(bit as usize).unwrap_or(true))
+        Ok(l.bits().get(bit as usize).unwrap_or(true))
     }
 
     /// Whether there are changes not yet flushed.
@@ -511,24 +513,19 @@ impl Image {
         Ok(())
     }
 
-    /// Fault injection for tests: the flush after this call performs `n`
-    /// I/O steps and makes step `n` (counting from 0) fail with an I/O
-    /// error; a failing write first writes half of its bytes, like a torn
-    /// write. The steps, in order: the log's contents, the log's trailer,
-    /// fsync of the log, fsync of the directory, one write per metadata block,
-    /// fsync of the image, removal of the log, fsync of the directory. One
-    /// flush consumes the setting whether or not it reached step `n`.
-    #[doc(hidden)]
-    pub fn fail_write_after(&mut self, n: usize) {
+    /// Fault injection (`spacekit::__testing::ext4::fail_write_after`): the
+    /// next flush fails at I/O step `n`.
+    pub(crate) fn fail_write_after(&mut self, n: usize) {
         self.fail_at = Some(n);
     }
 
     /// Checks the invariants of the in-memory state: every cached bitmap's
-    /// kept checksum equals a fresh computation; every changed group's stored
+    /// kept checksum equals a fresh computation, and its free-space index
+    /// (if built) one rebuilt from its bits; every changed group's stored
     /// bitmap checksums and descriptor checksum are current; a changed
-    /// superblock's checksum is current.
-    #[doc(hidden)]
-    pub fn validate(&self) -> Result<(), String> {
+    /// superblock's checksum is current. For tests, through
+    /// `spacekit::__testing::Validate`.
+    pub(crate) fn validate(&self) -> Result<(), String> {
         let csum = self.info.checksums == ChecksumKind::MetadataCsum;
         if self.dirty_sb
             && csum
@@ -540,13 +537,8 @@ impl Image {
             let g = g as u32;
             for (what, l) in [("block", cache.block.get()), ("inode", cache.inode.get())] {
                 if let Some(l) = l {
-                    if !l.map.verify() {
-                        return Err(format!("group {g}: {what} bitmap kept checksum is stale"));
-                    }
-                    if let Some(Some(ix)) = l.index.get() {
-                        ix.validate(l.map.bitmap().as_words())
-                            .map_err(|e| format!("group {g}: free-space index: {e}"))?;
-                    }
+                    l.validate()
+                        .map_err(|e| format!("group {g}: {what} bitmap: {e}"))?;
                 }
             }
             let d = self.desc(g);
@@ -563,16 +555,16 @@ impl Image {
                 let mask = self.csum_mask();
                 if let Some(l) = cache.block.get() {
                     if d.flags() & BG_BLOCK_UNINIT == 0
-                        && l.csum_ok
-                        && d.block_bitmap_csum() != l.map.checksum() & mask
+                        && l.csum_ok()
+                        && d.block_bitmap_csum() != l.checksum() & mask
                     {
                         return Err(format!("group {g}: stored block bitmap checksum is stale"));
                     }
                 }
                 if let Some(l) = cache.inode.get() {
                     if d.flags() & BG_INODE_UNINIT == 0
-                        && l.csum_ok
-                        && d.inode_bitmap_csum() != l.map.checksum() & mask
+                        && l.csum_ok()
+                        && d.inode_bitmap_csum() != l.checksum() & mask
                     {
                         return Err(format!("group {g}: stored inode bitmap checksum is stale"));
                     }
@@ -655,7 +647,7 @@ impl Image {
         let seed = self.info.checksum_seed;
         if self.block_uninit(g) {
             let bytes = group::uninit_block_bitmap(&self.info, &self.meta, g)?.to_le_bytes();
-            let map = ChecksummedBitmap::from_bytes(&bytes, seed, csum_len)
+            let map = CheckedBitmap::from_bytes(&bytes, seed, csum_len)
                 .map_err(|_| corrupt("s_blocks_per_group", None, 0, "bitmap too large"))?;
             return Ok(Loaded::new(map, true));
         }
@@ -673,7 +665,7 @@ impl Image {
         let seed = self.info.checksum_seed;
         if self.inode_uninit(g) {
             let bytes = group::uninit_inode_bitmap(&self.info)?.to_le_bytes();
-            let map = ChecksummedBitmap::from_bytes(&bytes, seed, csum_len)
+            let map = CheckedBitmap::from_bytes(&bytes, seed, csum_len)
                 .map_err(|_| corrupt("s_inodes_per_group", None, 0, "bitmap too large"))?;
             return Ok(Loaded::new(map, true));
         }
@@ -696,7 +688,7 @@ impl Image {
         let bs = self.info.block_size as usize;
         let mut bytes = vec![0u8; bs];
         read_exact_at(&self.file, block * bs as u64, &mut bytes).map_err(io(context))?;
-        let map = ChecksummedBitmap::from_bytes(&bytes, self.info.checksum_seed, csum_len)
+        let map = CheckedBitmap::from_bytes(&bytes, self.info.checksum_seed, csum_len)
             .map_err(|_| corrupt("s_blocks_per_group", None, 0, "bitmap too large"))?;
         let csum_ok = self.info.checksums != ChecksumKind::MetadataCsum
             || map.checksum() & self.csum_mask() == stored;
@@ -771,7 +763,7 @@ impl Image {
             if let Some(l) = self.groups[g as usize].block.get() {
                 out.push(Record {
                     offset: self.desc(g).block_bitmap() * bs,
-                    data: l.map.to_bytes(),
+                    data: l.to_bytes(),
                 });
             }
         }
@@ -779,7 +771,7 @@ impl Image {
             if let Some(l) = self.groups[g as usize].inode.get() {
                 out.push(Record {
                     offset: self.desc(g).inode_bitmap() * bs,
-                    data: l.map.to_bytes(),
+                    data: l.to_bytes(),
                 });
             }
         }

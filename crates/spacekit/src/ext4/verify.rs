@@ -5,7 +5,7 @@ use std::fmt;
 use std::vec;
 use std::vec::Vec;
 
-use crate::bitmap::{BitView, Bits};
+use crate::bitmap::Bits;
 
 use super::error::Ext4Error;
 use super::layout::{self, ChecksumKind};
@@ -188,7 +188,7 @@ impl Image {
                 );
             }
             let n = info.blocks_in_group(g) as usize;
-            let bmap = self.block_bitmap(g)?.map.bitmap();
+            let bmap = self.block_bitmap(g)?.bits();
             push(
                 Check::BlockBitmapPadding,
                 grp,
@@ -202,7 +202,7 @@ impl Image {
                 d.free_blocks().into(),
                 (n - used) as u64,
             );
-            let imap = self.inode_bitmap(g)?.map.bitmap();
+            let imap = self.inode_bitmap(g)?.bits();
             push(
                 Check::InodeBitmapPadding,
                 grp,
@@ -256,12 +256,12 @@ impl Image {
         let csum = info.checksums == ChecksumKind::MetadataCsum;
         let mask = self.csum_mask();
         let block_bitmap = if csum && !self.block_uninit(group) {
-            Some(self.block_bitmap(group)?.map.checksum() & mask)
+            Some(self.block_bitmap(group)?.checksum() & mask)
         } else {
             None
         };
         let inode_bitmap = if csum && !self.inode_uninit(group) {
-            Some(self.inode_bitmap(group)?.map.checksum() & mask)
+            Some(self.inode_bitmap(group)?.checksum() & mask)
         } else {
             None
         };
@@ -309,7 +309,7 @@ impl Image {
             let first = self.info.group_first_block(g);
             let n = self.info.blocks_in_group(g) as usize;
             let l = self.block_bitmap(g)?;
-            let view = BitView::new(l.map.bitmap().as_words(), n)?;
+            let view = l.view(n)?;
             for r in view.clear_runs(0) {
                 let (s, e) = (first + r.start as u64, first + r.end as u64);
                 open = match open {

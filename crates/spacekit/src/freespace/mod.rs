@@ -47,6 +47,11 @@
 //! to the next candidate run, so many such near misses cost more than
 //! O(log n).
 //!
+//! A [`CheckedBitmap`](crate::checked_bitmap::CheckedBitmap) can own an
+//! index together with its bitmap and checksum and call
+//! [`FreeSpaceIndex::update`] on every change itself; use the index on its
+//! own only where the bitmap lives elsewhere.
+//!
 //! # Example
 //!
 //! ```
@@ -68,7 +73,7 @@
 //! map.set_range(s as usize..s as usize + 64)?;
 //! index.update(map.as_words(), s..s + 64)?;
 //! assert_eq!(index.largest_free(map.as_words()), Some((5100, 32768 - 5100)));
-//! # index.validate(map.as_words()).unwrap();
+//! # spacekit::__testing::validate_index(&index, map.as_words()).unwrap();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -82,8 +87,10 @@ use crate::bitmap::{BitView, Bits};
 /// Bits per leaf of the summary tree (64 words).
 pub const LEAF_BITS: u64 = 4096;
 
-/// What a [`FreeSpaceIndex`] call can refuse.
+/// What a [`FreeSpaceIndex`] call (or a search of a
+/// [`CheckedBitmap`](crate::checked_bitmap::CheckedBitmap)) can refuse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FreeSpaceError {
     /// The words given hold fewer than the index's bits.
     LengthMismatch {
@@ -98,7 +105,8 @@ pub enum FreeSpaceError {
         start: u64,
         /// Its end (exclusive).
         end: u64,
-        /// Bits the index covers.
+        /// Bits the index covers (or, building one over a bitmap's first
+        /// bits, the bits the bitmap has).
         bits: u64,
     },
     /// A request for zero bits.
@@ -133,8 +141,7 @@ impl fmt::Display for FreeSpaceError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for FreeSpaceError {}
+impl core::error::Error for FreeSpaceError {}
 
 /// A leaf's summary (runs of at most 4,096 bits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -496,7 +503,7 @@ impl FreeSpaceIndex {
         // Bit i of the leaf is bit a + i: its absolute offset is a + offset.
         let off = ((u128::from(a) + u128::from(offset)) % u128::from(align)) as usize;
         let x = leaf
-            .find_clear_area((goal - a) as usize, nr as usize, (align - 1) as usize, off)
+            .find_clear_area((goal - a) as usize, nr as usize, align as usize, off)
             .ok()??;
         Some(a + x as u64)
     }
@@ -624,9 +631,8 @@ impl FreeSpaceIndex {
     }
 
     /// Checks that every summary equals one recomputed from `words`. For
-    /// tests; O(n).
-    #[doc(hidden)]
-    pub fn validate(&self, words: &[u64]) -> Result<(), String> {
+    /// tests (`spacekit::__testing::validate_index`); O(n).
+    pub(crate) fn validate(&self, words: &[u64]) -> Result<(), String> {
         let fresh = FreeSpaceIndex::new(words, self.bits).map_err(|e| alloc::format!("{e}"))?;
         for (li, (a, b)) in self.leaves.iter().zip(&fresh.leaves).enumerate() {
             if a != b {
@@ -739,5 +745,6 @@ impl Walker<'_, '_> {
     }
 }
 
+pub(crate) mod hooks;
 #[cfg(test)]
 mod tests;

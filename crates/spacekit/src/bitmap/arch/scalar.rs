@@ -1,6 +1,13 @@
 //! Portable word-skipping loops: the fallback every test also runs.
 
-use super::Chunk;
+/// Lane width, in bits, of the zero-chunk filter used by the clear-area search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Chunk {
+    B8 = 8,
+    B16 = 16,
+    B32 = 32,
+    B64 = 64,
+}
 
 /// First index `>= from` with `words[i] != pat`.
 #[inline]

@@ -1,10 +1,11 @@
 //! AVX2 word-skipping loops: 128 bytes (four 256-bit loads) per step.
 //!
 //! Every function here is `unsafe` only because it is compiled with
-//! `#[target_feature(enable = "avx2")]`; callers hold a `Backend` that proves
-//! the CPU has AVX2. Memory accesses stay inside the slices they are given.
+//! `#[target_feature(enable = "avx2")]`; callers hold a `Level` of kind
+//! `Avx2` or above, which proves the CPU has AVX2 (and POPCNT). Memory
+//! accesses stay inside the slices they are given.
 
-use super::super::Chunk;
+use super::super::scalar::{self, Chunk};
 use core::arch::x86_64::*;
 
 /// Words handled per unrolled step.
@@ -108,7 +109,7 @@ pub(crate) unsafe fn first_diff(words: &[u64], from: usize, pat: u64) -> Option<
         }
         i += STEP;
     }
-    super::super::scalar::first_diff(words, i, pat)
+    scalar::first_diff(words, i, pat)
 }
 
 /// Last index `< end` with `words[i] != pat`.
@@ -138,7 +139,7 @@ pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<us
         }
         e = i;
     }
-    super::super::scalar::last_diff(words, e, pat)
+    scalar::last_diff(words, e, pat)
 }
 
 /// All-ones in every `chunk`-bit lane of `v` that is zero.
@@ -170,7 +171,7 @@ unsafe fn zero_lanes(v: __m256i, chunk: Chunk) -> __m256i {
 pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
     let n = words.len();
     let head = n.min(from.saturating_add(head_to_align(words, from)));
-    if let Some(bit) = super::super::scalar::first_zero_chunk(&words[..head], from, chunk) {
+    if let Some(bit) = scalar::first_zero_chunk(&words[..head], from, chunk) {
         return Some(bit);
     }
     let mut i = head.max(from);
@@ -198,7 +199,7 @@ pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) 
         }
         i += STEP;
     }
-    super::super::scalar::first_zero_chunk(words, i, chunk)
+    scalar::first_zero_chunk(words, i, chunk)
 }
 
 /// Number of set bits in `words`, compiled with POPCNT and AVX2 (the
@@ -208,14 +209,14 @@ pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) 
 /// The CPU must support AVX2 and POPCNT.
 #[target_feature(enable = "avx2,popcnt")]
 pub(crate) unsafe fn count_ones(words: &[u64]) -> usize {
-    super::super::scalar::count_ones(words)
+    scalar::count_ones(words)
 }
 
-/// [`super::super::scalar::nth_word`] compiled with POPCNT and AVX2.
+/// [`scalar::nth_word`] compiled with POPCNT and AVX2.
 ///
 /// # Safety
 /// The CPU must support AVX2 and POPCNT.
 #[target_feature(enable = "avx2,popcnt")]
 pub(crate) unsafe fn nth_word(words: &[u64], n: usize) -> Result<(usize, u32), usize> {
-    super::super::scalar::nth_word(words, n)
+    scalar::nth_word(words, n)
 }

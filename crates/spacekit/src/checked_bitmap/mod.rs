@@ -1,10 +1,11 @@
-//! A bitmap whose CRC-32C is kept current by every update.
+//! A bitmap whose CRC-32C, and optionally whose free-space index, every
+//! update keeps current.
 //!
 //! ext4 stores, for each block group, a block bitmap and an inode bitmap and a
 //! raw CRC-32C of each (seeded with the filesystem's checksum seed) over only
 //! the bytes that hold real bits: `clusters_per_group / 8` bytes of the block
 //! bitmap, `inodes_per_group / 8` of the inode bitmap. Recomputing it after
-//! each allocation costs O(block size); [`ChecksummedBitmap`] updates it in
+//! each allocation costs O(block size); [`CheckedBitmap`] updates it in
 //! O(log n) instead (like the `ext4_block_bitmap_csum_set_range()` proposed
 //! for Linux in 2026):
 //!
@@ -13,45 +14,74 @@
 //! * when only some do — a splice over the range's words: the CRC of the old
 //!   words XOR the CRC of the new ones, shifted past the rest of the buffer;
 //! * bits at or past `8 * csum_len` change no checksum.
+//!
+//! A block allocator also needs to *find* free space. With a
+//! [`FreeSpaceIndex`] built over the bitmap (or over its first bits: an ext4
+//! group's blocks, without the padding past them) by
+//! [`CheckedBitmap::build_index`], every set, clear and flip also brings the
+//! index in step ([`FreeSpaceIndex::update`] over the changed range,
+//! O(log n + words changed)), and the queries
+//! [`first_fit`](CheckedBitmap::first_fit),
+//! [`best_fit`](CheckedBitmap::best_fit) and
+//! [`largest_free`](CheckedBitmap::largest_free) go through it in O(log n)
+//! (seed 001's per-group free-space tree). Bitmap, checksum and index can
+//! only change together, so no caller can let one fall behind the others.
+
+mod fit;
+pub(crate) mod hooks;
 
 use alloc::vec::Vec;
 use core::ops::RangeBounds;
 
 use crate::bitmap::{check_range, Bitmap, BitmapError, Bits, BitsMut};
 use crate::crc32c::{CrcError, Engine};
+use crate::freespace::FreeSpaceIndex;
 
 /// A bitmap plus the raw CRC-32C, under a seed, of its first `csum_len` bytes
 /// in the on-disk little-endian layout (bit `i` = bit `i % 8` of byte
-/// `i / 8`).
+/// `i / 8`), plus (optionally) a free-space index over its first bits.
 ///
 /// Bits can only change through this type's methods, each of which keeps the
-/// checksum current; [`ChecksummedBitmap::verify`] recomputes it from scratch.
+/// checksum and the index current; [`CheckedBitmap::verify`] recomputes the
+/// checksum from scratch.
 ///
 /// ```
-/// use spacekit::checked_bitmap::ChecksummedBitmap;
+/// use spacekit::checked_bitmap::CheckedBitmap;
 ///
 /// // A 4 KiB ext4 block bitmap of a group with 32768 blocks (all bytes count).
 /// let block = vec![0u8; 4096];
-/// let mut map = ChecksummedBitmap::from_bytes(&block, 0xDEAD_BEEF, 4096)?;
+/// let mut map = CheckedBitmap::from_bytes(&block, 0xDEAD_BEEF, 4096)?;
 /// map.set_range(100..140)?;          // every bit flips: O(log n)
 /// map.set_range(120..200)?;          // some already set: splice
 /// map.clear(130)?;
 /// assert!(map.verify());
 /// assert_eq!(map.checksum(), spacekit::crc32c::raw(0xDEAD_BEEF, &map.to_bytes()));
+///
+/// // With a free-space index over the group's blocks, searches take
+/// // O(log n) and every change keeps the index in step.
+/// map.build_index(32768)?;
+/// // 64 blocks aligned to 64 (the group's bit 0 is block 32769), from block 0.
+/// let s = map.first_fit(64, 64, 32769 % 64, 0)?.expect("room");
+/// assert_eq!((s + 32769) % 64, 0);
+/// map.set_range(s..s + 64)?;
+/// assert_eq!(map.largest_free(), Some((s + 64, 32768 - s - 64)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
-pub struct ChecksummedBitmap {
+pub struct CheckedBitmap {
     bits: Bitmap,
     seed: u32,
     csum_len: usize,
     crc: u32,
     engine: Engine,
+    /// Over the first `index.len()` bits, if built.
+    index: Option<FreeSpaceIndex>,
 }
 
 /// Equal bits, seed, checksummed length and checksum (the engine that keeps
-/// the checksum is not part of the value).
-impl PartialEq for ChecksummedBitmap {
+/// the checksum and the index, which follows from the bits, are not part of
+/// the value).
+impl PartialEq for CheckedBitmap {
     fn eq(&self, other: &Self) -> bool {
         self.bits == other.bits
             && self.seed == other.seed
@@ -60,11 +90,12 @@ impl PartialEq for ChecksummedBitmap {
     }
 }
 
-impl Eq for ChecksummedBitmap {}
+impl Eq for CheckedBitmap {}
 
-impl ChecksummedBitmap {
+impl CheckedBitmap {
     /// Reads `bytes` (all of them become bits) and computes the raw CRC-32C of
-    /// the first `csum_len` bytes from `seed`.
+    /// the first `csum_len` bytes from `seed`. No index yet (see
+    /// [`CheckedBitmap::build_index`]).
     ///
     /// # Errors
     /// [`CrcError::ChecksumLenTooLong`] if `csum_len > bytes.len()`.
@@ -72,11 +103,11 @@ impl ChecksummedBitmap {
         Self::from_bytes_with(Engine::detect(), bytes, seed, csum_len)
     }
 
-    /// [`ChecksummedBitmap::from_bytes`] with a chosen [`Engine`] (tests use
+    /// [`CheckedBitmap::from_bytes`] with a chosen [`Engine`] (tests use
     /// [`Engine::portable`] to run the fallbacks).
     ///
     /// # Errors
-    /// As [`ChecksummedBitmap::from_bytes`].
+    /// As [`CheckedBitmap::from_bytes`].
     pub fn from_bytes_with(
         engine: Engine,
         bytes: &[u8],
@@ -97,12 +128,13 @@ impl ChecksummedBitmap {
                 buf_len: bytes.len() as u64,
             })?;
         let crc = engine.raw(seed, &bytes[..csum_len]);
-        Ok(ChecksummedBitmap {
+        Ok(CheckedBitmap {
             bits,
             seed,
             csum_len,
             crc,
             engine,
+            index: None,
         })
     }
 
@@ -161,7 +193,8 @@ impl ChecksummedBitmap {
         self.recompute() == self.crc
     }
 
-    /// Takes the bitmap and its checksum apart.
+    /// Takes the bitmap and its checksum apart (the index, if any, is
+    /// dropped).
     pub fn into_parts(self) -> (Bitmap, u32) {
         (self.bits, self.crc)
     }
@@ -174,6 +207,7 @@ impl ChecksummedBitmap {
         let old = self.bits.set(index)?;
         if !old {
             self.flip_crc(index, index + 1);
+            self.sync_index(index, index + 1);
         }
         Ok(old)
     }
@@ -186,6 +220,7 @@ impl ChecksummedBitmap {
         let old = self.bits.clear(index)?;
         if old {
             self.flip_crc(index, index + 1);
+            self.sync_index(index, index + 1);
         }
         Ok(old)
     }
@@ -197,6 +232,7 @@ impl ChecksummedBitmap {
     pub fn flip(&mut self, index: usize) -> Result<bool, BitmapError> {
         let old = self.bits.flip(index)?;
         self.flip_crc(index, index + 1);
+        self.sync_index(index, index + 1);
         Ok(old)
     }
 
@@ -287,6 +323,9 @@ impl ChecksummedBitmap {
             }
             _ if inside > 0 => self.flip_crc(cs, ce),
             _ => {}
+        }
+        if inside + outside > 0 {
+            self.sync_index(s, e);
         }
         Ok(inside + outside)
     }

@@ -1,0 +1,219 @@
+//! Crash safety: a write failure injected at every step of a flush
+//! (`__testing::ext4::fail_write_after`) leaves an image that the redo log
+//! brings to the old or the new state, e2fsck-clean; pending, incomplete and
+//! foreign logs; a retried flush.
+
+use std::fs;
+use std::path::Path;
+
+use spacekit::__testing::ext4::fail_write_after;
+use spacekit::ext4::{AllocRequest, Ext4Error, Image, OpenMode};
+
+use crate::fixtures::*;
+use crate::oracles::*;
+
+/// Applies a transaction to an open image.
+type Txn = fn(&mut Image);
+
+/// Allocations in an initialised group, in a BLOCK_UNINIT group and an inode
+/// in an INODE_UNINIT group: several bitmaps, descriptors and the
+/// superblock change.
+fn txn_alloc(img: &mut Image) {
+    let g = block_uninit_group_without_backup(img).unwrap();
+    let first = img.group(g).unwrap().first_block;
+    img.alloc_blocks(AllocRequest {
+        goal: None,
+        len: 20,
+        align: 1,
+    })
+    .unwrap();
+    img.alloc_blocks(AllocRequest {
+        goal: Some(first + 3),
+        len: 9,
+        align: 1,
+    })
+    .unwrap();
+    img.alloc_inode(Some(g + 1), false).unwrap();
+}
+
+/// Allocate and free again in uninitialised groups: the net change is the
+/// materialised bitmaps, and the image is e2fsck-clean whichever way a crash
+/// goes.
+fn txn_materialise(img: &mut Image) {
+    let g = block_uninit_group_without_backup(img).unwrap();
+    let first = img.group(g).unwrap().first_block;
+    let b = img
+        .alloc_blocks(AllocRequest {
+            goal: Some(first + 100),
+            len: 50,
+            align: 1,
+        })
+        .unwrap();
+    img.free_blocks(b, 50).unwrap();
+    let ino = img.alloc_inode(Some(g), true).unwrap();
+    img.free_inode(ino, true).unwrap();
+}
+
+fn crash_at_every_step(base: &Path, dir: &TempDir, txn: Txn, what: &str) -> usize {
+    let before = fs::read(base).unwrap();
+    let reference = copy(base, dir, "reference.img");
+    let mut img = open_rw(&reference);
+    txn(&mut img);
+    img.flush().unwrap();
+    drop(img);
+    let after = fs::read(&reference).unwrap();
+    assert_ne!(before, after, "{what}");
+    let after_clean = e2fsck(&reference).0 == 0;
+
+    let (mut saw_before, mut saw_after) = (false, false);
+    let mut n = 0;
+    loop {
+        let p = copy(base, dir, "crash.img");
+        let log = Image::redo_log_path(&p);
+        let mut img = open_rw(&p);
+        txn(&mut img);
+        fail_write_after(&mut img, n);
+        let res = img.flush();
+        drop(img); // the crash: no further writes
+        if res.is_ok() {
+            assert!(!log.exists());
+            assert_eq!(fs::read(&p).unwrap(), after, "{what}");
+            break;
+        }
+        let err = res.unwrap_err();
+        assert!(
+            matches!(&err, Ext4Error::Io { .. }),
+            "{what} step {n}: {err}"
+        );
+        // Re-opening replays (or discards) the log.
+        let img = open_rw(&p);
+        assert!(!log.exists(), "{what} step {n}: log left after open");
+        assert_verify_clean(&img, &format!("{what} step {n}"));
+        drop(img);
+        let now = fs::read(&p).unwrap();
+        let (code, text) = e2fsck(&p);
+        if now == before {
+            saw_before = true;
+            assert_eq!(code, 0, "{what} step {n}: rolled back:\n{text}");
+        } else if now == after {
+            saw_after = true;
+            if after_clean {
+                assert_eq!(code, 0, "{what} step {n}:\n{text}");
+            } else {
+                // Only the allocation itself shows, as a leak.
+                assert_eq!(code, 4, "{what} step {n}:\n{text}");
+                assert!(!text.contains("checksum"), "{what} step {n}:\n{text}");
+            }
+        } else {
+            panic!("{what}: after a failure at step {n} the image is neither before nor after");
+        }
+        n += 1;
+    }
+    assert!(saw_before && saw_after, "{what}: {n} steps");
+    n
+}
+
+#[test]
+fn crash_at_every_flush_step_recovers() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("crash");
+    for cfg in [K1, CONFIGS[1], CONFIGS[9]] {
+        let base = mkfs(&dir, &cfg);
+        let steps = crash_at_every_step(&base, &dir, txn_alloc, &format!("{}: alloc", cfg.name));
+        // log contents + trailer + 2 fsyncs, >= 5 metadata blocks, fsync,
+        // remove, fsync.
+        assert!(steps >= 4 + 5 + 3, "{}: {steps} steps", cfg.name);
+        crash_at_every_step(
+            &base,
+            &dir,
+            txn_materialise,
+            &format!("{}: materialise", cfg.name),
+        );
+    }
+}
+
+#[test]
+fn redo_log_pending_incomplete_foreign_and_retry() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("redo");
+    let base = mkfs(&dir, &K1);
+    let before = fs::read(&base).unwrap();
+    let reference = copy(&base, &dir, "reference.img");
+    let mut img = open_rw(&reference);
+    txn_alloc(&mut img);
+    img.flush().unwrap();
+    drop(img);
+    let after = fs::read(&reference).unwrap();
+
+    // Failing at the first image write leaves a complete log: a read-only
+    // open refuses, a read-write one replays.
+    let p = copy(&base, &dir, "pending.img");
+    let log = Image::redo_log_path(&p);
+    let mut img = open_rw(&p);
+    txn_alloc(&mut img);
+    fail_write_after(&mut img, 4);
+    assert!(img.flush().is_err());
+    drop(img);
+    assert!(log.exists());
+    let saved_log = fs::read(&log).unwrap();
+    assert_ne!(fs::read(&p).unwrap(), before, "half a block was written");
+    assert!(matches!(
+        open_err(&p, OpenMode::ReadOnly),
+        Ext4Error::PendingRedoLog { .. }
+    ));
+    assert_eq!(fs::read(&log).unwrap(), saved_log);
+    drop(open_rw(&p));
+    assert!(!log.exists());
+    assert_eq!(fs::read(&p).unwrap(), after);
+
+    // The same log beside another file system is refused, nothing written.
+    let other = mkfs_with_uuid(
+        &dir,
+        &Config {
+            name: "other",
+            ..K1
+        },
+        OTHER_UUID,
+    );
+    let other_log = Image::redo_log_path(&other);
+    fs::write(&other_log, &saved_log).unwrap();
+    let other_bytes = fs::read(&other).unwrap();
+    assert!(matches!(
+        Image::open(&other, OpenMode::ReadWrite),
+        Err(Ext4Error::RedoLogMismatch { .. })
+    ));
+    assert_eq!(fs::read(&other).unwrap(), other_bytes);
+    fs::remove_file(&other_log).unwrap();
+
+    // A torn log (failure writing its trailer): read-only ignores it,
+    // read-write discards it; the image was never touched.
+    let p = copy(&base, &dir, "torn.img");
+    let log = Image::redo_log_path(&p);
+    let mut img = open_rw(&p);
+    txn_alloc(&mut img);
+    fail_write_after(&mut img, 1);
+    assert!(img.flush().is_err());
+    drop(img);
+    assert!(log.exists());
+    assert_eq!(fs::read(&p).unwrap(), before);
+    assert_verify_clean(&open_ro(&p), "torn log, read-only");
+    assert!(log.exists());
+    drop(open_rw(&p));
+    assert!(!log.exists());
+    assert_eq!(fs::read(&p).unwrap(), before);
+
+    // A flush that failed half-way can be retried on the same image.
+    for n in [1, 4, 6] {
+        let p = copy(&base, &dir, "retry.img");
+        let mut img = open_rw(&p);
+        txn_alloc(&mut img);
+        fail_write_after(&mut img, n);
+        assert!(img.flush().is_err());
+        assert!(img.is_dirty());
+        img.flush().unwrap();
+        assert!(!img.is_dirty());
+        drop(img);
+        assert!(!Image::redo_log_path(&p).exists());
+        assert_eq!(fs::read(&p).unwrap(), after, "retry after step {n}");
+    }
+}

@@ -1,0 +1,343 @@
+//! Making images and opening them: temporary directories, the e2fsprogs
+//! tools (skipped with a notice when missing, required under CI), the
+//! mkfs.ext4 configurations every test runs over, and small helpers for
+//! editing images behind spacekit's back.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use spacekit::__testing::Validate;
+use spacekit::ext4::{Ext4Error, Image, OpenMode, BG_BLOCK_UNINIT};
+
+pub const UUID: &str = "01234567-89ab-cdef-0123-456789abcdef";
+pub const OTHER_UUID: &str = "fedcba98-7654-3210-fedc-ba9876543210";
+pub const FAKE_TIME: &str = "1700000000";
+
+pub const TOOLS: [&str; 5] = ["mkfs.ext4", "dumpe2fs", "debugfs", "e2fsck", "e2freefrag"];
+
+/// The program to run for an e2fsprogs tool: its name if it is on PATH, else
+/// its path in /usr/sbin or /sbin (often not on a non-root PATH).
+pub fn tool(name: &str) -> PathBuf {
+    if Command::new(name).arg("-V").output().is_ok() {
+        return PathBuf::from(name);
+    }
+    ["/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+pub fn have_e2fsprogs() -> bool {
+    let ok = TOOLS
+        .iter()
+        .all(|t| Command::new(tool(t)).arg("-V").output().is_ok());
+    // CI installs e2fsprogs (.ci/run): there a missing tool is a failure,
+    // not a skip.
+    assert!(
+        ok || std::env::var_os("CI").is_none(),
+        "CI is set but e2fsprogs ({TOOLS:?}) is missing"
+    );
+    ok
+}
+
+/// Returns from the test, with a notice, when e2fsprogs is missing.
+macro_rules! require_e2fsprogs {
+    () => {
+        if !$crate::fixtures::have_e2fsprogs() {
+            eprintln!(
+                "skipping: e2fsprogs ({:?}) not found",
+                $crate::fixtures::TOOLS
+            );
+            return;
+        }
+    };
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "spacekit-ext4-{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed),
+            name
+        ));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One kind of image: mkfs.ext4 arguments and size.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub name: &'static str,
+    pub size: &'static str,
+    pub args: &'static [&'static str],
+}
+
+/// 1 KiB blocks, 64bit, flex_bg, metadata_csum, 8 groups (the last one
+/// partial), BLOCK_UNINIT groups with and without backups.
+pub const K1: Config = Config {
+    name: "1k",
+    size: "8M",
+    args: &[
+        "-b",
+        "1024",
+        "-g",
+        "1024",
+        "-N",
+        "256",
+        "-O",
+        "^has_journal",
+    ],
+};
+
+pub const CONFIGS: &[Config] = &[
+    K1,
+    // 32-byte descriptors: 16-bit bitmap checksums.
+    Config {
+        name: "1k-32bit",
+        size: "8M",
+        args: &[
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-N",
+            "256",
+            "-O",
+            "^has_journal,^64bit",
+        ],
+    },
+    // Bitmaps and inode tables inside their own groups.
+    Config {
+        name: "1k-noflex",
+        size: "8M",
+        args: &[
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-N",
+            "256",
+            "-O",
+            "^has_journal,^flex_bg",
+        ],
+    },
+    // 32 groups: a second flex group whose first group holds the others'
+    // bitmaps and inode tables.
+    Config {
+        name: "1k-32groups",
+        size: "16M",
+        args: &["-b", "1024", "-g", "512", "-N", "256", "-O", "^has_journal"],
+    },
+    // gdt_csum (uninit_bg) without metadata_csum: CRC-16 descriptors.
+    Config {
+        name: "1k-uninit_bg",
+        size: "8M",
+        args: &[
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-N",
+            "256",
+            "-O",
+            "^has_journal,^metadata_csum,uninit_bg",
+        ],
+    },
+    // No checksums at all.
+    Config {
+        name: "1k-nocsum",
+        size: "8M",
+        args: &[
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-N",
+            "256",
+            "-O",
+            "^has_journal,^metadata_csum",
+        ],
+    },
+    // 4 KiB, metadata_csum_seed, partial last group.
+    Config {
+        name: "4k-seed",
+        size: "22M",
+        args: &[
+            "-b",
+            "4096",
+            "-g",
+            "1024",
+            "-N",
+            "512",
+            "-O",
+            "^has_journal,metadata_csum_seed",
+        ],
+    },
+    // 4 KiB, 32-byte descriptors, no flex_bg.
+    Config {
+        name: "4k-32bit-noflex",
+        size: "22M",
+        args: &[
+            "-b",
+            "4096",
+            "-g",
+            "1024",
+            "-N",
+            "512",
+            "-O",
+            "^has_journal,^64bit,^flex_bg",
+        ],
+    },
+    // 4 KiB with a journal.
+    Config {
+        name: "4k-journal",
+        size: "32M",
+        args: &["-b", "4096", "-g", "1024", "-N", "512"],
+    },
+    // 64 KiB blocks.
+    Config {
+        name: "64k",
+        size: "64M",
+        args: &[
+            "-b",
+            "65536",
+            "-g",
+            "256",
+            "-N",
+            "512",
+            "-O",
+            "^has_journal",
+        ],
+    },
+    Config {
+        name: "64k-32bit-noflex",
+        size: "64M",
+        args: &[
+            "-b",
+            "65536",
+            "-g",
+            "256",
+            "-N",
+            "512",
+            "-O",
+            "^has_journal,^64bit,^flex_bg",
+        ],
+    },
+];
+
+pub fn e2fs(name: &str) -> Command {
+    let mut c = Command::new(tool(name));
+    c.env("E2FSPROGS_FAKE_TIME", FAKE_TIME);
+    c
+}
+
+pub fn mkfs_with_uuid(dir: &TempDir, cfg: &Config, uuid: &str) -> PathBuf {
+    let path = dir.path(&format!("{}.img", cfg.name));
+    let out = e2fs("mkfs.ext4")
+        .args(["-F", "-q", "-U", uuid, "-E"])
+        .arg(format!("hash_seed={uuid}"))
+        .args(cfg.args)
+        .arg(&path)
+        .arg(cfg.size)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mkfs.ext4 {:?}: {}",
+        cfg.args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+pub fn mkfs(dir: &TempDir, cfg: &Config) -> PathBuf {
+    mkfs_with_uuid(dir, cfg, UUID)
+}
+
+pub fn copy(from: &Path, dir: &TempDir, name: &str) -> PathBuf {
+    let to = dir.path(name);
+    fs::copy(from, &to).unwrap();
+    to
+}
+
+pub fn open_rw(path: &Path) -> Image {
+    Image::open(path, OpenMode::ReadWrite).unwrap()
+}
+
+pub fn open_ro(path: &Path) -> Image {
+    Image::open(path, OpenMode::ReadOnly).unwrap()
+}
+
+pub fn assert_verify_clean(img: &Image, what: &str) {
+    let r = img.verify().unwrap();
+    assert!(r.is_clean(), "{what}: verify: {:#?}", r.mismatches);
+    img.validate().unwrap();
+}
+
+/// First group with BLOCK_UNINIT set, if any.
+pub fn block_uninit_group(img: &Image) -> Option<u32> {
+    (0..img.info().group_count).find(|&g| img.group(g).unwrap().flags & BG_BLOCK_UNINIT != 0)
+}
+
+/// A group with BLOCK_UNINIT set and no superblock backup (all of it free
+/// but any other group's metadata).
+pub fn block_uninit_group_without_backup(img: &Image) -> Option<u32> {
+    (0..img.info().group_count).find(|&g| {
+        let gi = img.group(g).unwrap();
+        gi.flags & BG_BLOCK_UNINIT != 0 && !gi.has_super
+    })
+}
+
+pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+pub fn get_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+/// Opens `path` in `mode`, expecting an error; the file's bytes and mtime
+/// must not change.
+pub fn open_err(path: &Path, mode: OpenMode) -> Ext4Error {
+    let bytes = fs::read(path).unwrap();
+    let mtime = fs::metadata(path).unwrap().modified().unwrap();
+    let log = fs::read(Image::redo_log_path(path)).ok();
+    let err = match Image::open(path, mode) {
+        Ok(_) => panic!("{}: opened in {mode:?}", path.display()),
+        Err(e) => e,
+    };
+    assert_eq!(
+        fs::read(path).unwrap(),
+        bytes,
+        "{mode:?}: the image was written"
+    );
+    assert_eq!(fs::metadata(path).unwrap().modified().unwrap(), mtime);
+    assert_eq!(fs::read(Image::redo_log_path(path)).ok(), log);
+    err
+}
+
+pub fn corrupt_field(e: &Ext4Error) -> (&'static str, Option<u32>) {
+    match e {
+        Ext4Error::Corrupt { field, group, .. } => (field, *group),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}

@@ -1,0 +1,35 @@
+//! Integration tests for `spacekit::ext4` against e2fsprogs.
+//!
+//! Every image is made at test time by `mkfs.ext4` (fixed UUID, hash seed and
+//! `E2FSPROGS_FAKE_TIME`, so runs are reproducible) in a temporary directory
+//! that is removed afterwards. The oracles: `dumpe2fs` (checksums, free
+//! counts, "Free blocks:" lists), `e2freefrag` (the free-extent histogram),
+//! `debugfs -w` (an allocation with full accounting, compared byte for byte)
+//! and `e2fsck -fn` (clean after allocate-then-free; "Block bitmap
+//! differences" after an allocation no inode references). Without
+//! `mkfs.ext4` each test prints a notice and passes; CI installs e2fsprogs.
+//!
+//! * `fixtures` — temporary directories, the tools, the mkfs.ext4
+//!   configurations, opening and editing images;
+//! * `oracles` — e2fsck, debugfs, dumpe2fs and e2freefrag, parsed;
+//! * `read` — what spacekit reads equals dumpe2fs's and e2freefrag's;
+//! * `alloc` — block allocation and freeing, against debugfs and e2fsck;
+//! * `inodes` — inode allocation and freeing;
+//! * `damage` — damage behind spacekit's back, reported by `verify`;
+//! * `refused` — corrupt and unsupported images, never written;
+//! * `arguments` — bad arguments, refused without a change;
+//! * `crash` — injected write failures, the redo log, retries.
+
+#![cfg(feature = "ext4")]
+
+#[macro_use]
+mod fixtures;
+mod oracles;
+
+mod alloc;
+mod arguments;
+mod crash;
+mod damage;
+mod inodes;
+mod read;
+mod refused;
