@@ -10,8 +10,6 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::Row;
-
 /// The x axis of a chart.
 #[derive(Clone, Debug)]
 pub enum XAxis {
@@ -75,34 +73,6 @@ impl Chart {
                 points: vec![(x, y)],
             }),
         }
-    }
-
-    /// Fills the chart from benchmark rows: one series per `variant`, x
-    /// from the field `x_key` (for a [`XAxis::Categories`] axis, a string
-    /// field whose value names the category; rows with another value are
-    /// skipped), y from `y_key`. Rows missing either field are skipped.
-    pub fn from_rows<'r>(
-        mut self,
-        rows: impl IntoIterator<Item = &'r Row>,
-        x_key: &str,
-        y_key: &str,
-    ) -> Chart {
-        for r in rows {
-            let Some(variant) = r.str("variant") else {
-                continue;
-            };
-            let x = match &self.x {
-                XAxis::Categories(c) => r
-                    .str(x_key)
-                    .and_then(|v| c.iter().position(|k| k == v))
-                    .map(|i| i as f64),
-                _ => r.num(x_key),
-            };
-            if let (Some(x), Some(y)) = (x, r.num(y_key)) {
-                self.point(variant, x, y);
-            }
-        }
-        self
     }
 
     /// Adds a dashed horizontal line at `y`.

@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-use crate::{Bench, BenchError, Ctx, Report};
+use crate::benches::Bench;
+use crate::context::{BenchError, Ctx};
+use crate::harness::Report;
 
 /// What the report says about the machine.
 #[derive(Clone, Debug, Default)]
@@ -249,7 +251,8 @@ pub fn render(
 mod tests {
     use super::*;
     use crate::chart::{Chart, XAxis};
-    use crate::{Bars, Mode, Row, Table};
+    use crate::context::Mode;
+    use crate::harness::{Bars, Row, Table};
 
     #[test]
     fn page_holds_tables_bars_and_charts_and_escapes_text() {

@@ -14,79 +14,23 @@
 //! writes the `--json` file (shape documented in `../shared/DESIGN.md`), and
 //! [`html::write_report`] the `--report` page with one SVG chart each.
 
-use std::fmt;
 use std::fs;
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::Value;
 
 mod benches;
 pub mod chart;
+mod context;
 pub mod harness;
 pub mod html;
 
 pub use benches::{Bench, BENCHES};
+pub use context::{BenchError, Ctx, Mode};
 pub use harness::{
     batch, fmt_ns, fmt_ratio, progress, verify, verify_lists, Bars, Comparison, Medians, Op,
     Report, Row, Table, Timer,
 };
-
-/// How much work a run does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Small sizes and few samples: a smoke run that still verifies every
-    /// result (what CI runs).
-    Quick,
-    /// The default sizes: a few minutes in all.
-    Default,
-    /// The seeds' full sizes and more samples.
-    Full,
-}
-
-/// Everything a benchmark needs from the command line.
-#[derive(Clone, Copy, Debug)]
-pub struct Ctx {
-    /// How much work to do.
-    pub mode: Mode,
-    /// Seed of the random data (the same seed gives the same data).
-    pub seed: u64,
-}
-
-impl Ctx {
-    /// A timer tuned to the mode.
-    pub fn timer(&self) -> Timer {
-        match self.mode {
-            Mode::Quick => Timer {
-                sample: Duration::from_micros(100),
-                samples: 5,
-                budget: Duration::from_millis(150),
-            },
-            Mode::Default => Timer {
-                sample: Duration::from_millis(2),
-                samples: 15,
-                budget: Duration::from_millis(1500),
-            },
-            Mode::Full => Timer {
-                sample: Duration::from_millis(5),
-                samples: 31,
-                budget: Duration::from_secs(8),
-            },
-        }
-    }
-}
-
-/// A benchmark failure: variants disagreed, or something could not be set up.
-#[derive(Debug)]
-pub struct BenchError(pub String);
-
-impl fmt::Display for BenchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BenchError {}
 
 /// The benchmark called `name`.
 pub fn find(name: &str) -> Option<&'static Bench> {

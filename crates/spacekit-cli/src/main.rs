@@ -1,6 +1,8 @@
 //! `spacekit`: benchmarks that reproduce the seeds' tables on this machine,
 //! and tools over real data.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -4,6 +4,9 @@
 //!   clear bit, counts, runs, and the aligned search for `nr` consecutive clear
 //!   bits (Linux's `bitmap_find_next_zero_area_off`) that reads the bitmap once
 //!   instead of restarting per collision. AVX2 with a scalar fallback.
+//! * [`arch`] — the CPU-dispatch layer: features detected once and cached,
+//!   and the [`arch::Level`] token (scalar, AVX2, room for AVX-512) that
+//!   `bitmap`, `crc32c` and `dirty` take to choose their code paths.
 //! * [`crc32c`] — raw and standard CRC-32C, and updates in O(log n): `shift`,
 //!   `combine`, `flip_range` (a run of bits flipped) and `splice` (a region
 //!   rewritten). PCLMULQDQ with a portable fallback; bulk CRC from `crc-fast`.
@@ -21,13 +24,39 @@
 //!   first fit from a goal, size-class best fit and largest free run, with
 //!   alignment on absolute numbers, in O(log n) (seed 001's per-group
 //!   free-space tree).
-//! * [`checked_bitmap`] — a bitmap whose CRC-32C (ext4's bitmap checksum) every
-//!   update keeps current.
+//! * [`checked_bitmap`] — a bitmap, its CRC-32C (ext4's bitmap checksum) and
+//!   optionally its free-space index, every update keeping all three in step.
+//! * `ext4` (feature `ext4`) — ext4 images on disk: superblock and group
+//!   descriptors, every checksum as e2fsprogs computes it, free extents, and
+//!   crash-safe block and inode allocation through a redo log.
 //!
-//! The crate is `#![no_std]` with `alloc`. Default features: `std` (runtime CPU
-//! feature detection) and `crc-fast` (bulk CRC-32C from the `crc-fast` crate;
-//! without it a portable slicing-by-8 path is used).
+//! # Conventions
+//!
+//! * **Alignment** is a power-of-two count of units (1 = none) with an
+//!   optional offset: a start `s` is aligned when `(s + offset) % align == 0`
+//!   ([`bitmap::Bits::find_clear_area`], [`freespace::FreeSpaceIndex`],
+//!   [`rangetree::RangeTree::find_gap_aligned`], ext4's allocation requests).
+//!   Any other alignment, 0 included, is a typed error. The kernel's mask
+//!   form (`align_mask = align - 1`) stays available as
+//!   [`bitmap::Bits::find_clear_area_mask`], the drop-in for
+//!   `bitmap_find_next_zero_area_off`.
+//! * **Errors** are typed, `#[non_exhaustive]` and implement
+//!   [`core::error::Error`]; a refused call changes nothing.
+//!
+//! # Features
+//!
+//! The crate is `#![no_std]` with `alloc`. Default features:
+//!
+//! * `std` — runtime CPU feature detection (without it, the SIMD level is
+//!   fixed at compile time by `target_feature`), `LockedBuddyAllocator`;
+//! * `crc-fast` — bulk CRC-32C from the `crc-fast` crate (implies `std`;
+//!   without it a portable slicing-by-8 path is used);
+//! * `rayon` — the parallel dirty-bitmap scan
+//!   ([`dirty::Scan::parallel`]) on rayon's thread pool (implies `std`).
+//!
+//! Off by default: `ext4` (implies `std`) — the `ext4` module.
 #![cfg_attr(not(test), no_std)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -42,6 +71,7 @@ pub mod checked_bitmap;
 pub mod crc32c;
 pub mod dirty;
 #[cfg(feature = "ext4")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ext4")))]
 pub mod ext4;
 pub mod freespace;
 pub mod rangetree;

@@ -67,9 +67,9 @@ use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyError, FreeSummary};
 
 use crate::chart::{Chart, XAxis};
-use crate::{
-    fmt_ratio, progress, verify, verify_lists, Bars, BenchError, Ctx, Mode, Op, Report, Row, Table,
-    Timer,
+use crate::context::{BenchError, Ctx, Mode};
+use crate::harness::{
+    fmt_ratio, progress, verify, verify_lists, Bars, Op, Report, Row, Table, Timer,
 };
 
 const NAME: &str = "cma";

@@ -22,10 +22,9 @@ use rand::{Rng, SeedableRng};
 use spacekit::dirty::{Geometry, MemoryRangeTable, Scan};
 
 use crate::chart::{Chart, XAxis};
+use crate::context::{BenchError, Ctx, Mode};
 use crate::harness::membw;
-use crate::{
-    batch, progress, verify, Bars, BenchError, Comparison, Ctx, Medians, Mode, Report, Row, Table,
-};
+use crate::harness::{batch, progress, verify, Bars, Comparison, Medians, Report, Row, Table};
 
 const NAME: &str = "dirty";
 const PAGE: u64 = 4096;
@@ -227,16 +226,13 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         progress(NAME, &format!("{} MiB at {}", bytes >> 20, d.label()));
         let bm = bitmap(words, d, &mut rng);
         let (m, nranges) = density_case(ctx, &bm, d.label(), &mut outs)?;
-        m.rows(&mut report, |v| {
+        m.rows_with(&mut report, |v, ns| {
             Row::new("scan", v)
                 .field("density", d.label())
                 .field("bytes", bytes)
                 .field("ranges", nranges)
+                .field("gbps", bytes as f64 / ns)
         });
-        for row in report.rows.iter_mut().rev().take(m.names().len()) {
-            let ns = row.num("median_ns").unwrap_or(f64::NAN);
-            *row = row.clone().field("gbps", bytes as f64 / ns);
-        }
         let gbps = bytes as f64 / m.ns("spacekit");
         table.row(vec![
             d.label().into(),

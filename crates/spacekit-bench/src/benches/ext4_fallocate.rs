@@ -34,6 +34,8 @@
 //! `source`, `allocs`, `median_ns` (one whole group) and `gbps`; case
 //! `first-fit` with `bits`, `median_ns`, variants `scan` and `spacekit`.
 
+use std::hint::black_box;
+
 use baselines::find_bit::{self, AreaVariant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -43,9 +45,9 @@ use spacekit::crc32c;
 use spacekit::freespace::FreeSpaceIndex;
 
 use super::ext4_images::{self, Group};
-use crate::{
-    batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
-};
+use crate::chart::{Chart, XAxis};
+use crate::context::{BenchError, Ctx, Mode};
+use crate::harness::{batch, progress, verify, Bars, Comparison, Medians, Report, Row, Table};
 
 const NAME: &str = "ext4-fallocate";
 /// Blocks per request.
@@ -125,7 +127,7 @@ fn fill_flip(g: &Group, start: &CheckedBitmap) -> Fill {
 
 /// `start` carries its free-space index over the group's blocks; every
 /// `set_range` brings checksum and index up to date.
-fn fill_spacekit(g: &Group, start: &CheckedBitmap) -> Fill {
+fn fill_spacekit(start: &CheckedBitmap) -> Fill {
     let mut map = start.clone();
     let mut f = Fill {
         allocs: 0,
@@ -145,7 +147,6 @@ fn fill_spacekit(g: &Group, start: &CheckedBitmap) -> Fill {
         goal = s + REQ;
     }
     f.crc = map.checksum();
-    let _ = g;
     f
 }
 
@@ -173,6 +174,65 @@ const SIZES: [u64; 7] = [
     64 << 10,
 ];
 
+/// Verifies and times the three variants on one group; returns the medians
+/// (one whole group per call) and the number of allocations.
+fn group_case(ctx: &Ctx, g: &Group) -> Result<(Medians, u64), BenchError> {
+    progress(
+        NAME,
+        &format!(
+            "{} KiB blocks, {} blocks per group ({})",
+            g.block_size >> 10,
+            g.blocks,
+            g.source
+        ),
+    );
+    let start = checked(g);
+    let indexed = start
+        .clone()
+        .with_index(g.blocks)
+        .map_err(|e| BenchError(format!("index: {e}")))?;
+    let spk = fill_spacekit(&indexed);
+    // The final checksum is a fresh computation's.
+    let mut copy = g.bitmap.clone();
+    while let Ok(Some(s)) = copy.find_clear_area(0, REQ, 1, 0) {
+        let _ = copy.set_range(s..s + REQ);
+    }
+    verify(
+        "final checksum",
+        &[
+            (
+                "fresh",
+                crc32c::raw_words(SEED, copy.as_words(), csum_len(g)),
+            ),
+            ("spacekit", spk.crc),
+        ],
+    )?;
+    let m = Comparison::new(format!("fallocate {} blocks/group", g.blocks))
+        .variant(
+            "before",
+            fill_before(g),
+            batch(|| {
+                black_box(fill_before(g));
+            }),
+        )
+        .variant(
+            "flip",
+            fill_flip(g, &start),
+            batch(|| {
+                black_box(fill_flip(g, &start));
+            }),
+        )
+        .variant(
+            "spacekit",
+            spk,
+            batch(|| {
+                black_box(fill_spacekit(&indexed));
+            }),
+        )
+        .run(&ctx.timer())?;
+    Ok((m, spk.allocs))
+}
+
 /// Runs the benchmark.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let mut report = Report::default();
@@ -184,101 +244,71 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let mut groups: Vec<Group> = Vec::new();
     groups.extend(ext4_images::groups(ctx, sizes)?);
     groups.extend(sizes.iter().map(|&b| memory_group(b)));
-    let timer = ctx.timer();
     let mut table = Table::new(
         "seed 001: fallocate of a whole block group in 16-block requests, GB/s of space allocated (one group per call)",
         &["block size", "blocks/group", "source", "allocs", "before", "flip", "spacekit", "flip/before", "spacekit/before"],
     );
-    let mut bar_rows: Vec<(u64, usize, &str, f64)> = Vec::new();
     for g in &groups {
-        progress(
-            NAME,
-            &format!(
-                "{} KiB blocks, {} blocks per group ({})",
-                g.block_size >> 10,
-                g.blocks,
-                g.source
-            ),
-        );
-        let start = checked(g);
-        let indexed = start
-            .clone()
-            .with_index(g.blocks)
-            .map_err(|e| BenchError(format!("index: {e}")))?;
-        let a = fill_before(g);
-        let b = fill_flip(g, &start);
-        let c = fill_spacekit(g, &indexed);
-        verify(
-            &format!("fallocate {} blocks/group", g.blocks),
-            &[("before", a), ("flip", b), ("spacekit", c)],
-        )?;
-        let mut done = start.clone();
-        // The final checksum is a fresh computation's.
-        let mut copy = g.bitmap.clone();
-        while let Ok(Some(s)) = copy.find_clear_area(0, REQ, 1, 0) {
-            let _ = copy.set_range(s..s + REQ);
-            let _ = done.set_range(s..s + REQ);
-        }
-        verify(
-            "final checksum",
-            &[
-                (
-                    "fresh",
-                    crc32c::raw_words(SEED, copy.as_words(), csum_len(g)),
-                ),
-                ("spacekit", c.crc),
-            ],
-        )?;
-        let t = timer.medians(&mut [
-            batch(|| {
-                std::hint::black_box(fill_before(g));
-            }),
-            batch(|| {
-                std::hint::black_box(fill_flip(g, &start));
-            }),
-            batch(|| {
-                std::hint::black_box(fill_spacekit(g, &indexed));
-            }),
-        ]);
-        let bytes = (a.allocs * REQ as u64 * g.block_size) as f64;
-        let gbps: Vec<f64> = t
-            .iter()
-            .map(|ns| if *ns > 0.0 { bytes / ns } else { 0.0 })
-            .collect();
-        for (v, (ns, gb)) in ["before", "flip", "spacekit"]
-            .iter()
-            .zip(t.iter().zip(&gbps))
-        {
-            report.push(
-                Row::new("fallocate", v)
-                    .field("block_size", g.block_size)
-                    .field("blocks_per_group", g.blocks as u64)
-                    .field("source", g.source)
-                    .field("allocs", a.allocs)
-                    .field("median_ns", *ns)
-                    .field("gbps", *gb),
-            );
-        }
+        let (m, allocs) = group_case(ctx, g)?;
+        let bytes = (allocs * REQ as u64 * g.block_size) as f64;
+        let gbps = |v: &str| {
+            let ns = m.ns(v);
+            if ns > 0.0 {
+                bytes / ns
+            } else {
+                0.0
+            }
+        };
+        m.rows_with(&mut report, |v, ns| {
+            Row::new("fallocate", v)
+                .field("block_size", g.block_size)
+                .field("blocks_per_group", g.blocks as u64)
+                .field("source", g.source)
+                .field("allocs", allocs)
+                .field("gbps", if ns > 0.0 { bytes / ns } else { 0.0 })
+        });
         table.row(vec![
             format!("{}k", g.block_size >> 10),
             g.blocks.to_string(),
             g.source.into(),
-            a.allocs.to_string(),
-            format!("{:.2}", gbps[0]),
-            format!("{:.2}", gbps[1]),
-            format!("{:.2}", gbps[2]),
-            fmt_ratio(t[0], t[1]),
-            fmt_ratio(t[0], t[2]),
+            allocs.to_string(),
+            format!("{:.2}", gbps("before")),
+            format!("{:.2}", gbps("flip")),
+            format!("{:.2}", gbps("spacekit")),
+            m.ratio_cell("before", "flip"),
+            m.ratio_cell("before", "spacekit"),
         ]);
-        bar_rows.push((g.block_size, g.blocks, g.source, t[0] / t[2]));
+        let ratio = m.ratio("before", "spacekit");
+        let source = g.source;
+        if g.block_size == 64 << 10 && g.blocks == 524288 {
+            bars.check(ratio >= 10.0, format!("64 KiB blocks, 524288 blocks/group ({source}): spacekit {ratio:.1}x before (bar: >= 10x)"));
+        }
+        if g.block_size == 64 << 10 && g.blocks == 65528 {
+            bars.check(ratio >= 3.0, format!("64 KiB blocks, 65528 blocks/group ({source}): spacekit {ratio:.1}x before (bar: >= 3x)"));
+        }
     }
     report.table(table);
-    for (bs, blocks, source, ratio) in &bar_rows {
-        if *bs == 64 << 10 && *blocks == 524288 {
-            bars.check(*ratio >= 10.0, format!("64 KiB blocks, 524288 blocks/group ({source}): spacekit {ratio:.1}x before (bar: >= 10x)"));
-        }
-        if *bs == 64 << 10 && *blocks == 65528 {
-            bars.check(*ratio >= 3.0, format!("64 KiB blocks, 65528 blocks/group ({source}): spacekit {ratio:.1}x before (bar: >= 3x)"));
+    for (source, what) in [
+        ("image", "groups of mkfs.ext4 images"),
+        ("memory", "in-memory groups of block size x 8 blocks"),
+    ] {
+        let chart = Chart::new(
+            &format!("ext4-fallocate: GB/s allocated vs block size, {what}"),
+            "block size (bytes)",
+            "GB/s allocated (log)",
+            XAxis::Log,
+            true,
+        )
+        .from_rows(
+            report
+                .rows
+                .iter()
+                .filter(|r| r.str("case") == Some("fallocate") && r.str("source") == Some(source)),
+            "block_size",
+            "gbps",
+        );
+        if !chart.series.is_empty() {
+            report.chart(chart);
         }
     }
     first_fit(ctx, &mut report, &mut bars)?;
@@ -326,45 +356,45 @@ fn first_fit(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Benc
             .ok()
             .flatten()
     };
-    verify(
-        "first fit of 64 aligned blocks",
-        &[("scan", scan()), ("spacekit", fast())],
-    )?;
     if scan().is_none() {
         return Err(BenchError(
             "first-fit: the fragmented group has no aligned fit".into(),
         ));
     }
-    let t = ctx.timer().medians(&mut [
-        batch(|| {
-            std::hint::black_box(scan());
-        }),
-        batch(|| {
-            std::hint::black_box(fast());
-        }),
-    ]);
+    let m = Comparison::new("first fit of 64 aligned blocks")
+        .variant(
+            "scan",
+            scan(),
+            batch(|| {
+                black_box(scan());
+            }),
+        )
+        .variant(
+            "spacekit",
+            fast(),
+            batch(|| {
+                black_box(fast());
+            }),
+        )
+        .run(&ctx.timer())?;
     let mut table = Table::new(
         "first fit of 64 blocks aligned to 64 (absolute) in a fragmented 524288-bit group",
         &["bits", "scan", "spacekit", "scan/spacekit", "index bytes"],
     );
     table.row(vec![
         bits.to_string(),
-        fmt_ns(t[0]),
-        fmt_ns(t[1]),
-        fmt_ratio(t[0], t[1]),
+        m.cell("scan"),
+        m.cell("spacekit"),
+        m.ratio_cell("scan", "spacekit"),
         index.memory_bytes().to_string(),
     ]);
     report.table(table);
-    for (v, ns) in ["scan", "spacekit"].iter().zip(&t) {
-        report.push(
-            Row::new("first-fit", v)
-                .field("bits", bits as u64)
-                .field("median_ns", *ns),
-        );
-    }
+    m.rows(report, |v| {
+        Row::new("first-fit", v).field("bits", bits as u64)
+    });
     bars.check(
-        t[0] >= 100.0 * t[1],
-        format!("first fit, 64 aligned blocks, fragmented 524288-bit group: {} faster than a scan (bar: >= 100x)", fmt_ratio(t[0], t[1])),
+        m.ratio("scan", "spacekit") >= 100.0,
+        format!("first fit, 64 aligned blocks, fragmented 524288-bit group: {} faster than a scan (bar: >= 100x)", m.ratio_cell("scan", "spacekit")),
     );
     Ok(())
 }

@@ -11,7 +11,8 @@ use std::process::Command;
 use spacekit::bitmap::{Bitmap, BitsMut};
 use spacekit::ext4::{Image, OpenMode};
 
-use crate::{progress, BenchError, Ctx};
+use crate::context::{BenchError, Ctx};
+use crate::harness::progress;
 
 /// One block group's starting state.
 pub struct Group {

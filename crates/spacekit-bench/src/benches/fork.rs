@@ -40,9 +40,9 @@ use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
 
 use crate::chart::{Chart, XAxis};
-use crate::{
-    batch, progress, verify_lists, Bars, BenchError, Comparison, Ctx, Medians, Mode, Report, Row,
-    Table,
+use crate::context::{BenchError, Ctx, Mode};
+use crate::harness::{
+    batch, progress, verify_lists, Bars, Comparison, Medians, Report, Row, Table,
 };
 
 const NAME: &str = "fork";

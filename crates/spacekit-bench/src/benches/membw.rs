@@ -2,8 +2,9 @@
 //! [`crate::harness::membw`]).
 
 use crate::chart::{Chart, XAxis};
+use crate::context::{BenchError, Ctx};
 use crate::harness::membw::{buffer, measure};
-use crate::{BenchError, Ctx, Report};
+use crate::harness::Report;
 
 /// Runs `bench membw` on its own.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {

@@ -1,6 +1,7 @@
 //! Every benchmark: one file each, and one line each in [`BENCHES`].
 
-use crate::{BenchError, Ctx, Report};
+use crate::context::{BenchError, Ctx};
+use crate::harness::Report;
 
 mod cma;
 mod crc;

@@ -31,9 +31,8 @@ use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
 
 use crate::chart::{Chart, XAxis};
-use crate::{
-    batch, progress, Bars, BenchError, Comparison, Ctx, Medians, Mode, Report, Row, Table,
-};
+use crate::context::{BenchError, Ctx, Mode};
+use crate::harness::{batch, progress, Bars, Comparison, Medians, Report, Row, Table};
 
 const NAME: &str = "rangetree";
 const PAGE: u64 = 4096;

@@ -16,7 +16,7 @@ use std::fmt;
 use super::output::{fmt_ns, fmt_ratio, Report, Row};
 use super::timer::{Op, Timer};
 use super::verify::{verify, verify_lists};
-use crate::BenchError;
+use crate::context::BenchError;
 
 type Check<T> = fn(&str, &[(&str, T)]) -> Result<(), BenchError>;
 
@@ -25,7 +25,9 @@ type Check<T> = fn(&str, &[(&str, T)]) -> Result<(), BenchError>;
 pub struct Comparison<'a, T> {
     what: String,
     check: Check<T>,
+    expected: Option<T>,
     variants: Vec<(&'static str, T, Op<'a>)>,
+    limits: Vec<(&'static str, Op<'a>)>,
 }
 
 impl<'a, T: PartialEq + fmt::Debug> Comparison<'a, T> {
@@ -34,8 +36,25 @@ impl<'a, T: PartialEq + fmt::Debug> Comparison<'a, T> {
         Comparison {
             what: what.into(),
             check: verify::<T>,
+            expected: None,
             variants: Vec::new(),
+            limits: Vec::new(),
         }
+    }
+
+    /// The answer every variant must give (named `expected` when one does
+    /// not), for a case whose variants have no other to agree with.
+    pub fn expect(mut self, answer: T) -> Self {
+        self.expected = Some(answer);
+        self
+    }
+
+    /// Adds a reference timed round-robin with the variants that answers
+    /// nothing (a physical limit, such as the memory read loop): its median
+    /// is in the [`Medians`] under `name`, after the variants'.
+    pub fn limit(mut self, name: &'static str, op: Op<'a>) -> Self {
+        self.limits.push((name, op));
+        self
     }
 
     /// Adds a variant: its name, its answer (computed outside the timing)
@@ -45,15 +64,22 @@ impl<'a, T: PartialEq + fmt::Debug> Comparison<'a, T> {
         self
     }
 
-    /// Verifies that every answer equals the first, then times every
-    /// operation round-robin.
-    pub fn run(self, timer: &crate::harness::Timer) -> Result<Medians, BenchError> {
+    /// Verifies that every answer equals the first (the expected one, if
+    /// given), then times every operation, limits included, round-robin.
+    pub fn run(self, timer: &Timer) -> Result<Medians, BenchError> {
         let mut answers = Vec::with_capacity(self.variants.len());
         let mut ops = Vec::with_capacity(self.variants.len());
         let mut names = Vec::with_capacity(self.variants.len());
+        if let Some(e) = self.expected {
+            answers.push(("expected", e));
+        }
         for (name, answer, op) in self.variants {
             names.push(name);
             answers.push((name, answer));
+            ops.push(op);
+        }
+        for (name, op) in self.limits {
+            names.push(name);
             ops.push(op);
         }
         (self.check)(&self.what, &answers)?;
@@ -75,7 +101,9 @@ impl<X: PartialEq + fmt::Debug> Comparison<'_, Vec<X>> {
         Comparison {
             what: what.into(),
             check: verify_lists::<X>,
+            expected: None,
             variants: Vec::new(),
+            limits: Vec::new(),
         }
     }
 }
@@ -155,8 +183,14 @@ impl Medians {
 
     /// Pushes one row per variant: `row(variant)` plus `median_ns`.
     pub fn rows(&self, report: &mut Report, row: impl Fn(&str) -> Row) {
+        self.rows_with(report, |v, _| row(v));
+    }
+
+    /// [`Medians::rows`] for rows with figures derived from the median
+    /// (e.g. `gbps`): `row(variant, median_ns)` plus `median_ns`.
+    pub fn rows_with(&self, report: &mut Report, row: impl Fn(&str, f64) -> Row) {
         for (name, &ns) in self.names.iter().zip(&self.ns) {
-            report.push(row(name).field("median_ns", ns));
+            report.push(row(name, ns).field("median_ns", ns));
         }
     }
 }
@@ -167,8 +201,8 @@ mod tests {
 
     use super::*;
 
-    fn quick() -> crate::harness::Timer {
-        crate::harness::Timer {
+    fn quick() -> Timer {
+        Timer {
             sample: Duration::from_micros(20),
             samples: 3,
             budget: Duration::from_millis(20),
@@ -204,5 +238,23 @@ mod tests {
         let m = Medians::from_pairs(&[("x", 10.0), ("y", 5.0)]).per(5.0);
         assert_eq!(m.ns("x"), 2.0);
         assert_eq!(m.ratio_cell("x", "y"), "2.0x");
+    }
+
+    #[test]
+    fn expected_answers_are_checked_and_limits_timed_unverified() {
+        let e = Comparison::new("scan")
+            .expect(None)
+            .variant("a", Some(3), Op::new(|| {}))
+            .run(&quick())
+            .unwrap_err();
+        assert!(e.0.contains("expected gives None, a gives Some(3)"), "{e}");
+        let m = Comparison::new("scan")
+            .expect(None::<usize>)
+            .variant("a", None, Op::new(|| {}))
+            .limit("membw", Op::new(|| {}))
+            .run(&quick())
+            .unwrap();
+        assert_eq!(m.names(), ["a", "membw"]);
+        assert!(m.ns("membw") > 0.0);
     }
 }

@@ -12,7 +12,7 @@ use std::thread;
 
 use super::output::{fmt_ns, progress, Report, Row, Table};
 use super::verify::verify;
-use crate::{BenchError, Ctx, Mode};
+use crate::context::{BenchError, Ctx, Mode};
 
 /// Bandwidth figures of one run.
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use serde_json::{json, Map, Value};
 
-use crate::chart::Chart;
+use crate::chart::{Chart, XAxis};
 
 /// One JSON row: `case`, `variant`, parameters, and the measured figures.
 #[derive(Clone, Debug)]
@@ -209,6 +209,36 @@ impl Bars {
         for b in &self.lines {
             println!("  [{}] {}", if b.met { "met" } else { "NOT MET" }, b.text);
         }
+    }
+}
+
+impl Chart {
+    /// Fills the chart from benchmark rows: one series per `variant`, x
+    /// from the field `x_key` (for a [`XAxis::Categories`] axis, a string
+    /// field whose value names the category; rows with another value are
+    /// skipped), y from `y_key`. Rows missing either field are skipped.
+    pub fn from_rows<'r>(
+        mut self,
+        rows: impl IntoIterator<Item = &'r Row>,
+        x_key: &str,
+        y_key: &str,
+    ) -> Chart {
+        for r in rows {
+            let Some(variant) = r.str("variant") else {
+                continue;
+            };
+            let x = match &self.x {
+                XAxis::Categories(c) => r
+                    .str(x_key)
+                    .and_then(|v| c.iter().position(|k| k == v))
+                    .map(|i| i as f64),
+                _ => r.num(x_key),
+            };
+            if let (Some(x), Some(y)) = (x, r.num(y_key)) {
+                self.point(variant, x, y);
+            }
+        }
+        self
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::BenchError;
+use crate::context::BenchError;
 
 /// Set by `--inject-mismatch`: the next verification reports a disagreement
 /// (to test that a disagreement exits non-zero and writes no JSON).

@@ -2,8 +2,8 @@
 //! bitmaps store bit `i` as bit `i % 8` of byte `i / 8`), which is exactly the
 //! word layout read byte by byte on a little-endian machine.
 
+use super::error::BitmapError;
 use super::word::{last_word_mask, words_for};
-use super::BitmapError;
 
 /// Loads `nbits` bits from `bytes` (exactly `nbits.div_ceil(8)` of them) into
 /// `words` (exactly `nbits.div_ceil(64)` of them). Bits of the last word past

@@ -4,7 +4,7 @@
 use alloc::borrow::Cow;
 use alloc::vec::Vec;
 
-use super::BitmapError;
+use super::error::BitmapError;
 
 /// The words of `bytes`, read as little-endian `u64`s (byte `8 * i + j` is
 /// bits `8 * j..8 * j + 8` of word `i`: KVM's `KVM_GET_DIRTY_LOG` layout, and

@@ -884,6 +884,7 @@ impl BuddyAllocator {
 /// panics on bad input, so a poisoned mutex (a panic elsewhere while the
 /// guard was held) is recovered rather than propagated.
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 #[derive(Debug)]
 pub struct LockedBuddyAllocator(std::sync::Mutex<BuddyAllocator>);
 

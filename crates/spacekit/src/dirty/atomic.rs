@@ -17,7 +17,8 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::{DirtyError, Geometry};
+use super::error::DirtyError;
+use super::geometry::Geometry;
 
 /// An atomic dirty bitmap over a guest memory region `[base, base + len)`
 /// with pages of any power-of-two size (its [`Geometry`]).

@@ -3,45 +3,13 @@
 //! force each CPU level the machine runs, and small parallel blocks so that
 //! runs cross many block edges.
 
-use alloc::vec::Vec;
+pub use super::opts::ScanOpts;
 
-use crate::arch::Level;
-
+use super::builder::Scan;
+use super::error::DirtyError;
+use super::geometry::Geometry;
+use super::iter::{DirtyRanges, DirtyRangesOr, RangeIter};
 use super::scan::{One, Or};
-use super::{DirtyError, DirtyRanges, DirtyRangesOr, Geometry, RangeIter, Scan};
-
-/// How a scan runs: which CPU level, and (for the parallel table build) how
-/// many words each parallel block holds.
-#[derive(Clone, Copy, Debug)]
-pub struct ScanOpts {
-    /// The CPU level the scan is compiled for.
-    pub backend: Level,
-    /// Words per block of the parallel scan.
-    pub block_words: usize,
-}
-
-impl Default for ScanOpts {
-    fn default() -> Self {
-        ScanOpts {
-            backend: Level::detect(),
-            block_words: 16 * 1024,
-        }
-    }
-}
-
-impl ScanOpts {
-    /// One `ScanOpts` per CPU level this machine runs ([`Level::available`]:
-    /// scalar first, the detected level last), each with `block_words` words
-    /// per parallel block: a test loops over them to run every path.
-    pub fn each_backend(block_words: usize) -> Vec<ScanOpts> {
-        Level::available()
-            .map(|backend| ScanOpts {
-                backend,
-                block_words,
-            })
-            .collect()
-    }
-}
 
 /// `scan` run with explicit [`ScanOpts`] (the table it fills is the same).
 pub fn scan_with(scan: Scan<'_>, opts: ScanOpts) -> Scan<'_> {

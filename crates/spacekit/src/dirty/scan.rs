@@ -36,7 +36,7 @@ use crate::arch::Level;
 
 pub(crate) use super::arch::Words;
 use super::arch::{self, Job, Kernel};
-use super::DirtyError;
+use super::error::DirtyError;
 
 /// Edge positions buffered before they are paired into ranges.
 pub(crate) const BUF: usize = 1024;
@@ -303,7 +303,7 @@ impl<W: Words> Job for CountEdges<W> {
 pub(crate) fn extend_ranges<W: Words>(
     src: W,
     level: Level,
-    out: &mut alloc::vec::Vec<super::MemoryRange>,
+    out: &mut alloc::vec::Vec<super::memory_range::MemoryRange>,
     shift: u32,
     base: u64,
 ) {
@@ -323,7 +323,7 @@ pub(crate) fn extend_ranges<W: Words>(
 struct ExtendRanges<'o, W> {
     src: W,
     level: Level,
-    out: &'o mut alloc::vec::Vec<super::MemoryRange>,
+    out: &'o mut alloc::vec::Vec<super::memory_range::MemoryRange>,
     shift: u32,
     base: u64,
 }
@@ -349,7 +349,7 @@ impl<W: Words> Job for ExtendRanges<'_, W> {
             let len = out.len();
             let spare = &mut out.spare_capacity_mut()[..n];
             for (slot, p) in spare.iter_mut().zip(buf[..2 * n].chunks_exact(2)) {
-                slot.write(super::range_of(p[0], p[1], shift, base));
+                slot.write(super::memory_range::range_of(p[0], p[1], shift, base));
             }
             // SAFETY: `reserve(n)` made room for `n` more ranges and the loop
             // above initialised exactly those `n` slots.
@@ -422,7 +422,7 @@ mod tests {
         }
         edges
             .chunks_exact(2)
-            .map(|p| super::super::range_of(p[0], p[1], 0, 0))
+            .map(|p| super::super::memory_range::range_of(p[0], p[1], 0, 0))
             .collect()
     }
 

@@ -3,11 +3,15 @@
 
 use alloc::vec::Vec;
 
-use super::hooks::ScanOpts;
-use super::scan::{self, Words};
+use super::builder::{Scan, Source};
+use super::error::DirtyError;
 #[cfg(feature = "rayon")]
-use super::{range_of, scan::Scanner};
-use super::{DirtyError, MemoryRange, Scan, Source};
+use super::memory_range::range_of;
+use super::memory_range::MemoryRange;
+use super::opts::ScanOpts;
+#[cfg(feature = "rayon")]
+use super::scan::Scanner;
+use super::scan::{self, Words};
 
 /// Whether `next` starts at most `gap` bytes after `last` ends.
 #[inline]

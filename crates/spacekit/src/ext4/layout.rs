@@ -2,7 +2,7 @@
 //! descriptor fields and the checksums e2fsprogs computes over them.
 
 use super::error::{corrupt, Ext4Error};
-use super::OpenMode;
+use super::mode::OpenMode;
 use crate::crc32c;
 
 /// Byte offset of the primary superblock in the image.

@@ -97,7 +97,9 @@ mod alloc;
 mod error;
 mod group;
 pub(crate) mod hooks;
+mod image;
 mod layout;
+mod mode;
 mod redo;
 mod verify;
 
@@ -115,22 +117,16 @@ use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
 pub use error::Ext4Error;
+pub use image::Image;
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
+pub use mode::OpenMode;
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
 
 use error::{corrupt, invalid, io};
-use group::{desc_at, Loaded, Meta};
+use group::{desc_at, Loaded};
+use image::GroupCache;
 use layout::{Desc, DescMut, SB_OFFSET, SB_SIZE};
 use redo::{read_exact_at, Record};
-
-/// How to open an image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Read only: every change is refused with [`Ext4Error::ReadOnly`].
-    ReadOnly,
-    /// Read and write: changes are kept in memory until [`Image::flush`].
-    ReadWrite,
-}
 
 /// A block allocation request for [`Image::alloc_blocks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,75 +183,6 @@ pub struct GroupInfo {
 enum Which {
     Block,
     Inode,
-}
-
-/// Cached bitmaps of one group.
-#[derive(Debug, Default)]
-struct GroupCache {
-    block: OnceCell<Loaded>,
-    inode: OnceCell<Loaded>,
-}
-
-/// An ext4 image file, opened read-only or read-write.
-///
-/// Changes ([`Image::alloc_blocks`], [`Image::free_blocks`],
-/// [`Image::alloc_inode`], [`Image::free_inode`]) update the in-memory
-/// metadata at once, checksums included, and reach the file only in
-/// [`Image::flush`]. Dropping an image with unflushed changes discards them.
-///
-/// ```no_run
-/// use spacekit::ext4::{Image, OpenMode};
-///
-/// let img = Image::open("fs.img", OpenMode::ReadOnly)?;
-/// for g in 0..img.info().group_count {
-///     println!("group {g}: free {:?}", img.free_extents(g)?);
-/// }
-/// let report = img.verify()?;
-/// for m in &report.mismatches {
-///     println!("{m}");
-/// }
-/// # Ok::<(), spacekit::ext4::Ext4Error>(())
-/// ```
-pub struct Image {
-    file: File,
-    log_path: PathBuf,
-    mode: OpenMode,
-    info: FsInfo,
-    /// The primary superblock, 1024 bytes, kept byte-exact.
-    sb: Vec<u8>,
-    /// The primary descriptor table, `desc_blocks` blocks.
-    gdt: Vec<u8>,
-    /// Whether the superblock checksum matched at open (always true without
-    /// metadata_csum).
-    sb_csum_ok: bool,
-    /// Whether each descriptor's checksum matched at open.
-    desc_csum_ok: Vec<bool>,
-    groups: Vec<GroupCache>,
-    /// Every metadata extent, sorted.
-    meta: Vec<Meta>,
-    dirty_sb: bool,
-    /// Indexes of changed descriptor-table blocks.
-    dirty_gdt: BTreeSet<u32>,
-    dirty_block: BTreeSet<u32>,
-    dirty_inode: BTreeSet<u32>,
-    /// Fault injection: the step of the next flush that fails.
-    fail_at: Option<usize>,
-}
-
-/// The geometry, mode and what is waiting to be flushed (not the cached
-/// bitmaps).
-impl std::fmt::Debug for Image {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Image")
-            .field("log_path", &self.log_path)
-            .field("mode", &self.mode)
-            .field("info", &self.info)
-            .field("dirty_superblock", &self.dirty_sb)
-            .field("dirty_gdt_blocks", &self.dirty_gdt)
-            .field("dirty_block_bitmaps", &self.dirty_block)
-            .field("dirty_inode_bitmaps", &self.dirty_inode)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Image {

@@ -8,8 +8,8 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 
 use super::error::Ext4Error;
+use super::image::Image;
 use super::layout::{self, ChecksumKind};
-use super::Image;
 
 /// What one [`Mismatch`] is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,8 +7,9 @@
 //! hold the request, so an unaligned search inside the window visits one
 //! path (plus the children cut by the window's two ends): O(log n).
 
+use super::error::RangeTreeError;
 use super::ops::Node;
-use super::{RangeTree, RangeTreeError};
+use super::tree::RangeTree;
 
 /// A validated gap request.
 #[derive(Clone, Copy, Debug)]

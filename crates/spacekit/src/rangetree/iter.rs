@@ -3,7 +3,7 @@
 use core::iter::FusedIterator;
 
 use super::node::NIL;
-use super::RangeTree;
+use super::tree::RangeTree;
 
 /// A position: leaf index and slot.
 type Pos = (u32, usize);

@@ -79,127 +79,22 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
 
+mod error;
 mod gap;
 mod iter;
 mod node;
 mod ops;
+mod tree;
 mod validate;
 
+pub use error::RangeTreeError;
 pub use iter::{Gaps, Iter};
+pub use node::{INNER_SLOTS, LEAF_SLOTS};
+pub use tree::RangeTree;
 
 use gap::Query;
-use node::{Inner, Leaf, NIL};
+use node::{Leaf, NIL};
 use ops::Node;
-
-/// Entries per leaf node (the maple tree's 16 slots per range node).
-pub const LEAF_SLOTS: usize = 16;
-/// Children per internal node (the maple tree's 10 slots per "alloc range"
-/// node).
-pub const INNER_SLOTS: usize = 10;
-
-/// What a [`RangeTree`] call can refuse. The tree is unchanged whenever one
-/// is returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RangeTreeError {
-    /// A range or window with `first > last`.
-    InvalidRange {
-        /// Its first index.
-        first: u64,
-        /// Its last index.
-        last: u64,
-    },
-    /// A gap of size 0 was asked for (EINVAL in the kernel).
-    ZeroSize,
-    /// An alignment that is not a power of two.
-    BadAlignment {
-        /// The alignment given.
-        align: u64,
-    },
-    /// The window `[first, last]` holds fewer than `size` indices (EINVAL).
-    WindowTooSmall {
-        /// The size asked for.
-        size: u64,
-        /// The window's first index.
-        first: u64,
-        /// The window's last index.
-        last: u64,
-    },
-    /// An insert overlaps the existing entry `[first, last]` (the lowest one
-    /// it overlaps; EEXIST).
-    Occupied {
-        /// First index of the entry in the way.
-        first: u64,
-        /// Last index of the entry in the way.
-        last: u64,
-    },
-    /// No free gap of `size` in the window (EBUSY).
-    NoSpace {
-        /// The size asked for.
-        size: u64,
-    },
-    /// A bulk load's entry `[first, last]` does not start after the
-    /// previous entry ends.
-    Unsorted {
-        /// Its first index.
-        first: u64,
-        /// Its last index.
-        last: u64,
-    },
-}
-
-impl fmt::Display for RangeTreeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            RangeTreeError::InvalidRange { first, last } => {
-                write!(f, "invalid range [{first:#x}, {last:#x}]: first > last")
-            }
-            RangeTreeError::ZeroSize => f.write_str("a gap of size 0 was asked for"),
-            RangeTreeError::BadAlignment { align } => {
-                write!(f, "alignment {align:#x} is not a power of two")
-            }
-            RangeTreeError::WindowTooSmall { size, first, last } => {
-                write!(
-                    f,
-                    "window [{first:#x}, {last:#x}] is smaller than {size:#x}"
-                )
-            }
-            RangeTreeError::Occupied { first, last } => {
-                write!(f, "range overlaps the entry [{first:#x}, {last:#x}]")
-            }
-            RangeTreeError::NoSpace { size } => write!(f, "no free gap of {size:#x} in the window"),
-            RangeTreeError::Unsorted { first, last } => write!(
-                f,
-                "entry [{first:#x}, {last:#x}] does not start after the previous entry"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for RangeTreeError {}
-
-/// A map from non-overlapping inclusive `u64` ranges to values, with
-/// O(log n) lookup, update and free-gap search, and a structure-copying
-/// [`dup`](RangeTree::dup). See the [module docs](self).
-pub struct RangeTree<V> {
-    leaves: Vec<Leaf>,
-    inners: Vec<Inner>,
-    /// The values, densely packed and addressed by the leaves' `val` slots:
-    /// `dup_map` maps this vector in one pass, like cloning a `Vec`. An
-    /// erase moves the last value into the hole.
-    vals: Vec<V>,
-    /// The leaf holding the entry of each value (to repoint the value
-    /// moved by an erase).
-    owner: Vec<u32>,
-    free_leaves: Vec<u32>,
-    free_inners: Vec<u32>,
-    /// A leaf when `height == 1`, else an internal node; `NIL` when no node
-    /// has been allocated yet.
-    root: u32,
-    /// Levels of nodes, leaves included (0 with no root).
-    height: u32,
-    len: usize,
-}
 
 impl<V> Default for RangeTree<V> {
     fn default() -> Self {

@@ -4,7 +4,11 @@
 //! of internal nodes, so a whole tree's structure is two flat arrays: `dup`
 //! copies the internal nodes with one `memcpy` and the leaves with one pass.
 
-use super::{INNER_SLOTS, LEAF_SLOTS};
+/// Entries per leaf node (the maple tree's 16 slots per range node).
+pub const LEAF_SLOTS: usize = 16;
+/// Children per internal node (the maple tree's 10 slots per "alloc range"
+/// node).
+pub const INNER_SLOTS: usize = 10;
 
 /// "No node": the parent of the root, the neighbour of an end leaf.
 pub(super) const NIL: u32 = u32::MAX;

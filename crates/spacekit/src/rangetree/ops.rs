@@ -2,8 +2,8 @@
 //! merging, and keeping every parent's per-child summary (first, last,
 //! largest gap) exact on the way up.
 
-use super::node::{Inner, Leaf, Summary, INNER_MIN, LEAF_MIN, NIL};
-use super::{RangeTree, INNER_SLOTS, LEAF_SLOTS};
+use super::node::{Inner, Leaf, Summary, INNER_MIN, INNER_SLOTS, LEAF_MIN, LEAF_SLOTS, NIL};
+use super::tree::RangeTree;
 
 /// A node of either kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

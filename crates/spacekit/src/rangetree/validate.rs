@@ -5,9 +5,9 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::node::{INNER_MIN, LEAF_MIN, NIL};
+use super::node::{INNER_MIN, INNER_SLOTS, LEAF_MIN, LEAF_SLOTS, NIL};
 use super::ops::Node;
-use super::{RangeTree, INNER_SLOTS, LEAF_SLOTS};
+use super::tree::RangeTree;
 
 impl<V> RangeTree<V> {
     pub(super) fn check(&self) -> Result<(), String> {

@@ -1,0 +1,269 @@
+//! The house rules of issue 13, checked on the workspace's sources:
+//! no two source files import each other, CPU features are detected in one
+//! module only, and the CLI is a thin shell (no `unsafe`, at most 1,500
+//! lines).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The workspace's `crates/` folder.
+fn crates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("crates/")
+        .to_path_buf()
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The source of a file without comments and without its `#[cfg(test)] mod
+/// tests` block (unit tests may `use super::*` freely).
+fn code(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap();
+    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A library source file's crate and module path (`src/a/b.rs` and
+/// `src/a/b/mod.rs` are `a::b`; `lib.rs`/`main.rs` the root).
+fn module_of(crates: &Path, path: &Path) -> Option<(String, Vec<String>)> {
+    let rel = path.strip_prefix(crates).ok()?;
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.len() < 3 || parts[1] != "src" {
+        return None;
+    }
+    let mut m: Vec<String> = parts[2..].to_vec();
+    let last = m.pop()?;
+    if !matches!(last.as_str(), "lib.rs" | "main.rs" | "mod.rs") {
+        m.push(last.trim_end_matches(".rs").to_string());
+    }
+    Some((parts[0].clone(), m))
+}
+
+/// The longest prefix of `segs` (relative to `base`) that is a module file.
+fn resolve(
+    files: &BTreeMap<(String, Vec<String>), PathBuf>,
+    krate: &str,
+    base: &[String],
+    segs: &[&str],
+) -> Option<PathBuf> {
+    for k in (0..=segs.len()).rev() {
+        let mut m = base.to_vec();
+        m.extend(segs[..k].iter().map(|s| s.to_string()));
+        if let Some(p) = files.get(&(krate.to_string(), m)) {
+            return Some(p.clone());
+        }
+    }
+    None
+}
+
+/// Splits `text` into identifier paths joined by `::` (e.g. `super::x::Y`).
+fn paths(text: &str) -> Vec<Vec<&str>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
+            let start = i;
+            while i < bytes.len()
+                && (bytes[i].is_ascii_alphanumeric()
+                    || bytes[i] == b'_'
+                    || (bytes[i] == b':' && bytes.get(i + 1) == Some(&b':')))
+            {
+                i += if bytes[i] == b':' { 2 } else { 1 };
+            }
+            let p: Vec<&str> = text[start..i]
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .collect();
+            out.push(p);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Which library files each file refers to: `crate::`, `super::` and
+/// `self::` paths, and paths through its own child modules (`child::x`).
+/// `use a::{b, c}` groups are read as `a::b` and `a::c`.
+fn references(crates: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let mut all = Vec::new();
+    rust_files(crates, &mut all);
+    let mut files = BTreeMap::new();
+    for p in &all {
+        if let Some(m) = module_of(crates, p) {
+            files.insert(m, p.clone());
+        }
+    }
+    let mut refs: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for ((krate, me), path) in &files {
+        let text = code(path);
+        // Flatten `prefix::{a, b::c}` into `prefix::a prefix::b::c`.
+        let mut flat = String::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("::{") {
+            let head_start = rest[..i]
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .map_or(0, |k| k + 1);
+            flat.push_str(&rest[..head_start]);
+            let prefix = &rest[head_start..i];
+            let Some(close) = rest[i..].find('}') else {
+                break;
+            };
+            for item in rest[i + 3..i + close].split(',') {
+                let item = item.split(" as ").next().unwrap_or("").trim();
+                if !item.is_empty() && item != "self" && !item.contains('{') {
+                    flat.push_str(&format!(" {prefix}::{item} "));
+                }
+            }
+            rest = &rest[i + close + 1..];
+        }
+        flat.push_str(rest);
+        let children: BTreeSet<String> = files
+            .keys()
+            .filter(|(k, m)| k == krate && m.len() == me.len() + 1 && m[..me.len()] == me[..])
+            .map(|(_, m)| m[me.len()].clone())
+            .collect();
+        for p in paths(&flat) {
+            // A bare `self`, `super` or `crate` (`&self`, `pub(crate)`) is
+            // no path.
+            let Some(first) = p.first().filter(|_| p.len() > 1) else {
+                continue;
+            };
+            let (base, segs): (Vec<String>, &[&str]) = match *first {
+                "crate" => (Vec::new(), &p[1..]),
+                "self" => (me.clone(), &p[1..]),
+                "super" => {
+                    let ups = p.iter().take_while(|s| **s == "super").count();
+                    if ups > me.len() {
+                        continue;
+                    }
+                    (me[..me.len() - ups].to_vec(), &p[ups..])
+                }
+                c if children.contains(c) && p.len() > 1 => (me.clone(), &p[..]),
+                _ => continue,
+            };
+            if let Some(target) = resolve(&files, krate, &base, segs) {
+                if &target != path {
+                    refs.entry(path.clone()).or_default().insert(target);
+                }
+            }
+        }
+    }
+    refs
+}
+
+#[test]
+fn no_two_source_files_import_each_other() {
+    let crates = crates_dir();
+    let refs = references(&crates);
+    assert!(
+        refs.len() > 20,
+        "the scan found the sources: {}",
+        refs.len()
+    );
+    let mut pairs = Vec::new();
+    for (a, targets) in &refs {
+        for b in targets {
+            if a < b && refs.get(b).is_some_and(|t| t.contains(a)) {
+                pairs.push(format!(
+                    "{} <-> {}",
+                    a.strip_prefix(&crates).unwrap().display(),
+                    b.strip_prefix(&crates).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        pairs.is_empty(),
+        "files that import each other:\n{}",
+        pairs.join("\n")
+    );
+}
+
+#[test]
+fn the_reference_scan_sees_a_cycle() {
+    // The scanner itself: a planted parent <-> child cycle is found.
+    let dir = std::env::temp_dir().join(format!("spacekit-house-{}", std::process::id()));
+    let src = dir.join("demo/src");
+    fs::create_dir_all(src.join("m")).unwrap();
+    fs::write(src.join("lib.rs"), "mod m;\n").unwrap();
+    fs::write(
+        src.join("m/mod.rs"),
+        "mod c;\npub use c::{Thing, other};\npub struct P;\n",
+    )
+    .unwrap();
+    fs::write(src.join("m/c.rs"), "use super::P;\npub struct Thing;\n").unwrap();
+    let refs = references(&dir);
+    let (parent, child) = (src.join("m/mod.rs"), src.join("m/c.rs"));
+    assert!(refs[&parent].contains(&child), "{refs:?}");
+    assert!(refs[&child].contains(&parent), "{refs:?}");
+    fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn cpu_features_are_detected_in_one_module_only() {
+    let crates = crates_dir();
+    let mut all = Vec::new();
+    rust_files(&crates, &mut all);
+    let arch = crates.join("spacekit/src/arch");
+    let outside: Vec<String> = all
+        .iter()
+        .filter(|p| !p.starts_with(&arch) && !p.ends_with("tests/house.rs"))
+        .filter(|p| {
+            let t = code(p);
+            t.contains("is_x86_feature_detected") || t.contains("__cpuid")
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "CPU detection outside arch/: {outside:?}"
+    );
+}
+
+#[test]
+fn the_cli_is_a_thin_shell() {
+    let mut files = Vec::new();
+    rust_files(&crates_dir().join("spacekit-cli/src"), &mut files);
+    let mut lines = 0;
+    for p in &files {
+        let text = fs::read_to_string(p).unwrap();
+        lines += text.lines().count();
+        // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
+        let c = code(p);
+        let keyword = c.match_indices("unsafe").any(|(i, _)| {
+            let next = c[i + 6..].chars().next().unwrap_or(' ');
+            !(next.is_alphanumeric() || next == '_')
+        });
+        assert!(!keyword, "{} holds unsafe code", p.display());
+    }
+    assert!(
+        lines <= 1500,
+        "the CLI's src/ has {lines} lines (at most 1500)"
+    );
+}

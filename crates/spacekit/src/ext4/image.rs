@@ -1,0 +1,80 @@
+//! [`Image`]: an ext4 image file and the metadata it holds in memory.
+
+use std::cell::OnceCell;
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::PathBuf;
+use std::vec::Vec;
+
+use super::group::{Loaded, Meta};
+use super::layout::FsInfo;
+use super::mode::OpenMode;
+
+/// Cached bitmaps of one group.
+#[derive(Debug, Default)]
+pub(super) struct GroupCache {
+    pub(super) block: OnceCell<Loaded>,
+    pub(super) inode: OnceCell<Loaded>,
+}
+
+/// An ext4 image file, opened read-only or read-write.
+///
+/// Changes ([`Image::alloc_blocks`], [`Image::free_blocks`],
+/// [`Image::alloc_inode`], [`Image::free_inode`]) update the in-memory
+/// metadata at once, checksums included, and reach the file only in
+/// [`Image::flush`]. Dropping an image with unflushed changes discards them.
+///
+/// ```no_run
+/// use spacekit::ext4::{Image, OpenMode};
+///
+/// let img = Image::open("fs.img", OpenMode::ReadOnly)?;
+/// for g in 0..img.info().group_count {
+///     println!("group {g}: free {:?}", img.free_extents(g)?);
+/// }
+/// let report = img.verify()?;
+/// for m in &report.mismatches {
+///     println!("{m}");
+/// }
+/// # Ok::<(), spacekit::ext4::Ext4Error>(())
+/// ```
+pub struct Image {
+    pub(super) file: File,
+    pub(super) log_path: PathBuf,
+    pub(super) mode: OpenMode,
+    pub(super) info: FsInfo,
+    /// The primary superblock, 1024 bytes, kept byte-exact.
+    pub(super) sb: Vec<u8>,
+    /// The primary descriptor table, `desc_blocks` blocks.
+    pub(super) gdt: Vec<u8>,
+    /// Whether the superblock checksum matched at open (always true without
+    /// metadata_csum).
+    pub(super) sb_csum_ok: bool,
+    /// Whether each descriptor's checksum matched at open.
+    pub(super) desc_csum_ok: Vec<bool>,
+    pub(super) groups: Vec<GroupCache>,
+    /// Every metadata extent, sorted.
+    pub(super) meta: Vec<Meta>,
+    pub(super) dirty_sb: bool,
+    /// Indexes of changed descriptor-table blocks.
+    pub(super) dirty_gdt: BTreeSet<u32>,
+    pub(super) dirty_block: BTreeSet<u32>,
+    pub(super) dirty_inode: BTreeSet<u32>,
+    /// Fault injection: the step of the next flush that fails.
+    pub(super) fail_at: Option<usize>,
+}
+
+/// The geometry, mode and what is waiting to be flushed (not the cached
+/// bitmaps).
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("log_path", &self.log_path)
+            .field("mode", &self.mode)
+            .field("info", &self.info)
+            .field("dirty_superblock", &self.dirty_sb)
+            .field("dirty_gdt_blocks", &self.dirty_gdt)
+            .field("dirty_block_bitmaps", &self.dirty_block)
+            .field("dirty_inode_bitmaps", &self.dirty_inode)
+            .finish_non_exhaustive()
+    }
+}
