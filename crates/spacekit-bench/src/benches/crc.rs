@@ -16,16 +16,22 @@
 //! Before any timing, every variant's answer for every flip the timed loops
 //! use is checked against a full recompute of the modified buffer, and every
 //! combine and bulk answer against the others.
+//!
+//! Charts (log-log, one series per variant): update time vs bitmap size
+//! (`before` being the full recompute), combine time vs len(B), and bulk
+//! GB/s vs buffer size.
 
 use std::hint::black_box;
 
 use baselines::crc_flip::SeedFlip;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
-use spacekit::crc32c::{self, Engine};
+use spacekit::crc32c::{self, CrcError, Engine};
 
-use crate::{
-    batch, fmt_ns, fmt_ratio, progress, verify, Bars, BenchError, Ctx, Mode, Report, Row, Table,
+use crate::chart::{Chart, XAxis};
+use crate::context::{BenchError, Ctx, Mode};
+use crate::harness::{
+    batch, fmt_ns, progress, verify, Bars, Comparison, Medians, Op, Report, Row, Table,
 };
 
 const NAME: &str = "crc";
@@ -35,10 +41,15 @@ const SEED: u32 = 0x1234_5678;
 const FLIPS: usize = 1024;
 /// Longest random run, in bits.
 const MAX_RUN: u64 = 64;
+/// Random CRC pairs the timed combine loops cycle through.
+const PAIRS: usize = 256;
+/// Of those, how many every combine variant is checked on.
+const PAIRS_CHECKED: usize = 8;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
 
+/// Runs `bench crc`.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let mut rng = SmallRng::seed_from_u64(ctx.seed);
     let mut report = Report::default();
@@ -62,6 +73,51 @@ fn flip_bits(buf: &mut [u8], first: u64, n: u64) {
     }
 }
 
+fn size_name(size: u64) -> String {
+    if size >= MIB {
+        format!("{} MiB", size / MIB)
+    } else {
+        format!("{} KiB", size / KIB)
+    }
+}
+
+/// A log-log chart over the rows of `cases`, one series per variant: x
+/// the field `size` (labelled `x`), y the field `y.0` (labelled `y.1`).
+fn size_chart(report: &Report, cases: &[&str], title: &str, x: &str, y: (&str, &str)) -> Chart {
+    Chart::new(title, x, y.1, XAxis::Log, true).from_rows(
+        report
+            .rows
+            .iter()
+            .filter(|r| r.str("case").is_some_and(|c| cases.contains(&c))),
+        "size",
+        y.0,
+    )
+}
+
+// ---- 1. seed 001's table: flip_range ----
+
+/// Bitmap sizes of seed 001's table, plus 1 MiB and 16 MiB.
+const FLIP_SIZES: [u64; 9] = [
+    KIB,
+    2 * KIB,
+    4 * KIB,
+    8 * KIB,
+    16 * KIB,
+    32 * KIB,
+    64 * KIB,
+    MIB,
+    16 * MIB,
+];
+/// The sizes `--quick` runs.
+const FLIP_SIZES_QUICK: [u64; 3] = [KIB, 64 * KIB, MIB];
+
+/// The three ways of updating a CRC after a flip.
+struct Flippers {
+    fast: Engine,
+    scalar: Engine,
+    seed: SeedFlip,
+}
+
 fn flip_table(
     ctx: &Ctx,
     rng: &mut SmallRng,
@@ -69,147 +125,33 @@ fn flip_table(
     bars: &mut Bars,
 ) -> Result<(), BenchError> {
     let sizes: &[u64] = match ctx.mode {
-        Mode::Quick => &[KIB, 64 * KIB, MIB],
-        _ => &[
-            KIB,
-            2 * KIB,
-            4 * KIB,
-            8 * KIB,
-            16 * KIB,
-            32 * KIB,
-            64 * KIB,
-            MIB,
-            16 * MIB,
-        ],
+        Mode::Quick => &FLIP_SIZES_QUICK,
+        _ => &FLIP_SIZES,
     };
-    let timer = ctx.timer();
-    let fast = Engine::detect();
-    let scalar = Engine::portable();
-    let seed_port = SeedFlip::new(*sizes.iter().max().unwrap_or(&KIB));
-    let mut table = Table::new(
-        &format!(
-            "seed 001: update a bitmap's CRC-32C after a random run of 1..={MAX_RUN} bits flips \
-             (median ns per update; multiply unit {}, seed tables {} bytes)",
-            fast.names().1,
-            seed_port.table_bytes()
-        ),
-        &[
-            "bitmap",
-            "flip(spacekit)",
-            "flip(seed)",
-            "full(before)",
-            "flip(scalar)",
-            "vs full",
-            "vs seed",
-        ],
-    );
+    let f = Flippers {
+        fast: Engine::detect(),
+        scalar: Engine::portable(),
+        seed: SeedFlip::new(*sizes.iter().max().unwrap_or(&KIB)),
+    };
+    let mut table = flip_table_header(&f);
     let mut worst_flip: f64 = 0.0;
     for &size in sizes {
-        progress(NAME, &format!("flip_range on a {size}-byte bitmap"));
-        let mut buf = random_bytes(rng, size as usize);
-        let bits = size * 8;
-        let flips: Vec<(u64, u64)> = (0..FLIPS)
-            .map(|_| {
-                let first = rng.random_range(0..bits);
-                let n = rng.random_range(1..=MAX_RUN.min(bits - first));
-                (first, n)
-            })
-            .collect();
-
-        // Correctness: every variant against a full recompute, flip by flip.
-        let mut crc = crc32c::raw(SEED, &buf);
-        for &(first, n) in &flips {
-            let a = fast.flip_range(crc, size, first, n);
-            let b = scalar.flip_range(crc, size, first, n);
-            let c = seed_port.flip_range(crc, size, first, n);
-            flip_bits(&mut buf, first, n);
-            let full = crc32c::raw(SEED, &buf);
-            verify(
-                &format!("CRC after flipping bits {first}+{n} of {size} bytes"),
-                &[
-                    ("before", Ok(full)),
-                    ("spacekit", a),
-                    ("spacekit-scalar", b),
-                    ("seed", Ok(c)),
-                ],
-            )?;
-            crc = full;
-        }
-
-        // Timing: each call applies the next flip of the list to a running CRC.
-        let mut i = 0usize;
-        let mut c1 = crc;
-        let mut c2 = crc;
-        let mut c3 = crc;
-        let mut i2 = 0usize;
-        let mut i3 = 0usize;
-        let m = timer.medians(&mut [
-            batch(|| {
-                let (f, n) = flips[i % FLIPS];
-                i += 1;
-                c1 = fast
-                    .flip_range(c1, black_box(size), f, n)
-                    .unwrap_or_default();
-            }),
-            batch(|| {
-                let (f, n) = flips[i2 % FLIPS];
-                i2 += 1;
-                c2 = seed_port.flip_range(c2, black_box(size), f, n);
-            }),
-            batch(|| {
-                black_box(crc32c::raw(SEED, black_box(&buf)));
-            }),
-            batch(|| {
-                let (f, n) = flips[i3 % FLIPS];
-                i3 += 1;
-                c3 = scalar
-                    .flip_range(c3, black_box(size), f, n)
-                    .unwrap_or_default();
-            }),
-        ]);
-        black_box((c1, c2, c3));
-        let (spk, seed, full, sca) = (m[0], m[1], m[2], m[3]);
-        for (case, variant, ns) in [
-            ("flip", "spacekit", spk),
-            ("flip", "seed", seed),
-            ("full", "before", full),
-            ("flip", "spacekit-scalar", sca),
-        ] {
-            report.push(
-                Row::new(case, variant)
-                    .field("size", size)
-                    .field("median_ns", ns),
-            );
-        }
+        let m = flip_case(ctx, rng, &f, size)?;
+        m.rows(report, |v| {
+            Row::new(if v == "before" { "full" } else { "flip" }, v).field("size", size)
+        });
         table.row(vec![
             size_name(size),
-            fmt_ns(spk),
-            fmt_ns(seed),
-            fmt_ns(full),
-            fmt_ns(sca),
-            fmt_ratio(full, spk),
-            fmt_ratio(seed, spk),
+            m.cell("spacekit"),
+            m.cell("seed"),
+            m.cell("before"),
+            m.cell("spacekit-scalar"),
+            m.ratio_cell("before", "spacekit"),
+            m.ratio_cell("seed", "spacekit"),
         ]);
-        worst_flip = worst_flip.max(spk);
+        worst_flip = worst_flip.max(m.ns("spacekit"));
         if size == 64 * KIB {
-            bars.check(
-                full / spk >= 50.0,
-                format!(
-                    "64 KiB: flip_range {} vs full recompute {} = {} (bar: >= 50x)",
-                    fmt_ns(spk),
-                    fmt_ns(full),
-                    fmt_ratio(full, spk)
-                ),
-            );
-            bars.check(
-                seed / spk >= 1.5,
-                format!(
-                    "64 KiB: flip_range {} vs seed's method {} = {} (bar: >= 1.5x)",
-                    fmt_ns(spk),
-                    fmt_ns(seed),
-                    fmt_ratio(seed, spk)
-                ),
-            );
+            flip_bars(bars, &m);
         }
     }
     report.table(table);
@@ -220,16 +162,154 @@ fn flip_table(
             fmt_ns(worst_flip)
         ),
     );
+    let chart = size_chart(
+        report,
+        &["flip", "full"],
+        &format!(
+            "crc: update a bitmap's CRC-32C after a random 1..={MAX_RUN}-bit flip \
+             (before = full recompute)"
+        ),
+        "bitmap bytes",
+        ("median_ns", "ns per update"),
+    );
+    report.chart(chart);
     Ok(())
 }
 
-fn size_name(size: u64) -> String {
-    if size >= MIB {
-        format!("{} MiB", size / MIB)
-    } else {
-        format!("{} KiB", size / KIB)
-    }
+/// The table of seed 001's experiment, naming the engines.
+fn flip_table_header(f: &Flippers) -> Table {
+    Table::new(
+        &format!(
+            "seed 001: update a bitmap's CRC-32C after a random run of 1..={MAX_RUN} bits flips \
+             (median ns per update; multiply unit {}, seed tables {} bytes)",
+            f.fast.names().1,
+            f.seed.table_bytes()
+        ),
+        &[
+            "bitmap",
+            "flip(spacekit)",
+            "flip(seed)",
+            "full(before)",
+            "flip(scalar)",
+            "vs full",
+            "vs seed",
+        ],
+    )
 }
+
+/// The bars at 64 KiB: against a full recompute and against the seed.
+fn flip_bars(bars: &mut Bars, m: &Medians) {
+    bars.check(
+        m.ratio("before", "spacekit") >= 50.0,
+        format!(
+            "64 KiB: flip_range {} vs full recompute {} = {} (bar: >= 50x)",
+            m.cell("spacekit"),
+            m.cell("before"),
+            m.ratio_cell("before", "spacekit")
+        ),
+    );
+    bars.check(
+        m.ratio("seed", "spacekit") >= 1.5,
+        format!(
+            "64 KiB: flip_range {} vs seed's method {} = {} (bar: >= 1.5x)",
+            m.cell("spacekit"),
+            m.cell("seed"),
+            m.ratio_cell("seed", "spacekit")
+        ),
+    );
+}
+
+/// One flip's answer: `(first bit, bits, CRC after the flip)`.
+type FlipAnswer = (u64, u64, Result<u32, CrcError>);
+
+/// Verifies every variant flip by flip against a full recompute of the
+/// modified buffer, then times the updates on a `size`-byte bitmap.
+fn flip_case(
+    ctx: &Ctx,
+    rng: &mut SmallRng,
+    f: &Flippers,
+    size: u64,
+) -> Result<Medians, BenchError> {
+    progress(NAME, &format!("flip_range on a {size}-byte bitmap"));
+    let mut buf = random_bytes(rng, size as usize);
+    let bits = size * 8;
+    let flips: Vec<(u64, u64)> = (0..FLIPS)
+        .map(|_| {
+            let first = rng.random_range(0..bits);
+            let n = rng.random_range(1..=MAX_RUN.min(bits - first));
+            (first, n)
+        })
+        .collect();
+
+    // Correctness: each flip applied to the buffer's true CRC before it.
+    let mut crc = crc32c::raw(SEED, &buf);
+    let (mut spk, mut seed, mut full, mut sca) = (vec![], vec![], vec![], vec![]);
+    for &(first, n) in &flips {
+        spk.push((first, n, f.fast.flip_range(crc, size, first, n)));
+        sca.push((first, n, f.scalar.flip_range(crc, size, first, n)));
+        seed.push((first, n, Ok(f.seed.flip_range(crc, size, first, n))));
+        flip_bits(&mut buf, first, n);
+        crc = crc32c::raw(SEED, &buf);
+        full.push((first, n, Ok(crc)));
+    }
+
+    // Timing: each call applies the next flip of the list to a running CRC.
+    let (mut s1, mut s2, mut s3) = ((0, crc), (0, crc), (0, crc));
+    let m = Comparison::<Vec<FlipAnswer>>::lists(format!(
+        "the CRC after each of {FLIPS} flips of {size} bytes"
+    ))
+    .variant(
+        "spacekit",
+        spk,
+        running(&flips, &mut s1, |c, first, n| {
+            f.fast
+                .flip_range(c, black_box(size), first, n)
+                .unwrap_or_default()
+        }),
+    )
+    .variant(
+        "seed",
+        seed,
+        running(&flips, &mut s2, |c, first, n| {
+            f.seed.flip_range(c, black_box(size), first, n)
+        }),
+    )
+    .variant(
+        "before",
+        full,
+        batch(|| {
+            black_box(crc32c::raw(SEED, black_box(&buf)));
+        }),
+    )
+    .variant(
+        "spacekit-scalar",
+        sca,
+        running(&flips, &mut s3, |c, first, n| {
+            f.scalar
+                .flip_range(c, black_box(size), first, n)
+                .unwrap_or_default()
+        }),
+    )
+    .run(&ctx.timer())?;
+    black_box((s1, s2, s3));
+    Ok(m)
+}
+
+/// An operation that applies the next of `flips` (cycling) to the running
+/// CRC in `state` (`(flips applied, CRC)`) with `update(crc, first, n)`.
+fn running<'a>(
+    flips: &'a [(u64, u64)],
+    state: &'a mut (usize, u32),
+    update: impl Fn(u32, u64, u64) -> u32 + 'a,
+) -> Op<'a> {
+    batch(move || {
+        let (first, n) = flips[state.0 % FLIPS];
+        state.0 += 1;
+        state.1 = update(state.1, first, n);
+    })
+}
+
+// ---- 2. combine ----
 
 fn crcfast_combine(a: u32, b: u32, len_b: u64) -> u32 {
     crc_fast::checksum_combine(
@@ -251,7 +331,6 @@ fn combine_table(
         Mode::Quick => &[4 * KIB, MIB],
         _ => &[64, 4 * KIB, 64 * KIB, MIB, 1024 * MIB],
     };
-    let timer = ctx.timer();
     let mut table = Table::new(
         "combine: CRC-32C of A||B from CRC(A), CRC(B) and len(B) (median ns)",
         &[
@@ -263,7 +342,46 @@ fn combine_table(
             "vs crc-fast",
         ],
     );
-    // Correctness on real data for the lengths we can hold.
+    combine_on_data(rng, lens)?;
+    let pairs: Vec<(u32, u32)> = (0..PAIRS).map(|_| (rng.random(), rng.random())).collect();
+    for &len in lens {
+        let m = combine_case(ctx, &pairs, len)?;
+        m.rows(report, |v| Row::new("combine", v).field("size", len));
+        table.row(vec![
+            len.to_string(),
+            m.cell("spacekit"),
+            m.cell("crc32c"),
+            m.cell("crc-fast"),
+            m.ratio_cell("crc32c", "spacekit"),
+            m.ratio_cell("crc-fast", "spacekit"),
+        ]);
+        bars.check(
+            m.ratio("crc32c", "spacekit") >= 100.0 && m.ratio("crc-fast", "spacekit") >= 100.0,
+            format!(
+                "combine len(B)={len}: spacekit {} vs crc32c {} ({}) and crc-fast {} ({}) (bar: >= 100x both)",
+                m.cell("spacekit"),
+                m.cell("crc32c"),
+                m.ratio_cell("crc32c", "spacekit"),
+                m.cell("crc-fast"),
+                m.ratio_cell("crc-fast", "spacekit")
+            ),
+        );
+    }
+    report.table(table);
+    let chart = size_chart(
+        report,
+        &["combine"],
+        "crc: combine (CRC of A||B from CRC(A), CRC(B) and len(B)) vs len(B)",
+        "len(B), bytes",
+        ("median_ns", "ns per combine"),
+    );
+    report.chart(chart);
+    Ok(())
+}
+
+/// Correctness on real data for the lengths we can hold: every combine
+/// against the CRC of the concatenation.
+fn combine_on_data(rng: &mut SmallRng, lens: &[u64]) -> Result<(), BenchError> {
     let a = random_bytes(rng, 1000);
     for &len in lens.iter().filter(|&&l| l <= 16 * MIB) {
         let b = random_bytes(rng, len as usize);
@@ -280,67 +398,51 @@ fn combine_table(
             ],
         )?;
     }
-    let pairs: Vec<(u32, u32)> = (0..256).map(|_| (rng.random(), rng.random())).collect();
-    for &len in lens {
-        for &(x, y) in &pairs[..8] {
-            verify(
-                &format!("combine of random CRCs with len(B) = {len}"),
-                &[
-                    ("spacekit", crc32c::combine(x, y, len)),
-                    ("crc32c", ::crc32c::crc32c_combine(x, y, len as usize)),
-                    ("crc-fast", crcfast_combine(x, y, len)),
-                ],
-            )?;
-        }
-        let (mut i, mut j, mut k) = (0usize, 0usize, 0usize);
-        let ops = &mut [
+    Ok(())
+}
+
+/// Verifies the three combines on the first random pairs, then times each
+/// cycling through all of them.
+fn combine_case(ctx: &Ctx, pairs: &[(u32, u32)], len: u64) -> Result<Medians, BenchError> {
+    let answers = |g: &dyn Fn(u32, u32) -> u32| -> Vec<u32> {
+        pairs[..PAIRS_CHECKED]
+            .iter()
+            .map(|&(x, y)| g(x, y))
+            .collect()
+    };
+    let (mut i, mut j, mut k) = (0usize, 0usize, 0usize);
+    Comparison::lists(format!("combine of random CRCs with len(B) = {len}"))
+        .variant(
+            "spacekit",
+            answers(&|x, y| crc32c::combine(x, y, len)),
             batch(|| {
-                let (x, y) = pairs[i % 256];
+                let (x, y) = pairs[i % PAIRS];
                 i += 1;
                 black_box(crc32c::combine(x, y, black_box(len)));
             }),
+        )
+        .variant(
+            "crc32c",
+            answers(&|x, y| ::crc32c::crc32c_combine(x, y, len as usize)),
             batch(|| {
-                let (x, y) = pairs[j % 256];
+                let (x, y) = pairs[j % PAIRS];
                 j += 1;
                 black_box(::crc32c::crc32c_combine(x, y, black_box(len as usize)));
             }),
+        )
+        .variant(
+            "crc-fast",
+            answers(&|x, y| crcfast_combine(x, y, len)),
             batch(|| {
-                let (x, y) = pairs[k % 256];
+                let (x, y) = pairs[k % PAIRS];
                 k += 1;
                 black_box(crcfast_combine(x, y, black_box(len)));
             }),
-        ];
-        let m = timer.medians(ops);
-        for (variant, ns) in [("spacekit", m[0]), ("crc32c", m[1]), ("crc-fast", m[2])] {
-            report.push(
-                Row::new("combine", variant)
-                    .field("size", len)
-                    .field("median_ns", ns),
-            );
-        }
-        table.row(vec![
-            len.to_string(),
-            fmt_ns(m[0]),
-            fmt_ns(m[1]),
-            fmt_ns(m[2]),
-            fmt_ratio(m[1], m[0]),
-            fmt_ratio(m[2], m[0]),
-        ]);
-        bars.check(
-            m[1] / m[0] >= 100.0 && m[2] / m[0] >= 100.0,
-            format!(
-                "combine len(B)={len}: spacekit {} vs crc32c {} ({}) and crc-fast {} ({}) (bar: >= 100x both)",
-                fmt_ns(m[0]),
-                fmt_ns(m[1]),
-                fmt_ratio(m[1], m[0]),
-                fmt_ns(m[2]),
-                fmt_ratio(m[2], m[0])
-            ),
-        );
-    }
-    report.table(table);
-    Ok(())
+        )
+        .run(&ctx.timer())
 }
+
+// ---- 3. bulk throughput ----
 
 fn bulk_table(
     ctx: &Ctx,
@@ -352,7 +454,6 @@ fn bulk_table(
         Mode::Quick => &[4 * KIB, 64 * KIB, MIB],
         _ => &[4 * KIB, 64 * KIB, MIB, 16 * MIB],
     };
-    let timer = ctx.timer();
     let (bulk_name, _) = Engine::detect().names();
     let mut table = Table::new(
         &format!("bulk CRC-32C throughput (GB/s; spacekit's bulk path is {bulk_name})"),
@@ -366,67 +467,80 @@ fn bulk_table(
         ],
     );
     for &size in sizes {
-        progress(NAME, &format!("bulk CRC over {size} bytes"));
-        let buf = random_bytes(rng, size as usize);
-        let fast = Engine::detect();
-        let scalar = Engine::portable();
-        verify(
-            &format!("CRC-32C of {size} random bytes"),
-            &[
-                ("spacekit", fast.checksum(&buf)),
-                ("crc32c", ::crc32c::crc32c(&buf)),
-                ("crc-fast", crc_fast::crc32_iscsi(&buf)),
-                ("spacekit-scalar", scalar.checksum(&buf)),
-            ],
-        )?;
-        let ops = &mut [
-            batch(|| {
-                black_box(fast.raw(!0, black_box(&buf)));
-            }),
-            batch(|| {
-                black_box(::crc32c::crc32c(black_box(&buf)));
-            }),
-            batch(|| {
-                black_box(crc_fast::crc32_iscsi(black_box(&buf)));
-            }),
-            batch(|| {
-                black_box(scalar.raw(!0, black_box(&buf)));
-            }),
-        ];
-        let m = timer.medians(ops);
-        let gbps: Vec<f64> = m.iter().map(|ns| size as f64 / ns).collect();
-        for (variant, (ns, g)) in ["spacekit", "crc32c", "crc-fast", "spacekit-scalar"]
-            .iter()
-            .zip(m.iter().zip(&gbps))
-        {
-            report.push(
-                Row::new("bulk", variant)
-                    .field("size", size)
-                    .field("median_ns", *ns)
-                    .field("gbps", *g),
-            );
-        }
-        let best_crate = gbps[1].max(gbps[2]);
+        let m = bulk_case(ctx, rng, size)?;
+        let gbps = |v: &str| size as f64 / m.ns(v);
+        m.rows(report, |v| {
+            Row::new("bulk", v)
+                .field("size", size)
+                .field("gbps", gbps(v))
+        });
+        let best_crate = gbps("crc32c").max(gbps("crc-fast"));
         table.row(vec![
             size.to_string(),
-            format!("{:.1}", gbps[0]),
-            format!("{:.1}", gbps[1]),
-            format!("{:.1}", gbps[2]),
-            format!("{:.2}", gbps[3]),
-            format!("{:.0}%", 100.0 * gbps[0] / best_crate),
+            format!("{:.1}", gbps("spacekit")),
+            format!("{:.1}", gbps("crc32c")),
+            format!("{:.1}", gbps("crc-fast")),
+            format!("{:.2}", gbps("spacekit-scalar")),
+            format!("{:.0}%", 100.0 * gbps("spacekit") / best_crate),
         ]);
         if size == 64 * KIB || size == MIB {
             bars.check(
-                gbps[0] >= 0.9 * best_crate,
+                gbps("spacekit") >= 0.9 * best_crate,
                 format!(
                     "bulk {size} bytes: spacekit {:.1} GB/s vs faster crate {:.1} GB/s = {:.0}% (bar: >= 90%)",
-                    gbps[0],
+                    gbps("spacekit"),
                     best_crate,
-                    100.0 * gbps[0] / best_crate
+                    100.0 * gbps("spacekit") / best_crate
                 ),
             );
         }
     }
     report.table(table);
+    let chart = size_chart(
+        report,
+        &["bulk"],
+        "crc: bulk CRC-32C throughput vs buffer size",
+        "buffer bytes",
+        ("gbps", "GB/s"),
+    );
+    report.chart(chart);
     Ok(())
+}
+
+/// Verifies and times the bulk CRC of `size` random bytes.
+fn bulk_case(ctx: &Ctx, rng: &mut SmallRng, size: u64) -> Result<Medians, BenchError> {
+    progress(NAME, &format!("bulk CRC over {size} bytes"));
+    let buf = random_bytes(rng, size as usize);
+    let fast = Engine::detect();
+    let scalar = Engine::portable();
+    Comparison::new(format!("CRC-32C of {size} random bytes"))
+        .variant(
+            "spacekit",
+            fast.checksum(&buf),
+            batch(|| {
+                black_box(fast.raw(!0, black_box(&buf)));
+            }),
+        )
+        .variant(
+            "crc32c",
+            ::crc32c::crc32c(&buf),
+            batch(|| {
+                black_box(::crc32c::crc32c(black_box(&buf)));
+            }),
+        )
+        .variant(
+            "crc-fast",
+            crc_fast::crc32_iscsi(&buf),
+            batch(|| {
+                black_box(crc_fast::crc32_iscsi(black_box(&buf)));
+            }),
+        )
+        .variant(
+            "spacekit-scalar",
+            scalar.checksum(&buf),
+            batch(|| {
+                black_box(scalar.raw(!0, black_box(&buf)));
+            }),
+        )
+        .run(&ctx.timer())
 }
