@@ -109,14 +109,20 @@ impl Chart {
             .filter(|v| v.is_finite())
             .collect();
         let (mut y0, mut y1) = min_max(&ys).unwrap_or((0.0, 1.0));
-        // Headroom above the data for the legend (drawn upper left).
+        // Headroom above the data for the legend (drawn upper left). Log
+        // axes span whole decades so that their ticks fall on powers of 10.
+        // Bars fill the width, so their legend needs a band of its own.
+        let bars = matches!(self.x, XAxis::Categories(_));
         if self.y_log {
             y0 = y0.floor();
-            y1 = y1.ceil().max(y0 + 1.0);
-            y1 += (y1 - y0) * 0.2;
+            y1 = (y1 + 0.4).ceil().max(y0 + 1.0) + if bars { 1.0 } else { 0.0 };
         } else {
             y0 = y0.min(0.0);
-            y1 = if y1 > y0 { y1 * 1.25 } else { y0 + 1.0 };
+            y1 = if y1 > y0 {
+                y1 * if bars { 1.6 } else { 1.25 }
+            } else {
+                y0 + 1.0
+            };
         }
         let (x0, x1) = match &self.x {
             XAxis::Categories(c) => (-0.5, c.len().max(1) as f64 - 0.5),
@@ -128,8 +134,12 @@ impl Chart {
                     .filter(|v| v.is_finite())
                     .collect();
                 let (a, b) = min_max(&xs).unwrap_or((0.0, 1.0));
-                let pad = if b > a { (b - a) * 0.04 } else { 0.5 };
-                (a - pad, b + pad)
+                if matches!(self.x, XAxis::Log) {
+                    (a.floor(), b.ceil().max(a.floor() + 1.0))
+                } else {
+                    let pad = if b > a { (b - a) * 0.04 } else { 0.5 };
+                    (a - pad, b + pad)
+                }
             }
         };
         let mut chart = ChartBuilder::on(root)
@@ -171,6 +181,9 @@ impl Chart {
         }
         if self.y_log {
             mesh.y_labels(((y1 - y0) as usize + 1).clamp(2, 12));
+        }
+        if matches!(self.x, XAxis::Log) {
+            mesh.x_labels(((x1 - x0) as usize + 1).clamp(2, 12));
         }
         mesh.draw().map_err(|e| err(&e))?;
 
@@ -217,10 +230,11 @@ impl Chart {
                 }
             }
         }
-        for (label, y) in &self.limits {
+        for (k, (label, y)) in self.limits.iter().enumerate() {
             let y = ty(*y);
-            let grey = RGBColor(90, 90, 90);
-            let dashes = dashed(x0, x1, y, 60);
+            // Distinct greys and dash lengths, so two limits tell apart.
+            let grey = [RGBColor(90, 90, 90), RGBColor(20, 20, 20)][k % 2];
+            let dashes = dashed(x0, x1, y, [60, 24][k % 2]);
             chart
                 .draw_series(
                     dashes

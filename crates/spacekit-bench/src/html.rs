@@ -103,7 +103,7 @@ table{border-collapse:collapse;font:12.5px ui-monospace,SFMono-Regular,Menlo,mon
 td,th{padding:3px 10px;text-align:right;border-bottom:1px solid #eee;white-space:nowrap}
 td:first-child,th:first-child{text-align:left} th{background:#f1f1ee;font-weight:600}
 .scroll{overflow-x:auto} .caption{font-weight:600;margin:12px 0 2px;font-size:14px}
-.bars{list-style:none;padding:0;margin:10px 0} .bars li{margin:3px 0;font-size:14px}
+.bars{list-style:none;padding:0;margin:10px 0} .bars li{margin:3px 0;font-size:14px} summary{cursor:pointer;font-weight:600;font-size:14px}
 .met,.not{display:inline-block;min-width:74px;text-align:center;border-radius:4px;font-weight:700;font-size:12px;padding:1px 6px;margin-right:8px}
 .met{background:#dff3e2;color:#17662a} .not{background:#fbe1e1;color:#a3161a}
 .machine td{font-family:system-ui,sans-serif;text-align:left}
@@ -193,9 +193,31 @@ pub fn render(
             esc(b.name),
             esc(b.about)
         );
+        let _ = write!(w, "<div class=\"charts\">");
+        for c in &r.charts {
+            let svg = c.to_svg(1040, 420).map_err(BenchError)?;
+            let _ = write!(
+                w,
+                "<figure data-chart=\"{}\" style=\"margin:0\">{svg}</figure>",
+                esc(&c.title)
+            );
+        }
+        let _ = writeln!(w, "</div>");
         if !r.bars.is_empty() {
-            let _ = write!(w, "<ul class=\"bars\">");
-            for bar in &r.bars {
+            // Bars not met first; a long list starts folded.
+            let met = r.bars.iter().filter(|b| b.met).count();
+            let _ = write!(
+                w,
+                "<details class=\"bars\"{}><summary>{met} of {} bars met</summary><ul class=\"bars\">",
+                if r.bars.len() <= 8 || met < r.bars.len() { " open" } else { "" },
+                r.bars.len()
+            );
+            for bar in r
+                .bars
+                .iter()
+                .filter(|b| !b.met)
+                .chain(r.bars.iter().filter(|b| b.met))
+            {
                 let (class, word) = if bar.met {
                     ("met", "met")
                 } else {
@@ -207,18 +229,8 @@ pub fn render(
                     esc(&bar.text)
                 );
             }
-            let _ = writeln!(w, "</ul>");
+            let _ = writeln!(w, "</ul></details>");
         }
-        let _ = write!(w, "<div class=\"charts\">");
-        for c in &r.charts {
-            let svg = c.to_svg(1040, 420).map_err(BenchError)?;
-            let _ = write!(
-                w,
-                "<figure data-chart=\"{}\" style=\"margin:0\">{svg}</figure>",
-                esc(&c.title)
-            );
-        }
-        let _ = writeln!(w, "</div>");
         for t in &r.tables {
             let _ = write!(
                 w,
