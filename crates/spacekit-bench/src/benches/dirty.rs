@@ -6,6 +6,9 @@
 //! * `seed`: the seed's bit-position iterator plus coalesce,
 //! * `spacekit`: `MemoryRangeTable::extend_from` a `Scan` (one thread),
 //! * `spacekit-mt`: the same `Scan` with `.parallel(true)` (all threads),
+//! * `limit`: the floor of any such pass, one read of the bitmap streaming
+//!   as many bytes as the table holds (16 per range) into a reused buffer
+//!   ([`membw::read_stream`]), timed round-robin with the others,
 //!
 //! at uniform random densities 0%, 0.1%, 1% and 5%, clustered (1% of pages
 //! dirty in runs of 64) and 100%. Each variant fills its own output buffer,
@@ -98,6 +101,8 @@ struct Outputs {
     seed: Vec<BaseRange>,
     spacekit: MemoryRangeTable,
     mt: MemoryRangeTable,
+    /// The `limit` row's output: two words per range.
+    limit: Vec<u64>,
 }
 
 /// Verifies and times the four variants on one bitmap; returns the medians
@@ -132,6 +137,14 @@ fn density_case(
         table_pairs(&o.mt),
     ];
     let [a_before, a_seed, a_spk, a_mt] = answers;
+    // The limit writes as many bytes as the table holds; filled once here
+    // so its page faults stay out of the timings too.
+    o.limit.resize(2 * nranges, 0);
+    let xor = membw::read_stream(bm, &mut o.limit);
+    verify(
+        &format!("the limit pass's read at {label}"),
+        &[("read_stream", xor), ("read_xor", membw::read_xor(bm))],
+    )?;
     let mut timer = ctx.timer();
     // `before` takes about two seconds per call at the full size: fewer
     // samples there, still round-robin with the others.
@@ -143,6 +156,7 @@ fn density_case(
         seed,
         spacekit,
         mt,
+        limit,
     } = o;
     let m = Comparison::lists(format!("the ranges at {label}"))
         .variant(
@@ -169,6 +183,12 @@ fn density_case(
             batch(|| {
                 mt.clear();
                 mt.extend_from(black_box(scan).parallel(true));
+            }),
+        )
+        .limit(
+            "limit",
+            batch(|| {
+                black_box(membw::read_stream(black_box(bm), limit));
             }),
         )
         .run(&timer)?;
@@ -213,9 +233,11 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             "seed",
             "spacekit",
             "spacekit-mt",
+            "limit",
             "GB/s",
             "of membw",
             "vs seed",
+            "of limit",
             "mt vs 1",
         ],
     );
@@ -241,9 +263,11 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             m.cell("seed"),
             m.cell("spacekit"),
             m.cell("spacekit-mt"),
+            m.cell("limit"),
             format!("{gbps:.2}"),
             format!("{:.0}%", gbps / bw.single * 100.0),
             m.ratio_cell("seed", "spacekit"),
+            m.ratio_cell("spacekit", "limit"),
             m.ratio_cell("spacekit", "spacekit-mt"),
         ]);
         results.push((d.label(), m));
@@ -281,15 +305,15 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     if ctx.mode != Mode::Quick {
         let gbps = bytes as f64 / get("0%")?.ns("spacekit");
         bars.check(
-            gbps >= 0.8 * bw.single,
+            gbps >= 0.85 * bw.single,
             format!(
-                "0% dirty: {gbps:.2} GB/s = {:.0}% of single-thread membw {:.2} GB/s (bar: >= 80%)",
+                "0% dirty: {gbps:.2} GB/s = {:.0}% of single-thread membw {:.2} GB/s (bar: >= 85%)",
                 gbps / bw.single * 100.0,
                 bw.single
             ),
         );
     }
-    for (label, bar) in [("0.1%", 1.5), ("1%", 3.0), ("5%", 2.0), ("100%", 100.0)] {
+    for (label, bar) in [("0.1%", 2.5), ("1%", 3.0), ("5%", 2.0), ("100%", 100.0)] {
         let m = get(label)?;
         let r = m.ratio("seed", "spacekit");
         bars.check(
@@ -301,17 +325,40 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
             ),
         );
     }
-    for label in ["0%", "1%"] {
+    for label in ["1%", "5%"] {
         let m = get(label)?;
-        let r = m.ratio("spacekit", "spacekit-mt");
+        let r = m.ratio("spacekit", "limit");
         bars.check(
-            r >= 1.6,
+            r <= 2.0,
             format!(
-                "{label}: spacekit-mt ({threads} threads) {} vs 1 thread {} = {r:.2}x (bar: >= 1.6x)",
-                m.cell("spacekit-mt"),
-                m.cell("spacekit")
+                "{label}: spacekit {} vs limit {} (read the bitmap, write the table's bytes) = {r:.2}x (bar: <= 2x)",
+                m.cell("spacekit"),
+                m.cell("limit")
             ),
         );
+    }
+    if threads > 1 && ctx.mode != Mode::Quick {
+        let gbps = bytes as f64 / get("0%")?.ns("spacekit-mt");
+        bars.check(
+            gbps >= 0.8 * bw.all,
+            format!(
+                "0%: spacekit-mt {gbps:.2} GB/s = {:.0}% of {threads}-thread membw {:.2} GB/s (bar: >= 80%)",
+                gbps / bw.all * 100.0,
+                bw.all
+            ),
+        );
+        for label in ["1%", "5%"] {
+            let m = get(label)?;
+            let r = m.ratio("spacekit", "spacekit-mt");
+            bars.check(
+                r >= 1.5,
+                format!(
+                    "{label}: spacekit-mt ({threads} threads) {} vs 1 thread {} = {r:.2}x (bar: >= 1.5x)",
+                    m.cell("spacekit-mt"),
+                    m.cell("spacekit")
+                ),
+            );
+        }
     }
     report.bars(bars);
     Ok(report)

@@ -163,3 +163,25 @@ unsafe fn read_xor_avx2(buf: &[u64]) -> u64 {
     let rest = read_xor_scalar(chunks.remainder()) ^ read_xor_scalar(head);
     lanes.iter().fold(rest, |a, &w| a ^ w)
 }
+
+/// Words of `src` read per step of [`read_stream`] (4 KiB).
+const STREAM_STEP: usize = 512;
+
+/// The floor of any pass that reads `src` and writes `dst.len()` words of
+/// output: one pass that reads `src` in 4 KiB steps (as [`read_xor`]) and,
+/// after each step, writes its proportional share of `dst` (plain stores of
+/// a value that depends on what was read, so neither can be skipped).
+/// Returns the XOR of `src`; `dst` ends filled with running XORs.
+pub fn read_stream(src: &[u64], dst: &mut [u64]) -> u64 {
+    let (n, out) = (src.len().max(1), dst.len());
+    let mut acc = 0u64;
+    let mut o = 0;
+    for (b, chunk) in src.chunks(STREAM_STEP).enumerate() {
+        acc ^= read_xor(chunk);
+        let o2 = ((b + 1) * STREAM_STEP).min(n) * out / n;
+        dst[o..o2].fill(acc);
+        o = o2;
+    }
+    dst[o..].fill(acc);
+    acc
+}

@@ -51,10 +51,11 @@ pub enum LevelKind {
     /// AVX2 with POPCNT and BMI1 (every AVX2 loop in the library may use all
     /// three): Intel Haswell, AMD Zen and later.
     Avx2,
-    /// Everything of [`LevelKind::Avx2`] plus AVX-512 F, BW and VL (Intel
-    /// Skylake-SP, AMD Zen 4 and later). The library has no AVX-512 loops yet,
-    /// so [`Level::detect`] never selects it and every dispatch runs the AVX2
-    /// code for it; the CPU's support is reported by [`cpu_level`].
+    /// Everything of [`LevelKind::Avx2`] plus AVX-512 F, BW, VL, VPOPCNTDQ
+    /// and VBMI2: Intel Ice Lake, Sapphire Rapids and later, AMD Zen 4 and
+    /// later. The loops at this level use 512-bit loads, mask registers,
+    /// `vpopcntq` and `vpcompressb`. Skylake-SP and Cascade Lake (AVX-512 F,
+    /// BW and VL without VPOPCNTDQ/VBMI2) run the AVX2 level.
     Avx512,
 }
 
@@ -77,7 +78,9 @@ impl LevelKind {
                 LevelKind::Avx2.required().0
                     | Caps::AVX512F.0
                     | Caps::AVX512BW.0
-                    | Caps::AVX512VL.0,
+                    | Caps::AVX512VL.0
+                    | Caps::AVX512VPOPCNTDQ.0
+                    | Caps::AVX512VBMI2.0,
             ),
         }
     }
@@ -114,9 +117,24 @@ impl fmt::Display for LevelKind {
 }
 
 /// The highest level the library has code for. [`Level::detect`] and
-/// [`Level::available`] never go above it; the issue that adds AVX-512 loops
-/// raises it.
-const IMPLEMENTED: LevelKind = LevelKind::Avx2;
+/// [`Level::available`] never go above it.
+const IMPLEMENTED: LevelKind = LevelKind::Avx512;
+
+/// The instruction set a dispatch runs: what the library's own `match`es
+/// look at. Only the sets compiled for this target exist, so a dispatch
+/// names each one and cannot fall back silently; holding one proves the CPU
+/// runs it (it comes from a [`Level`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Portable code.
+    Scalar,
+    /// AVX2, POPCNT and BMI1 are present.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// Everything of `Avx2` plus AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
 
 /// A set of CPU features, one bit each (private: only this module builds
 /// them, from what the CPU reported).
@@ -317,8 +335,7 @@ impl Level {
         }
     }
 
-    /// The best level the library implements on this CPU (today AVX2 at
-    /// most), with every optional feature the CPU has at that level
+    /// The best level the library implements on this CPU, with every optional feature the CPU has at that level
     /// (PCLMULQDQ for CRC updates, for instance). Detected on first use and
     /// cached; later calls are one relaxed atomic load. Without the `std`
     /// feature the answer is the compile-time target features.
@@ -388,6 +405,21 @@ impl Level {
             out[1] = Some(best);
         }
         out.into_iter().flatten()
+    }
+
+    /// The instruction set the library's loops run at this level.
+    #[inline(always)]
+    pub(crate) const fn isa(self) -> Isa {
+        match self.kind {
+            LevelKind::Scalar => Isa::Scalar,
+            #[cfg(target_arch = "x86_64")]
+            LevelKind::Avx2 => Isa::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            LevelKind::Avx512 => Isa::Avx512,
+            // No vector level is ever built off x86_64.
+            #[cfg(not(target_arch = "x86_64"))]
+            LevelKind::Avx2 | LevelKind::Avx512 => Isa::Scalar,
+        }
     }
 
     /// The level's kind, which dispatch code matches on.
@@ -487,9 +519,9 @@ pub fn cpu_features() -> impl Iterator<Item = (&'static str, bool)> + Clone {
         .map(move |(name, c)| (name, cpu.contains(c)))
 }
 
-/// The highest level this CPU supports, whether or not the library has code
-/// for it yet (so it may be [`LevelKind::Avx512`] while [`Level::detect`]
-/// is AVX2). For reports; dispatch uses a [`Level`].
+/// The highest level this CPU supports (equal to [`Level::detect`]'s kind
+/// with the `std` feature, since the library implements every level). For
+/// reports; dispatch uses a [`Level`].
 pub fn cpu_level() -> LevelKind {
     LevelKind::of(cpu_caps())
 }
@@ -557,7 +589,14 @@ mod tests {
         // features at what that level may use.
         let best = Level::best(Caps::ALL);
         assert_eq!(best.kind(), IMPLEMENTED);
-        assert!(best.has_pclmulqdq() && best.has_vpclmulqdq() && !best.has_avx512f());
+        assert!(best.has_pclmulqdq() && best.has_vpclmulqdq() && best.has_avx512f());
+        // AVX-512 F/BW/VL alone (Skylake-SP) runs the AVX2 level, without
+        // reporting AVX-512 features.
+        let skx = Caps(
+            LevelKind::Avx2.required().0 | Caps::AVX512F.0 | Caps::AVX512BW.0 | Caps::AVX512VL.0,
+        );
+        assert_eq!(LevelKind::of(skx), LevelKind::Avx2);
+        assert!(!Level::best(skx).has_avx512f());
         let old = Level::best(Caps(Caps::PCLMULQDQ.0 | Caps::POPCNT.0 | Caps::AVX2.0));
         assert_eq!(old.kind(), LevelKind::Scalar);
         assert!(old.has_pclmulqdq() && !old.has_avx2());

@@ -171,9 +171,7 @@ impl<W: Words> Scanner<W> {
         let src = self.src;
         loop {
             // Expand the marked words while the buffer has room for a whole
-            // word's edges (and the terminal edge). Dense batches write
-            // eight positions unconditionally, sparse ones four, so that
-            // the "more edges than that" branch stays rare in both.
+            // word's edges (and the terminal edge).
             let mut mask = self.mask;
             while mask != 0 {
                 if k + 65 > BUF {
@@ -185,12 +183,7 @@ impl<W: Words> Scanner<W> {
                 let w = src.word(j);
                 let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
                 let e = w ^ ((w << 1) | below);
-                let p = j as u64 * 64;
-                k = if self.dense {
-                    expand::<8>(p, e, buf, k)
-                } else {
-                    expand::<4>(p, e, buf, k)
-                };
+                k = K::expand(j as u64 * 64, e, buf, k, self.dense);
             }
             self.mask = 0;
             if self.i >= self.end {
@@ -226,29 +219,6 @@ impl<W: Words> Scanner<W> {
     pub(crate) fn done(&self) -> bool {
         self.i >= self.end && !self.terminal && self.mask == 0
     }
-}
-
-/// Stage 2: writes the edge positions of mask `e` (word at bit `pos`) to
-/// `buf[k..]`; needs 64 slots of room.
-#[inline(always)]
-fn expand<const U: usize>(pos: u64, mut e: u64, buf: &mut [u64], k: usize) -> usize {
-    let n = e.count_ones() as usize;
-    let s = &mut buf[k..k + 64];
-    // `U` unconditional writes; a mask with fewer edges writes position
-    // `pos + 64`, garbage past the live count that later words overwrite.
-    for slot in &mut s[..U] {
-        *slot = pos + u64::from(e.trailing_zeros());
-        e &= e.wrapping_sub(1);
-    }
-    if n > U {
-        let mut j = U;
-        while e != 0 {
-            s[j] = pos + u64::from(e.trailing_zeros());
-            e &= e - 1;
-            j += 1;
-        }
-    }
-    k + n
 }
 
 /// Runs `Scanner::fill` compiled for `s`'s level (see `arch::run`).

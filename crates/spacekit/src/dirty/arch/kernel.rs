@@ -29,6 +29,14 @@ pub(crate) trait Kernel {
     /// Also returns the carry out (bit 63 of the last word).
     fn marks<W: Words>(src: W, i: usize, n: usize, carry: u64) -> (u64, u64);
 
+    /// Stage 2 for one word: writes the positions of the set bits of edge
+    /// mask `e` (`e != 0`), each plus `pos` (the word's first bit), to
+    /// `buf[k..]` in ascending order and returns `k` plus their number.
+    /// `buf[k..k + 64]` must exist; slots past the returned index may be
+    /// overwritten with garbage. `dense`: most words of the batch have edges
+    /// (so more edges per word are likely).
+    fn expand(pos: u64, e: u64, buf: &mut [u64], k: usize, dense: bool) -> usize;
+
     /// Number of edges in words `[from, end)` (no terminal edge).
     #[cfg_attr(not(feature = "rayon"), allow(dead_code))]
     fn count_edges<W: Words>(src: W, from: usize, end: usize) -> usize;

@@ -1,14 +1,18 @@
 //! The dirty scanner's per-level kernels, and the dispatch between them.
 //!
-//! The scanner (`../scan.rs`) is generic: it asks a [`Kernel`] for its two
-//! word-parallel pieces, stage 1 of a batch ([`Kernel::marks`]) and the
-//! parallel scan's sizing pass ([`Kernel::count_edges`]), and is handed to
+//! The scanner (`../scan.rs`) is generic: it asks a [`Kernel`] for its three
+//! word-parallel pieces, stage 1 of a batch ([`Kernel::marks`]), stage 2
+//! for one word ([`Kernel::expand`]) and the parallel scan's sizing pass
+//! ([`Kernel::count_edges`]), and is handed to
 //! [`run`] as a [`Job`]. `run` matches the [`Level`] once per call and runs
 //! the whole job compiled for it:
 //!
 //! * [`scalar`] — portable Rust, one word at a time;
 //! * `x86_64::avx2` — four words per step, the job compiled with AVX2,
-//!   POPCNT and BMI1 (`tzcnt`/`blsr` in the expand loop).
+//!   POPCNT and BMI1 (`tzcnt`/`blsr` in the expand loop);
+//! * `x86_64::avx512` — eight words per step with mask registers,
+//!   `vpopcntq` edge counts, and each word's edge positions emitted by one
+//!   `vpcompressb` instead of a bit loop.
 //!
 //! Words come through the [`Words`] trait: one bitmap, or the OR of two.
 
@@ -17,44 +21,23 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-use crate::arch::{Level, LevelKind};
+use crate::arch::{Isa, Level};
 pub(crate) use kernel::{Job, Kernel, Words};
-
-/// Which kernels a level runs.
-#[derive(Clone, Copy)]
-enum Path {
-    Scalar,
-    /// Only built from a level of kind `Avx2` or above, which proves AVX2,
-    /// POPCNT and BMI1.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-/// The kernels `level` runs. Every level is named: a new one must be mapped
-/// here before it compiles.
-#[inline(always)]
-fn path(level: Level) -> Path {
-    match level.kind() {
-        LevelKind::Scalar => Path::Scalar,
-        // No AVX-512 kernels yet; an AVX-512 level includes everything the
-        // AVX2 kernels use.
-        #[cfg(target_arch = "x86_64")]
-        LevelKind::Avx2 | LevelKind::Avx512 => Path::Avx2,
-        // Never built off x86_64.
-        #[cfg(not(target_arch = "x86_64"))]
-        LevelKind::Avx2 | LevelKind::Avx512 => Path::Scalar,
-    }
-}
 
 /// Runs `job` compiled for `level`: one match per call, none per word.
 #[inline]
 pub(crate) fn run<J: Job>(level: Level, job: J) -> J::Output {
-    match path(level) {
-        Path::Scalar => scalar::run(job),
+    match level.isa() {
+        Isa::Scalar => scalar::run(job),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Path::Avx2` comes from a `Level` of kind `Avx2` or above,
-        // which `crate::arch` only builds once the CPU reported AVX2, POPCNT
-        // and BMI1.
-        Path::Avx2 => unsafe { x86_64::avx2::run(job) },
+        // SAFETY: `Isa::Avx2` comes from a `Level` of kind `Avx2`, which
+        // `crate::arch` only builds once the CPU reported AVX2, POPCNT and
+        // BMI1.
+        Isa::Avx2 => unsafe { x86_64::avx2::run(job) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
+        // proves AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2 besides everything
+        // the AVX2 level has.
+        Isa::Avx512 => unsafe { x86_64::avx512::run(job) },
     }
 }

@@ -47,6 +47,11 @@ impl Kernel for Avx2 {
     }
 
     #[inline(always)]
+    fn expand(pos: u64, e: u64, buf: &mut [u64], k: usize, dense: bool) -> usize {
+        scalar::Scalar::expand(pos, e, buf, k, dense)
+    }
+
+    #[inline(always)]
     fn count_edges<W: Words>(src: W, from: usize, end: usize) -> usize {
         // Short blocks stay scalar; the first block's first word (no word
         // below it) is counted on its own.
