@@ -3,10 +3,10 @@
 //!
 //! [`BuddyAllocator`] manages the pages `[base, base + pages)` (`base` need
 //! not be aligned; blocks are aligned on absolute page numbers, as in the
-//! kernel). Each page has one `u32` of metadata (free, head of a free
-//! block and its order, poisoned, reference count) and free blocks sit on
-//! per-order lists linked through two per-page index arrays, so every list
-//! operation is O(1) and no operation allocates.
+//! kernel). Each page has one `u32` of metadata (free, poisoned, reference
+//! count), and the free blocks of each order are the set bits of one
+//! bitmap per order (the kernel's per-order free lists), laid out so that
+//! a block and its buddy share a word; no operation allocates.
 //!
 //! | spacekit | Linux (mm/page_alloc.c) |
 //! |---|---|
@@ -43,6 +43,25 @@
 //! 16 merge walks instead of 16,384, and two passes over 64 KiB of metadata
 //! instead of 16,384 calls.
 //!
+//! # Freeing one page
+//!
+//! [`free_pages`](BuddyAllocator::free_pages)`(pfn, 0)` is the other hot
+//! path (the kernel's `free_unref_page` / `__free_one_page`): it reads and
+//! writes the page's own word, then walks up the orders. A merge step
+//! loads one bitmap word, tests the buddy's bit and clears it; the last
+//! step sets the merged block's bit. Nothing else is written: no list
+//! neighbours (a kernel-style doubly linked list writes the old head's back
+//! link on every push and both neighbours' links on every unlink, lines
+//! anywhere in the zone), no head or order marks in the buddies' words.
+//! All the bitmaps together are about two bits per page (256 KiB for a
+//! 1M-page zone), so a free of one page touches the page's metadata line,
+//! one bitmap word per order it climbs, and the per-order counters.
+//! [`alloc_pages`](BuddyAllocator::alloc_pages) takes the lowest free block
+//! of the smallest order that fits through the summary levels above each
+//! bitmap (a descent of four words for 1M pages), so it hands out blocks
+//! in address order, as the kernel's and `buddy_system_allocator`'s
+//! first-fit splits do.
+//!
 //! # Example
 //!
 //! ```
@@ -70,10 +89,12 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+mod freemap;
 mod meta;
 mod validate;
 
-use meta::{head, order_of, Lists, FREE, HEAD, NIL, POISON, REFS};
+use freemap::FreeMap;
+use meta::{FREE, NIL, POISON, REFS};
 
 /// The largest `max_order` a [`BuddyConfig`] may ask for.
 pub const MAX_ORDER_LIMIT: u32 = 30;
@@ -299,7 +320,7 @@ fn scan(pages: &[u32], how: Prepare) -> (u32, u32, u32) {
 pub struct BuddyAllocator {
     base: u64,
     meta: Vec<u32>,
-    lists: Lists,
+    map: FreeMap,
     max_order: u32,
     section_shift: u32,
     free_pages: u64,
@@ -355,7 +376,7 @@ impl BuddyAllocator {
         Ok(BuddyAllocator {
             base,
             meta: alloc::vec![0; n],
-            lists: Lists::new(n),
+            map: FreeMap::new(base, pages, config.max_order),
             max_order: config.max_order,
             section_shift: config.section_pages.trailing_zeros(),
             free_pages: 0,
@@ -389,23 +410,19 @@ impl BuddyAllocator {
 
     /// Free blocks of each order, `0..=max_order` (`/proc/buddyinfo`).
     pub fn free_blocks_per_order(&self) -> &[u64] {
-        &self.lists.count[..=self.max_order as usize]
+        &self.map.count[..=self.max_order as usize]
     }
 
     /// The largest order with a free block, if any.
     pub fn largest_free_order(&self) -> Option<u32> {
-        (self.lists.nonempty != 0).then(|| 31 - self.lists.nonempty.leading_zeros())
+        (self.map.nonempty != 0).then(|| 31 - self.map.nonempty.leading_zeros())
     }
 
     /// Every free block as `(first pfn, order)`, sorted by pfn.
     pub fn free_blocks(&self) -> Vec<(u64, u32)> {
         let mut v = Vec::new();
         for o in 0..=self.max_order {
-            let mut i = self.lists.head[o as usize];
-            while i != NIL {
-                v.push((self.base + u64::from(i), o));
-                i = self.lists.next[i as usize];
-            }
+            self.map.for_each(o, |pfn| v.push((pfn, o)));
         }
         v.sort_unstable();
         v
@@ -420,10 +437,26 @@ impl BuddyAllocator {
         let m = self.meta[i];
         Ok(PageState {
             free: m & FREE != 0,
-            head_of: (m & HEAD != 0).then(|| order_of(m)),
+            head_of: self.head_of(pfn),
             poisoned: m & POISON != 0,
             refcount: m & REFS,
         })
+    }
+
+    /// The order of the free block `pfn` heads, if it heads one.
+    fn head_of(&self, pfn: u64) -> Option<u32> {
+        let i = (pfn - self.base) as usize;
+        if self.meta[i] & FREE == 0 {
+            return None;
+        }
+        (0..=self.max_order)
+            .take_while(|&o| pfn & ((1 << o) - 1) == 0)
+            .find(|&o| self.block_in_span(pfn, o) && self.map.contains(o, pfn))
+    }
+
+    /// Whether the block of `2^o` pages at `pfn` lies inside the span.
+    fn block_in_span(&self, pfn: u64, o: u32) -> bool {
+        pfn >= self.base && pfn - self.base + (1 << o) <= self.pages()
     }
 
     /// Index of `pfn` after checking that `[pfn, pfn + n)` is in the span.
@@ -464,24 +497,31 @@ impl BuddyAllocator {
                 max_order: self.max_order,
             });
         }
-        let avail = self.lists.nonempty >> order;
+        let avail = self.map.nonempty >> order;
         if avail == 0 {
             return Err(BuddyError::NoMemory { order });
         }
         let mut o = order + avail.trailing_zeros();
-        let i = self.lists.head[o as usize];
-        self.lists.remove(i, o);
+        let Some(pfn) = self.map.pop_first(o) else {
+            // Unreachable while validate() holds: the order's count says
+            // it has a block.
+            debug_assert!(false, "order {o} counted non-empty but has no block");
+            return Err(BuddyError::NoMemory { order });
+        };
         while o > order {
             o -= 1;
-            let b = i + (1 << o);
-            self.meta[b as usize] = head(o);
-            self.lists.push(b, o);
+            self.map.insert(o, pfn + (1 << o));
         }
-        let (i, n) = (i as usize, 1usize << order);
-        self.meta[i..i + n].fill(0);
-        self.meta[i] = 1;
+        let (i, n) = ((pfn - self.base) as usize, 1usize << order);
+        if order == 0 {
+            self.meta[i] = 1;
+        } else {
+            let block = &mut self.meta[i..i + n];
+            block.fill(0);
+            block[0] = 1;
+        }
         self.free_pages -= n as u64;
-        Ok(self.base + i as u64)
+        Ok(pfn)
     }
 
     /// Drops the reference on block `[pfn, pfn + 2^order)`'s first page and,
@@ -498,7 +538,11 @@ impl BuddyAllocator {
     /// [`AlreadyFree`](BuddyError::AlreadyFree) if a page of the block is
     /// free, [`NotReferenced`](BuddyError::NotReferenced) if the first page
     /// has no reference. Nothing changes on an error.
+    #[inline]
     pub fn free_pages(&mut self, pfn: u64, order: u32) -> Result<bool, BuddyError> {
+        if order == 0 {
+            return self.free_page(pfn);
+        }
         if order > self.max_order {
             return Err(BuddyError::BadOrder {
                 order,
@@ -526,7 +570,35 @@ impl BuddyAllocator {
             return Ok(false);
         }
         block.fill(FREE);
-        self.free_chunk(i as u32, order);
+        self.free_chunk(pfn, order);
+        Ok(true)
+    }
+
+    /// `free_pages(pfn, 0)`: one word to check and write, then the merge
+    /// walk (see the [module docs](self#freeing-one-page)).
+    #[inline]
+    fn free_page(&mut self, pfn: u64) -> Result<bool, BuddyError> {
+        // Below the base wraps to a huge index: one compare for both ends.
+        let i = pfn.wrapping_sub(self.base);
+        if i >= self.pages() {
+            return Err(BuddyError::OutOfRange { pfn, pages: 1 });
+        }
+        let i = i as usize;
+        let m = self.meta[i];
+        if m & FREE != 0 {
+            return Err(BuddyError::AlreadyFree { pfn });
+        }
+        if m & REFS == 0 {
+            return Err(BuddyError::NotReferenced { pfn });
+        }
+        // What is left: more references or the poison bit hold it back.
+        let left = m - 1;
+        if left != 0 {
+            self.meta[i] = left;
+            return Ok(false);
+        }
+        self.meta[i] = FREE;
+        self.free_chunk(pfn, 0);
         Ok(true)
     }
 
@@ -710,51 +782,35 @@ impl BuddyAllocator {
                     .trailing_zeros()
                     .min((stop - a).ilog2())
                     .min(self.max_order);
-                self.free_chunk(a as u32, order);
+                self.free_chunk(pfn, order);
                 a += 1 << order;
             }
         }
     }
 
-    /// Puts the chunk at index `i` of `2^order` pages (words already FREE)
-    /// on the free lists, merging with free buddies of equal order.
-    fn free_chunk(&mut self, i: u32, order: u32) {
+    /// Puts the chunk of `2^order` pages at `pfn` (in the span, aligned,
+    /// words already FREE) on the free map, merging with free buddies of
+    /// equal order (`__free_one_page`). A buddy's bit shares a word with
+    /// the block's own, and a set bit is always a block inside the span, so
+    /// one word per order decides the merge.
+    #[inline]
+    fn free_chunk(&mut self, mut pfn: u64, order: u32) {
         self.free_pages += 1 << order;
-        let mut pfn = self.base + u64::from(i);
         let mut o = order;
-        while o < self.max_order {
-            let buddy = pfn ^ (1 << o);
-            let Some(bi) = buddy.checked_sub(self.base) else {
-                break;
-            };
-            if bi + (1 << o) > self.pages() {
-                break;
-            }
-            let m = self.meta[bi as usize];
-            if m & HEAD == 0 || order_of(m) != o {
-                break;
-            }
-            self.lists.remove(bi as u32, o);
-            self.meta[bi as usize] = FREE;
-            pfn = pfn.min(buddy);
+        while o < self.max_order && self.map.take_buddy(o, pfn) {
+            pfn &= !(1u64 << o);
             o += 1;
         }
-        let h = (pfn - self.base) as u32;
-        self.meta[h as usize] = head(o);
-        self.lists.push(h, o);
+        self.map.insert(o, pfn);
     }
 
-    /// The free block covering free page index `i`: (head index, order).
-    fn covering(&self, i: usize) -> Option<(u32, u32)> {
+    /// The free block covering free page index `i`: (head pfn, order).
+    fn covering(&self, i: usize) -> Option<(u64, u32)> {
         let pfn = self.base + i as u64;
-        for o in 0..=self.max_order {
-            let h = (pfn & !((1u64 << o) - 1)).checked_sub(self.base)?;
-            let m = self.meta[h as usize];
-            if m & HEAD != 0 && order_of(m) == o {
-                return Some((h as u32, o));
-            }
-        }
-        None
+        (0..=self.max_order)
+            .map(|o| (pfn & !((1u64 << o) - 1), o))
+            .take_while(|&(h, _)| h >= self.base)
+            .find(|&(h, o)| self.block_in_span(h, o) && self.map.contains(o, h))
     }
 
     /// Takes exactly the pages `[start, end)` (each then holds one
@@ -786,9 +842,9 @@ impl BuddyAllocator {
                 debug_assert!(false, "free page without a block");
                 break;
             };
-            self.lists.remove(h, o);
-            self.meta[h as usize] = FREE;
-            let (h, bend) = (h as usize, h as usize + (1 << o));
+            self.map.remove(o, h);
+            let h = (h - self.base) as usize;
+            let bend = h + (1 << o);
             self.free_pages -= 1 << o;
             if h < i0 {
                 self.free_run(h, i0);
@@ -939,11 +995,12 @@ impl LockedBuddyAllocator {
 mod tests;
 
 impl crate::__testing::Validate for BuddyAllocator {
-    /// Checks every invariant: the free lists and the per-page words agree
-    /// (each list entry heads a free, aligned, in-span block of its order;
-    /// each head is on its list; every free page is in exactly one block),
-    /// no two free buddies of one order are left unmerged, free pages have
-    /// no references or poison, and the counts add up. For tests; O(pages).
+    /// Checks every invariant: the free map and the per-page words agree
+    /// (each set bit is a free, aligned, in-span block whose pages are
+    /// exactly FREE; every free page is in exactly one block), no two free
+    /// buddies of one order are left unmerged, the summary levels cover
+    /// every non-zero word, allocated pages carry only poison and a
+    /// reference count, and the counts add up. For tests; O(pages).
     fn validate(&self) -> Result<(), String> {
         self.check()
     }

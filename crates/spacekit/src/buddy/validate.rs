@@ -1,108 +1,126 @@
-//! `validate()`: the free lists, the per-page words and the counters agree.
+//! `validate()`: the free map, the per-page words and the counters agree.
 
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 
-use super::meta::{order_of, FREE, HEAD, NIL, POISON, REFS};
+use super::meta::{FREE, POISON, REFS};
 use super::BuddyAllocator;
 
 impl BuddyAllocator {
     pub(super) fn check(&self) -> Result<(), String> {
         let n = self.meta.len();
-        let mut on_list = vec![false; n];
-        let mut total = 0u64;
-        for o in 0..32u32 {
-            let mut i = self.lists.head[o as usize];
-            let mut prev = NIL;
-            let mut count = 0u64;
-            while i != NIL {
-                if o > self.max_order {
-                    return Err(format!(
-                        "list {o} above max order {} is not empty",
-                        self.max_order
-                    ));
-                }
-                let iu = i as usize;
-                if iu >= n || on_list[iu] {
-                    return Err(format!("list {o}: index {i} out of range or listed twice"));
-                }
-                on_list[iu] = true;
-                if self.lists.prev[iu] != prev {
-                    return Err(format!(
-                        "list {o}: page index {i} has prev {}, want {prev}",
-                        self.lists.prev[iu]
-                    ));
-                }
-                let m = self.meta[iu];
-                if m & HEAD == 0 || m & FREE == 0 || order_of(m) != o {
-                    return Err(format!("list {o}: page index {i} has word {m:#x}"));
-                }
-                count += 1;
-                prev = i;
-                i = self.lists.next[iu];
-            }
-            if count != self.lists.count[o as usize] {
+        let map = &self.map;
+        if map.orders.len() != self.max_order as usize + 1 {
+            return Err(format!(
+                "{} order maps for max order {}",
+                map.orders.len(),
+                self.max_order
+            ));
+        }
+        for o in self.max_order + 1..32 {
+            if map.count[o as usize] != 0 || map.nonempty >> o & 1 != 0 {
                 return Err(format!(
-                    "list {o}: {count} blocks, counter says {}",
-                    self.lists.count[o as usize]
+                    "order {o} above max order {} has blocks",
+                    self.max_order
                 ));
             }
-            if (count > 0) != (self.lists.nonempty >> o & 1 == 1) {
-                return Err(format!("list {o}: non-empty mask wrong"));
+        }
+        // Every set bit is a free block inside the span whose pages are
+        // free and covered by no other block.
+        let mut covered = vec![false; n];
+        let mut total = 0u64;
+        for o in 0..=self.max_order {
+            let size = 1usize << o;
+            let mut count = 0u64;
+            let mut bad = None;
+            map.for_each(o, |pfn| {
+                count += 1;
+                if bad.is_some() {
+                    return;
+                }
+                if !self.block_in_span(pfn, o) {
+                    bad = Some(format!(
+                        "order {o}: a free block at {pfn:#x} is not inside the span"
+                    ));
+                    return;
+                }
+                let i = (pfn - self.base) as usize;
+                for k in 0..size {
+                    let w = self.meta[i + k];
+                    if w != FREE {
+                        bad = Some(format!(
+                            "free block {pfn:#x} order {o}: page +{k} has word {w:#x}"
+                        ));
+                        return;
+                    }
+                    if covered[i + k] {
+                        bad = Some(format!(
+                            "free block {pfn:#x} order {o}: page +{k} is in another block too"
+                        ));
+                        return;
+                    }
+                    covered[i + k] = true;
+                }
+                if o < self.max_order && map.contains(o, pfn ^ (1 << o)) {
+                    bad = Some(format!(
+                        "free buddies {pfn:#x} and {:#x} of order {o} not merged",
+                        pfn ^ (1 << o)
+                    ));
+                }
+            });
+            if let Some(e) = bad {
+                return Err(e);
+            }
+            if count != map.count[o as usize] {
+                return Err(format!(
+                    "order {o}: {count} blocks, counter says {}",
+                    map.count[o as usize]
+                ));
+            }
+            if (count > 0) != (map.nonempty >> o & 1 == 1) {
+                return Err(format!("order {o}: non-empty mask wrong"));
             }
             total += count << o;
-        }
-        // Walk the pages: blocks tile the free pages exactly.
-        let mut i = 0usize;
-        let mut free = 0u64;
-        while i < n {
-            let m = self.meta[i];
-            let pfn = self.base + i as u64;
-            if m & HEAD != 0 {
-                let o = order_of(m);
-                let size = 1usize << o;
-                if !on_list[i] {
-                    return Err(format!(
-                        "page {pfn:#x} heads a free block of order {o} but is on no list"
-                    ));
-                }
-                if pfn & (size as u64 - 1) != 0 || i + size > n {
-                    return Err(format!(
-                        "free block {pfn:#x} order {o} misaligned or past the end"
-                    ));
-                }
-                for (k, &w) in self.meta[i..i + size].iter().enumerate() {
-                    let head_ok = if k == 0 { w & HEAD != 0 } else { w & HEAD == 0 };
-                    if w & FREE == 0 || !head_ok || w & (POISON | REFS) != 0 {
+            // Summaries: a non-zero word has its bit set one level up, and
+            // no bit names a word past its level's end.
+            let m = &map.orders[o as usize];
+            for l in 1..=m.top {
+                let (below, above) = (map.level(o, l - 1), map.level(o, l));
+                for (k, &w) in below.iter().enumerate() {
+                    if w != 0 && above[k >> 6] >> (k & 63) & 1 == 0 {
                         return Err(format!(
-                            "free block {pfn:#x} order {o}: page +{k} has word {w:#x}"
+                            "order {o} level {l}: word {k} below is non-zero, its bit is clear"
                         ));
                     }
                 }
-                if o < self.max_order {
-                    let buddy = pfn ^ (1u64 << o);
-                    if let Some(b) = buddy.checked_sub(self.base) {
-                        let b = b as usize;
-                        if b + size <= n && self.meta[b] & HEAD != 0 && order_of(self.meta[b]) == o
-                        {
-                            return Err(format!(
-                                "free buddies {pfn:#x} and {buddy:#x} of order {o} not merged"
-                            ));
-                        }
+                for (k, &w) in above.iter().enumerate() {
+                    let past = (k << 6) + 64 - w.leading_zeros() as usize;
+                    if w != 0 && past > below.len() {
+                        return Err(format!(
+                            "order {o} level {l}: word {k} names a word past the level below"
+                        ));
                     }
                 }
-                free += size as u64;
-                i += size;
-            } else if m & FREE != 0 {
-                return Err(format!("page {pfn:#x} is free but in no block"));
-            } else {
-                i += 1;
+            }
+            if map.level(o, m.top).len() != 1 {
+                return Err(format!("order {o}: top level is not one word"));
             }
         }
-        if free != total || free != self.free_pages {
+        // The blocks tile the free pages exactly; other pages carry only a
+        // poison bit and a reference count.
+        for (i, (&w, &c)) in self.meta.iter().zip(&covered).enumerate() {
+            let pfn = self.base + i as u64;
+            if w & FREE != 0 && !c {
+                return Err(format!("page {pfn:#x} is free but in no block"));
+            }
+            if w & FREE == 0 && w & !(POISON | REFS) != 0 {
+                return Err(format!("page {pfn:#x} has word {w:#x}"));
+            }
+        }
+        if total != self.free_pages {
             return Err(format!(
-                "free pages: {free} in blocks, {total} on the lists, counter {}",
+                "free pages: {total} in blocks, counter {}",
                 self.free_pages
             ));
         }

@@ -1,0 +1,336 @@
+//! The free "lists": one bitmap per order, a bit per aligned block, with
+//! summary levels above each bitmap for the lowest-block search.
+//!
+//! The kernel threads free blocks on per-order doubly linked lists through
+//! `struct page`. A push then writes the old head's back link and an unlink
+//! writes both neighbours': cache lines anywhere in the zone, one or two per
+//! merge step. Here a free block of order `o` is one set bit in the order's
+//! bitmap, and the bitmaps are laid out so that a block's bit and its
+//! buddy's share one `u64` (bit 0 of each bitmap is a block number that is
+//! a multiple of 64). One merge step is then: load the word, test the
+//! buddy's bit, clear it. Every bitmap together is about two bits per page
+//! (256 KiB for a 1M-page zone), so a merge walk stays in L1/L2.
+//!
+//! Above each bitmap sit summary levels, each bit saying "this word of the
+//! level below may be non-zero", up to a single top word: finding the lowest
+//! free block of an order is one descent (4 words for 1M pages). Summary
+//! bits are set eagerly (a word becoming non-zero sets its bit, stopping at
+//! the first bit already set) and cleared lazily: taking a buddy in a merge
+//! never touches the summaries; the descent clears the stale bits it meets,
+//! and [`FreeMap::pop_first`] clears the bits of the words it empties.
+//!
+//! Invariant (checked by `validate()`): a non-zero word has its summary bit
+//! set; a summary bit never names a word past its level's end.
+
+use alloc::vec::Vec;
+
+/// Most summary levels (level 0 is the bitmap): 2^32 pages are 2^26 leaf
+/// words, then 2^20, 2^14, 2^8, 2^2 and one: six levels.
+pub(super) const LEVELS: usize = 8;
+
+/// The bitmaps and summaries of one order.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct OrderMap {
+    /// Block number (`pfn >> order`) of bit 0 of the bitmap: a multiple of
+    /// 64, so a block's bit and its buddy's share a word.
+    pub first: u64,
+    /// Start of each level in [`FreeMap::words`] (level 0: the bitmap).
+    pub start: [usize; LEVELS],
+    /// Words in each level.
+    pub len: [usize; LEVELS],
+    /// The top level (a single word).
+    pub top: usize,
+}
+
+/// Per-order free-block bitmaps with their counters.
+#[derive(Clone, Debug)]
+pub(super) struct FreeMap {
+    /// Every level of every order.
+    pub words: Vec<u64>,
+    /// Start of each order's bitmap in `words` (hot copy of
+    /// `orders[o].start[0]`).
+    leaf: [usize; 32],
+    /// Hot copy of `orders[o].first`.
+    first: [u64; 32],
+    /// Each order's layout (`0..=max_order`).
+    pub orders: Vec<OrderMap>,
+    /// Free blocks of each order.
+    pub count: [u64; 32],
+    /// Bit `o` set when order `o` has a free block.
+    pub nonempty: u32,
+}
+
+impl FreeMap {
+    /// Empty bitmaps for the pages `[base, base + pages)`, orders
+    /// `0..=max_order`.
+    pub fn new(base: u64, pages: u64, max_order: u32) -> FreeMap {
+        let mut words = 0usize;
+        let mut orders = Vec::with_capacity(max_order as usize + 1);
+        let (mut leaf, mut firsts) = ([0usize; 32], [0u64; 32]);
+        for o in 0..=max_order {
+            let first = (base >> o) & !63;
+            let last = if pages == 0 {
+                first
+            } else {
+                (base + (pages - 1)) >> o
+            };
+            let mut m = OrderMap {
+                first,
+                ..OrderMap::default()
+            };
+            let mut n = ((last - first) / 64 + 1) as usize;
+            let mut l = 0;
+            loop {
+                m.start[l] = words;
+                m.len[l] = n;
+                words += n;
+                if n == 1 || l + 1 == LEVELS {
+                    break;
+                }
+                n = n.div_ceil(64);
+                l += 1;
+            }
+            debug_assert_eq!(m.len[l], 1, "too many summary levels");
+            m.top = l;
+            leaf[o as usize] = m.start[0];
+            firsts[o as usize] = first;
+            orders.push(m);
+        }
+        FreeMap {
+            words: alloc::vec![0; words],
+            leaf,
+            first: firsts,
+            orders,
+            count: [0; 32],
+            nonempty: 0,
+        }
+    }
+
+    /// The bitmap word (index in `words`) and bit of the block of order `o`
+    /// at `pfn`.
+    #[inline(always)]
+    fn locate(&self, o: u32, pfn: u64) -> (usize, u64) {
+        let rel = (pfn >> o) - self.first[o as usize];
+        (self.leaf[o as usize] + (rel >> 6) as usize, 1 << (rel & 63))
+    }
+
+    /// Whether the block of order `o` at `pfn` (aligned, in the span) is
+    /// free.
+    #[inline]
+    pub fn contains(&self, o: u32, pfn: u64) -> bool {
+        let (w, m) = self.locate(o, pfn);
+        self.words[w] & m != 0
+    }
+
+    /// If the buddy of the block of order `o` at `pfn` (aligned, in the
+    /// span) is a free block of order `o`, takes it off the map and returns
+    /// true. One word, shared with the block's own bit; the summaries are
+    /// left to be cleared lazily.
+    #[inline(always)]
+    pub fn take_buddy(&mut self, o: u32, pfn: u64) -> bool {
+        let (w, m) = self.locate(o, pfn ^ (1 << o));
+        let word = self.words[w];
+        if word & m == 0 {
+            return false;
+        }
+        self.words[w] = word & !m;
+        self.uncount(o);
+        true
+    }
+
+    /// Puts the free block of order `o` at `pfn` (aligned, in the span,
+    /// not yet present) on the map.
+    #[inline(always)]
+    pub fn insert(&mut self, o: u32, pfn: u64) {
+        let (w, m) = self.locate(o, pfn);
+        let word = self.words[w];
+        self.words[w] = word | m;
+        if word == 0 {
+            self.mark_up(o, w - self.leaf[o as usize]);
+        }
+        self.count[o as usize] += 1;
+        self.nonempty |= 1 << o;
+    }
+
+    /// Takes the free block of order `o` at `pfn` (present) off the map.
+    #[inline]
+    pub fn remove(&mut self, o: u32, pfn: u64) {
+        let (w, m) = self.locate(o, pfn);
+        debug_assert!(self.words[w] & m != 0, "removing a block not on the map");
+        self.words[w] &= !m;
+        self.uncount(o);
+    }
+
+    #[inline(always)]
+    fn uncount(&mut self, o: u32) {
+        let c = &mut self.count[o as usize];
+        *c -= 1;
+        if *c == 0 {
+            self.nonempty &= !(1 << o);
+        }
+    }
+
+    /// Word `idx` of order `o`'s bitmap became non-zero: set its summary
+    /// bits, up to the first one already set.
+    #[inline]
+    fn mark_up(&mut self, o: u32, mut idx: usize) {
+        let m = &self.orders[o as usize];
+        for l in 1..=m.top {
+            let p = m.start[l] + (idx >> 6);
+            let bit = 1u64 << (idx & 63);
+            let word = self.words[p];
+            if word & bit != 0 {
+                return;
+            }
+            self.words[p] = word | bit;
+            idx >>= 6;
+        }
+    }
+
+    /// Takes the lowest free block of order `o` off the map and returns its
+    /// first pfn; `None` if the order has none. Clears the stale summary
+    /// bits met on the way down and the bits of the words it empties.
+    pub fn pop_first(&mut self, o: u32) -> Option<u64> {
+        let m = self.orders[o as usize];
+        let mut path = [0usize; LEVELS];
+        'descend: loop {
+            let mut idx = 0usize;
+            let mut l = m.top;
+            loop {
+                path[l] = idx;
+                let w = self.words[m.start[l] + idx];
+                if w == 0 {
+                    if l == m.top {
+                        return None;
+                    }
+                    // A stale summary bit: clear it and start again.
+                    self.words[m.start[l + 1] + (idx >> 6)] &= !(1u64 << (idx & 63));
+                    continue 'descend;
+                }
+                let child = (idx << 6) | w.trailing_zeros() as usize;
+                if l == 0 {
+                    let left = w & (w - 1);
+                    self.words[m.start[0] + idx] = left;
+                    if left == 0 {
+                        self.clear_up(&m, &path);
+                    }
+                    self.uncount(o);
+                    return Some((m.first + child as u64) << o);
+                }
+                l -= 1;
+                idx = child;
+            }
+        }
+    }
+
+    /// The bitmap word `path[0]` became zero: clear the summary bits on the
+    /// path above it while the words they sit in become zero too.
+    fn clear_up(&mut self, m: &OrderMap, path: &[usize; LEVELS]) {
+        for l in 1..=m.top {
+            let p = m.start[l] + path[l];
+            let left = self.words[p] & !(1u64 << (path[l - 1] & 63));
+            self.words[p] = left;
+            if left != 0 {
+                return;
+            }
+        }
+    }
+
+    /// Calls `f(pfn)` for every free block of order `o`, in pfn order.
+    pub fn for_each(&self, o: u32, mut f: impl FnMut(u64)) {
+        let m = &self.orders[o as usize];
+        let leaf = &self.words[m.start[0]..m.start[0] + m.len[0]];
+        for (k, &w) in leaf.iter().enumerate() {
+            let mut w = w;
+            while w != 0 {
+                let rel = (k as u64) << 6 | u64::from(w.trailing_zeros());
+                f((m.first + rel) << o);
+                w &= w - 1;
+            }
+        }
+    }
+
+    /// Level `l` of order `o`'s map.
+    pub fn level(&self, o: u32, l: usize) -> &[u64] {
+        let m = &self.orders[o as usize];
+        &self.words[m.start[l]..m.start[l] + m.len[l]]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng::Rng;
+
+    /// Against a sorted set: inserts, buddy takes, removes and pops, with
+    /// the summary invariant checked after each, on spans of every size
+    /// class (one word, several levels) and unaligned bases.
+    #[test]
+    fn matches_a_set() {
+        let mut r = Rng(0x0F4E_E3A9);
+        for &(base, pages) in &[
+            (0u64, 1u64),
+            (5, 63),
+            (64, 64),
+            (3, 4097),
+            (1000, 70_000),
+            (u64::MAX - 300_000, 300_000),
+        ] {
+            let mut f = FreeMap::new(base, pages, 3);
+            let mut set = alloc::collections::BTreeSet::new();
+            for _ in 0..20_000 {
+                let o = r.below(4) as u32;
+                let size = 1u64 << o;
+                let lo = base.next_multiple_of(size);
+                if lo.checked_add(size).is_none_or(|e| e > base + pages) {
+                    continue;
+                }
+                let pfn = lo + r.below((base + pages - lo) / size) * size;
+                match r.below(4) {
+                    0 | 1 => {
+                        if !set.contains(&(o, pfn)) {
+                            f.insert(o, pfn);
+                            set.insert((o, pfn));
+                        }
+                    }
+                    2 => {
+                        // The buddy may lie outside the span: never on
+                        // the map, so never taken.
+                        let want = set.remove(&(o, pfn ^ size));
+                        assert_eq!(f.take_buddy(o, pfn), want);
+                        if set.remove(&(o, pfn)) {
+                            f.remove(o, pfn);
+                        }
+                    }
+                    _ => {
+                        let want = set.iter().find(|b| b.0 == o).copied();
+                        assert_eq!(f.pop_first(o), want.map(|b| b.1));
+                        if let Some(b) = want {
+                            set.remove(&b);
+                        }
+                    }
+                }
+                for o in 0..4 {
+                    let mut got = Vec::new();
+                    f.for_each(o, |p| got.push(p));
+                    let want: Vec<u64> = set.iter().filter(|b| b.0 == o).map(|b| b.1).collect();
+                    assert_eq!(got, want);
+                    assert_eq!(f.count[o as usize], want.len() as u64);
+                    assert_eq!(f.nonempty >> o & 1 == 1, !want.is_empty());
+                    for p in &want {
+                        assert!(f.contains(o, *p));
+                    }
+                    let m = f.orders[o as usize];
+                    for l in 1..=m.top {
+                        let (below, above) = (f.level(o, l - 1), f.level(o, l));
+                        for (k, &w) in below.iter().enumerate() {
+                            if w != 0 {
+                                assert!(above[k >> 6] >> (k & 63) & 1 == 1);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
