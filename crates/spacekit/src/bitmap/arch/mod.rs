@@ -7,7 +7,8 @@
 //! instantiations:
 //!
 //! * [`scalar`] — portable Rust, one word (or a haszero bit trick) at a time;
-//! * `x86_64::avx2` — four 256-bit loads per step (128 bytes);
+//! * `x86_64::avx2` — four 256-bit loads per step (128 bytes); eight,
+//!   folded into one lane-wise minimum, for the zero-lane search;
 //! * `x86_64::avx512` — four 512-bit loads per step (256 bytes), compares
 //!   into mask registers, `vpopcntq` counts.
 //!
@@ -198,6 +199,59 @@ mod tests {
                     scalar::nth_word(words, nth),
                     "{}",
                     at("nth_word")
+                );
+            }
+        }
+    }
+
+    /// A word with no zero `chunk` lane (every byte non-zero), but with a
+    /// zero 32-bit half now and then: such words pass the AVX2 64-bit
+    /// prefilter (a lane-wise 32-bit minimum) without being zero.
+    fn busy_word(rng: &mut Rng, chunk: Chunk) -> u64 {
+        let w = rng.next() | 0x0101_0101_0101_0101;
+        if chunk == Chunk::B64 && rng.below(4) == 0 {
+            w & if rng.below(2) == 0 {
+                0xFFFF_FFFF_0000_0000
+            } else {
+                0x0000_0000_FFFF_FFFF
+            }
+        } else {
+            w
+        }
+    }
+
+    #[test]
+    fn zero_chunk_search_agrees_on_long_stretches() {
+        // Long stretches (many 256-byte steps) with zero lanes planted in
+        // every vector position of a step, every lane width, every skew of
+        // the slice against cache lines and every start.
+        let mut rng = Rng(0xA512_0002);
+        let chunks = [Chunk::B8, Chunk::B16, Chunk::B32, Chunk::B64];
+        for case in 0..2000 {
+            let chunk = chunks[case % 4];
+            let n = rng.below(if case % 8 == 0 { 3000 } else { 400 }) as usize;
+            let mut backing: Vec<u64> = (0..n + 8).map(|_| busy_word(&mut rng, chunk)).collect();
+            for _ in 0..rng.below(3) {
+                let i = rng.below(n as u64 + 8) as usize;
+                let lane = rng.below(64 / chunk as u64) as u32;
+                let bits = chunk as u32;
+                let mask = if bits == 64 {
+                    !0
+                } else {
+                    ((1u64 << bits) - 1) << (lane * bits)
+                };
+                backing[i] &= !mask;
+            }
+            let skew = rng.below(8) as usize;
+            let words = &backing[skew..skew + n];
+            let from = rng.below(n as u64 + 2) as usize;
+            let want = scalar::first_zero_chunk(words, from, chunk);
+            for level in Level::available() {
+                assert_eq!(
+                    first_zero_chunk(level, words, from, chunk),
+                    want,
+                    "first_zero_chunk at {level}, case {case}, chunk {chunk:?}, n {n}, \
+                     skew {skew}, from {from}"
                 );
             }
         }

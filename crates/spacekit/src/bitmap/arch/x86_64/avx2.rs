@@ -1,9 +1,12 @@
-//! AVX2 word-skipping loops: 128 bytes (four 256-bit loads) per step.
+//! AVX2 word-skipping loops: 128 bytes (four 256-bit loads) per step, and
+//! 256 bytes (eight loads folded by a lane-wise minimum, with software
+//! prefetch) for the zero-lane search of the clear-area filter.
 //!
 //! Every function here is `unsafe` only because it is compiled with
 //! `#[target_feature(enable = "avx2")]`; callers hold a `Level` of kind
 //! `Avx2` or above, which proves the CPU has AVX2 (and POPCNT). Memory
-//! accesses stay inside the slices they are given.
+//! accesses stay inside the slices they are given (prefetches, which never
+//! fault, may name lines past them).
 
 use super::super::scalar::{self, Chunk};
 use core::arch::x86_64::*;
@@ -142,64 +145,145 @@ pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<us
     scalar::last_diff(words, e, pat)
 }
 
-/// All-ones in every `chunk`-bit lane of `v` that is zero.
-///
-/// # Safety
-/// As [`nonzero_lanes`].
-#[inline(always)]
-unsafe fn zero_lanes(v: __m256i, chunk: Chunk) -> __m256i {
-    // SAFETY: only called from `#[target_feature(enable = "avx2")]` functions.
-    unsafe {
-        let z = _mm256_setzero_si256();
-        match chunk {
-            Chunk::B8 => _mm256_cmpeq_epi8(v, z),
-            Chunk::B16 => _mm256_cmpeq_epi16(v, z),
-            Chunk::B32 => _mm256_cmpeq_epi32(v, z),
-            Chunk::B64 => _mm256_cmpeq_epi64(v, z),
-        }
+/// Words per 256-bit vector.
+const LANES: usize = 4;
+
+/// Words per step of the zero-lane search: eight vectors, 256 bytes (four
+/// cache lines).
+const ZSTEP: usize = 8 * LANES;
+
+/// How far ahead of the zero-lane search's loads it prefetches, in words
+/// (1 KiB, sixteen cache lines). A search that must read a bitmap bigger
+/// than L1 (seed 000's 40 KiB) is bound by how fast lines come in from L2;
+/// asking for them early keeps more misses in flight (about 8% faster here).
+const PREFETCH: usize = 128;
+
+/// All-ones in every `C`-bit lane of `v` that is zero.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn zero_lanes<const C: usize>(v: __m256i) -> __m256i {
+    let z = _mm256_setzero_si256();
+    match C {
+        8 => _mm256_cmpeq_epi8(v, z),
+        16 => _mm256_cmpeq_epi16(v, z),
+        32 => _mm256_cmpeq_epi32(v, z),
+        _ => _mm256_cmpeq_epi64(v, z),
     }
 }
 
-/// Bit position of the first all-zero `chunk` lane in `words[from..]`.
+/// The lane-wise unsigned minimum of `a` and `b` at `C` bits, which is zero
+/// in a lane iff either input is. AVX2 has no 64-bit minimum: at `C = 64`
+/// this is the 32-bit one, zero in a 64-bit lane only if *some* input has
+/// both halves zero there or one has the low and the other the high half
+/// zero; a prefilter, so the search checks its hits exactly.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn min_lanes<const C: usize>(a: __m256i, b: __m256i) -> __m256i {
+    match C {
+        8 => _mm256_min_epu8(a, b),
+        16 => _mm256_min_epu16(a, b),
+        _ => _mm256_min_epu32(a, b),
+    }
+}
+
+/// Bit offset, inside the vector, of the first zero `C`-bit lane of `v`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn first_zero_lane<const C: usize>(v: __m256i) -> Option<usize> {
+    // One mask bit per byte; a zero lane sets all its bytes, so the lowest
+    // set bit is the first byte of the first zero lane.
+    let m = _mm256_movemask_epi8(zero_lanes::<C>(v)) as u32;
+    (m != 0).then(|| m.trailing_zeros() as usize * 8)
+}
+
+/// [`first_zero_chunk`] for lanes of `C` bits: the loop is instantiated per
+/// lane width, so no step branches on it.
 ///
-/// The four lane compares of a 128-byte step are ORed and tested once; the
-/// byte masks that locate the lane are only built on a hit.
+/// Each 256-byte step folds its eight vectors into their lane-wise minimum
+/// (a lane of the minimum is zero iff that lane is zero in some vector) and
+/// tests it once: nine vector operations besides the loads for four cache
+/// lines. Only a hit looks at the vectors one by one.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn zero_chunk_scan<const C: usize>(
+    words: &[u64],
+    from: usize,
+    chunk: Chunk,
+) -> Option<usize> {
+    let n = words.len();
+    // Start on a 64-byte boundary: each step is then four whole lines.
+    let head = n.min(from.saturating_add(head_to_line(words, from)));
+    if let Some(bit) = scalar::first_zero_chunk(&words[..head], from, chunk) {
+        return Some(bit);
+    }
+    let mut i = head.max(from);
+    let vec_at = |i: usize| {
+        debug_assert!(i + LANES <= n);
+        // SAFETY: every caller below checks that the four words from `i`
+        // are in bounds; the load is unaligned.
+        unsafe { _mm256_loadu_si256(words.as_ptr().add(i).cast::<__m256i>()) }
+    };
+    while i + ZSTEP <= n {
+        // A prefetch never faults, so it may point past the slice; the
+        // address is only computed (wrapping), never dereferenced by us.
+        let ahead = words.as_ptr().wrapping_add(i + PREFETCH).cast::<i8>();
+        for line in 0..4 {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+        }
+        let v: [__m256i; 8] = core::array::from_fn(|k| vec_at(i + k * LANES));
+        let m = min_lanes::<C>(
+            min_lanes::<C>(min_lanes::<C>(v[0], v[1]), min_lanes::<C>(v[2], v[3])),
+            min_lanes::<C>(min_lanes::<C>(v[4], v[5]), min_lanes::<C>(v[6], v[7])),
+        );
+        let z = zero_lanes::<C>(m);
+        if _mm256_testz_si256(z, z) == 0 {
+            for (k, &x) in v.iter().enumerate() {
+                if let Some(off) = first_zero_lane::<C>(x) {
+                    return Some((i + k * LANES) * 64 + off);
+                }
+            }
+            // A false hit of the 64-bit prefilter: no word of the step is
+            // zero.
+        }
+        i += ZSTEP;
+    }
+    while i + LANES <= n {
+        if let Some(off) = first_zero_lane::<C>(vec_at(i)) {
+            return Some(i * 64 + off);
+        }
+        i += LANES;
+    }
+    scalar::first_zero_chunk(words, i, chunk)
+}
+
+/// Words to handle one by one from index `i` before `words[i..]` starts on
+/// a 64-byte (cache-line) boundary.
+#[inline(always)]
+fn head_to_line(words: &[u64], i: usize) -> usize {
+    let addr = words.as_ptr().wrapping_add(i) as usize;
+    (64 - addr % 64) % 64 / 8
+}
+
+/// Bit position of the first all-zero `chunk` lane in `words[from..]`.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
-    let n = words.len();
-    let head = n.min(from.saturating_add(head_to_align(words, from)));
-    if let Some(bit) = scalar::first_zero_chunk(&words[..head], from, chunk) {
-        return Some(bit);
+    // One instantiation per lane width, chosen once per call.
+    match chunk {
+        // SAFETY: AVX2 is enabled here, all `zero_chunk_scan` requires.
+        Chunk::B8 => unsafe { zero_chunk_scan::<8>(words, from, chunk) },
+        // SAFETY: as above.
+        Chunk::B16 => unsafe { zero_chunk_scan::<16>(words, from, chunk) },
+        // SAFETY: as above.
+        Chunk::B32 => unsafe { zero_chunk_scan::<32>(words, from, chunk) },
+        // SAFETY: as above.
+        Chunk::B64 => unsafe { zero_chunk_scan::<64>(words, from, chunk) },
     }
-    let mut i = head.max(from);
-    while i + STEP <= n {
-        // SAFETY: `i + STEP <= n`; unaligned loads; AVX2 is enabled here.
-        let e = unsafe {
-            let p = words.as_ptr().add(i).cast::<__m256i>();
-            [
-                zero_lanes(_mm256_loadu_si256(p), chunk),
-                zero_lanes(_mm256_loadu_si256(p.add(1)), chunk),
-                zero_lanes(_mm256_loadu_si256(p.add(2)), chunk),
-                zero_lanes(_mm256_loadu_si256(p.add(3)), chunk),
-            ]
-        };
-        let any = _mm256_or_si256(_mm256_or_si256(e[0], e[1]), _mm256_or_si256(e[2], e[3]));
-        if _mm256_testz_si256(any, any) == 0 {
-            let m = |v| _mm256_movemask_epi8(v) as u32 as u64;
-            let lo = m(e[0]) | m(e[1]) << 32;
-            let byte = if lo != 0 {
-                lo.trailing_zeros() as usize
-            } else {
-                64 + (m(e[2]) | m(e[3]) << 32).trailing_zeros() as usize
-            };
-            return Some(i * 64 + byte * 8);
-        }
-        i += STEP;
-    }
-    scalar::first_zero_chunk(words, i, chunk)
 }
 
 /// Number of set bits in `words`, compiled with POPCNT and AVX2 (the

@@ -155,33 +155,34 @@ pub(crate) unsafe fn last_diff(words: &[u64], end: usize, pat: u64) -> Option<us
     scalar::last_diff(words, e, pat)
 }
 
-/// Bit `k` set iff `chunk`-bit lane `k` of `v` is zero (64, 32, 16 or 8
+/// Bit `k` set iff `C`-bit lane `k` of `v` is zero (64, 32, 16 or 8
 /// lanes).
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
-fn zero_lanes(v: __m512i, chunk: Chunk) -> u64 {
-    match chunk {
-        Chunk::B8 => _mm512_testn_epi8_mask(v, v),
-        Chunk::B16 => u64::from(_mm512_testn_epi16_mask(v, v)),
-        Chunk::B32 => u64::from(_mm512_testn_epi32_mask(v, v)),
-        Chunk::B64 => u64::from(_mm512_testn_epi64_mask(v, v)),
+fn zero_lanes<const C: usize>(v: __m512i) -> u64 {
+    match C {
+        8 => _mm512_testn_epi8_mask(v, v),
+        16 => u64::from(_mm512_testn_epi16_mask(v, v)),
+        32 => u64::from(_mm512_testn_epi32_mask(v, v)),
+        _ => u64::from(_mm512_testn_epi64_mask(v, v)),
     }
 }
 
-/// The lane-wise unsigned minimum of `a` and `b` at `chunk` bits: zero in a
+/// The lane-wise unsigned minimum of `a` and `b` at `C` bits: zero in a
 /// lane iff either input is zero there.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
-fn min_lanes(a: __m512i, b: __m512i, chunk: Chunk) -> __m512i {
-    match chunk {
-        Chunk::B8 => _mm512_min_epu8(a, b),
-        Chunk::B16 => _mm512_min_epu16(a, b),
-        Chunk::B32 => _mm512_min_epu32(a, b),
-        Chunk::B64 => _mm512_min_epu64(a, b),
+fn min_lanes<const C: usize>(a: __m512i, b: __m512i) -> __m512i {
+    match C {
+        8 => _mm512_min_epu8(a, b),
+        16 => _mm512_min_epu16(a, b),
+        32 => _mm512_min_epu32(a, b),
+        _ => _mm512_min_epu64(a, b),
     }
 }
 
-/// Bit position of the first all-zero `chunk` lane in `words[from..]`.
+/// [`first_zero_chunk`] for lanes of `C` bits, instantiated per lane width
+/// so that no step branches on it.
 ///
 /// A 256-byte step takes the lane-wise minimum of its four vectors and
 /// tests it once (a lane of the minimum is zero iff that lane is zero in
@@ -191,25 +192,28 @@ fn min_lanes(a: __m512i, b: __m512i, chunk: Chunk) -> __m512i {
 /// # Safety
 /// The CPU must support AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vpopcntdq,avx2,popcnt,bmi1")]
-pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
+#[inline]
+unsafe fn zero_chunk_scan<const C: usize>(
+    words: &[u64],
+    from: usize,
+    chunk: Chunk,
+) -> Option<usize> {
     let n = words.len();
     let head = n.min(from.saturating_add(head_to_align(words, from)));
     if let Some(bit) = scalar::first_zero_chunk(&words[..head], from, chunk) {
         return Some(bit);
     }
     // Lane `tz(m)` of vector `j` of the step at word `i`.
-    let at = |i: usize, j: usize, m: u64| {
-        i * 64 + j * 512 + m.trailing_zeros() as usize * chunk as usize
-    };
+    let at = |i: usize, j: usize, m: u64| i * 64 + j * 512 + m.trailing_zeros() as usize * C;
     let mut i = head.max(from);
     while i + STEP <= n {
         // SAFETY: `i + STEP <= n`.
         let v = unsafe { load4(words, i) };
-        let lo = min_lanes(v[0], v[1], chunk);
-        let hi = min_lanes(v[2], v[3], chunk);
-        if zero_lanes(min_lanes(lo, hi, chunk), chunk) != 0 {
+        let lo = min_lanes::<C>(v[0], v[1]);
+        let hi = min_lanes::<C>(v[2], v[3]);
+        if zero_lanes::<C>(min_lanes::<C>(lo, hi)) != 0 {
             for (j, &x) in v.iter().enumerate() {
-                let m = zero_lanes(x, chunk);
+                let m = zero_lanes::<C>(x);
                 if m != 0 {
                     return Some(at(i, j, m));
                 }
@@ -218,6 +222,25 @@ pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) 
         i += STEP;
     }
     scalar::first_zero_chunk(words, i, chunk)
+}
+
+/// Bit position of the first all-zero `chunk` lane in `words[from..]`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vpopcntdq,avx2,popcnt,bmi1")]
+pub(crate) unsafe fn first_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
+    // One instantiation per lane width, chosen once per call.
+    match chunk {
+        // SAFETY: the features `zero_chunk_scan` needs are enabled here.
+        Chunk::B8 => unsafe { zero_chunk_scan::<8>(words, from, chunk) },
+        // SAFETY: as above.
+        Chunk::B16 => unsafe { zero_chunk_scan::<16>(words, from, chunk) },
+        // SAFETY: as above.
+        Chunk::B32 => unsafe { zero_chunk_scan::<32>(words, from, chunk) },
+        // SAFETY: as above.
+        Chunk::B64 => unsafe { zero_chunk_scan::<64>(words, from, chunk) },
+    }
 }
 
 /// Number of set bits in `words`: `vpopcntq` over four vectors per step,
