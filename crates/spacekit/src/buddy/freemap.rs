@@ -47,17 +47,16 @@ pub(super) struct OrderMap {
 pub(super) struct FreeMap {
     /// Every level of every order.
     pub words: Vec<u64>,
-    /// Start of each order's bitmap in `words` (hot copy of
-    /// `orders[o].start[0]`).
-    leaf: [usize; 32],
-    /// Hot copy of `orders[o].first`.
-    first: [u64; 32],
+    /// For each order, the index in `words` of the word holding absolute
+    /// block number 0 (wrapping: `start[0] - first / 64`), so the word of
+    /// block `k` is `off[o] + k / 64` and its bit `k % 64`.
+    off: [usize; 32],
     /// Each order's layout (`0..=max_order`).
     pub orders: Vec<OrderMap>,
-    /// Free blocks of each order.
+    /// Free blocks of each order (the only counters: the free page count
+    /// and the non-empty orders are derived from them, so a free updates
+    /// one counter per order it touches and nothing else).
     pub count: [u64; 32],
-    /// Bit `o` set when order `o` has a free block.
-    pub nonempty: u32,
 }
 
 impl FreeMap {
@@ -66,7 +65,7 @@ impl FreeMap {
     pub fn new(base: u64, pages: u64, max_order: u32) -> FreeMap {
         let mut words = 0usize;
         let mut orders = Vec::with_capacity(max_order as usize + 1);
-        let (mut leaf, mut firsts) = ([0usize; 32], [0u64; 32]);
+        let mut off = [0usize; 32];
         for o in 0..=max_order {
             let first = (base >> o) & !63;
             let last = if pages == 0 {
@@ -92,26 +91,79 @@ impl FreeMap {
             }
             debug_assert_eq!(m.len[l], 1, "too many summary levels");
             m.top = l;
-            leaf[o as usize] = m.start[0];
-            firsts[o as usize] = first;
+            off[o as usize] = m.start[0].wrapping_sub((first >> 6) as usize);
             orders.push(m);
         }
         FreeMap {
             words: alloc::vec![0; words],
-            leaf,
-            first: firsts,
+            off,
             orders,
             count: [0; 32],
-            nonempty: 0,
         }
+    }
+
+    /// The smallest order at or above `order` with a free block.
+    #[inline]
+    pub fn first_nonempty(&self, order: u32) -> Option<u32> {
+        (order..self.orders.len() as u32).find(|&o| self.count[o as usize] != 0)
+    }
+
+    /// The largest order with a free block.
+    pub fn last_nonempty(&self) -> Option<u32> {
+        (0..self.orders.len() as u32)
+            .rev()
+            .find(|&o| self.count[o as usize] != 0)
+    }
+
+    /// Pages in free blocks.
+    pub fn free_pages(&self) -> u64 {
+        self.count.iter().enumerate().map(|(o, &c)| c << o).sum()
+    }
+
+    /// The bitmap word (index in `words`) and bit of block number `k`
+    /// (`pfn >> o`) of order `o`.
+    #[inline(always)]
+    fn word_of(&self, o: u32, k: u64) -> (usize, u64) {
+        (
+            self.off[(o & 31) as usize].wrapping_add((k >> 6) as usize),
+            1 << (k & 63),
+        )
     }
 
     /// The bitmap word (index in `words`) and bit of the block of order `o`
     /// at `pfn`.
     #[inline(always)]
     fn locate(&self, o: u32, pfn: u64) -> (usize, u64) {
-        let rel = (pfn >> o) - self.first[o as usize];
-        (self.leaf[o as usize] + (rel >> 6) as usize, 1 << (rel & 63))
+        self.word_of(o, pfn >> o)
+    }
+
+    /// Puts the free block of order `order` at `pfn` (aligned, in the span,
+    /// its pages not in any block) on the map, first merging it with its
+    /// free buddies up to order `max` (`__free_one_page`'s loop). Each step
+    /// reads one word, which holds both the block's bit and its buddy's;
+    /// the buddy taken is not unlinked from anything, and the summaries are
+    /// left to be cleared lazily.
+    #[inline(always)]
+    pub fn merge_insert(&mut self, pfn: u64, order: u32, max: u32) {
+        let (mut k, mut o) = (pfn >> order, order);
+        while o < max {
+            let (w, b) = self.word_of(o, k ^ 1);
+            let word = self.words[w];
+            if word & b == 0 {
+                break;
+            }
+            self.words[w] = word & !b;
+            self.count[(o & 31) as usize] -= 1;
+            k >>= 1;
+            o += 1;
+        }
+        let (w, b) = self.word_of(o, k);
+        let word = self.words[w];
+        self.words[w] = word | b;
+        if word == 0 {
+            self.mark_up(o, w);
+        }
+        self.count[(o & 31) as usize] += 1;
     }
 
     /// Whether the block of order `o` at `pfn` (aligned, in the span) is
@@ -122,22 +174,6 @@ impl FreeMap {
         self.words[w] & m != 0
     }
 
-    /// If the buddy of the block of order `o` at `pfn` (aligned, in the
-    /// span) is a free block of order `o`, takes it off the map and returns
-    /// true. One word, shared with the block's own bit; the summaries are
-    /// left to be cleared lazily.
-    #[inline(always)]
-    pub fn take_buddy(&mut self, o: u32, pfn: u64) -> bool {
-        let (w, m) = self.locate(o, pfn ^ (1 << o));
-        let word = self.words[w];
-        if word & m == 0 {
-            return false;
-        }
-        self.words[w] = word & !m;
-        self.uncount(o);
-        true
-    }
-
     /// Puts the free block of order `o` at `pfn` (aligned, in the span,
     /// not yet present) on the map.
     #[inline(always)]
@@ -146,10 +182,9 @@ impl FreeMap {
         let word = self.words[w];
         self.words[w] = word | m;
         if word == 0 {
-            self.mark_up(o, w - self.leaf[o as usize]);
+            self.mark_up(o, w);
         }
         self.count[o as usize] += 1;
-        self.nonempty |= 1 << o;
     }
 
     /// Takes the free block of order `o` at `pfn` (present) off the map.
@@ -163,18 +198,15 @@ impl FreeMap {
 
     #[inline(always)]
     fn uncount(&mut self, o: u32) {
-        let c = &mut self.count[o as usize];
-        *c -= 1;
-        if *c == 0 {
-            self.nonempty &= !(1 << o);
-        }
+        self.count[o as usize] -= 1;
     }
 
-    /// Word `idx` of order `o`'s bitmap became non-zero: set its summary
-    /// bits, up to the first one already set.
+    /// Word `w` (index in `words`) of order `o`'s bitmap became non-zero:
+    /// set its summary bits, up to the first one already set.
     #[inline]
-    fn mark_up(&mut self, o: u32, mut idx: usize) {
+    fn mark_up(&mut self, o: u32, w: usize) {
         let m = &self.orders[o as usize];
+        let mut idx = w - m.start[0];
         for l in 1..=m.top {
             let p = m.start[l] + (idx >> 6);
             let bit = 1u64 << (idx & 63);
@@ -294,11 +326,20 @@ mod tests {
                         }
                     }
                     2 => {
-                        // The buddy may lie outside the span: never on
-                        // the map, so never taken.
-                        let want = set.remove(&(o, pfn ^ size));
-                        assert_eq!(f.take_buddy(o, pfn), want);
-                        if set.remove(&(o, pfn)) {
+                        // Merge with free buddies up to order 3 (a buddy
+                        // outside the span is never on the map), unless
+                        // the block or the merged one is already there.
+                        let (mut p, mut q) = (pfn, o);
+                        let mut model = set.clone();
+                        model.remove(&(o, pfn));
+                        while q < 3 && model.remove(&(q, p ^ (1 << q))) {
+                            p &= !(1 << q);
+                            q += 1;
+                        }
+                        if !set.contains(&(o, pfn)) && model.insert((q, p)) {
+                            f.merge_insert(pfn, o, 3);
+                            set = model;
+                        } else if set.remove(&(o, pfn)) {
                             f.remove(o, pfn);
                         }
                     }
@@ -316,7 +357,7 @@ mod tests {
                     let want: Vec<u64> = set.iter().filter(|b| b.0 == o).map(|b| b.1).collect();
                     assert_eq!(got, want);
                     assert_eq!(f.count[o as usize], want.len() as u64);
-                    assert_eq!(f.nonempty >> o & 1 == 1, !want.is_empty());
+                    assert_eq!(f.first_nonempty(o) == Some(o), !want.is_empty());
                     for p in &want {
                         assert!(f.contains(o, *p));
                     }

@@ -260,6 +260,17 @@ pub struct PageState {
     pub refcount: u32,
 }
 
+/// What `free_pages(pfn, 0)` did, as a one-byte status (returned in a
+/// register; the public wrapper turns it into the `Result`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PageFree {
+    Freed,
+    Held,
+    OutOfRange,
+    AlreadyFree,
+    NotReferenced,
+}
+
 /// How a contiguous free prepares each page (never exposed: two thin public
 /// wrappers and `add_range` call one helper).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,7 +334,6 @@ pub struct BuddyAllocator {
     map: FreeMap,
     max_order: u32,
     section_shift: u32,
-    free_pages: u64,
 }
 
 impl BuddyAllocator {
@@ -379,7 +389,6 @@ impl BuddyAllocator {
             map: FreeMap::new(base, pages, config.max_order),
             max_order: config.max_order,
             section_shift: config.section_pages.trailing_zeros(),
-            free_pages: 0,
         })
     }
 
@@ -405,7 +414,7 @@ impl BuddyAllocator {
 
     /// Pages on the free lists.
     pub fn free_page_count(&self) -> u64 {
-        self.free_pages
+        self.map.free_pages()
     }
 
     /// Free blocks of each order, `0..=max_order` (`/proc/buddyinfo`).
@@ -415,7 +424,7 @@ impl BuddyAllocator {
 
     /// The largest order with a free block, if any.
     pub fn largest_free_order(&self) -> Option<u32> {
-        (self.map.nonempty != 0).then(|| 31 - self.map.nonempty.leading_zeros())
+        self.map.last_nonempty()
     }
 
     /// Every free block as `(first pfn, order)`, sorted by pfn.
@@ -497,11 +506,9 @@ impl BuddyAllocator {
                 max_order: self.max_order,
             });
         }
-        let avail = self.map.nonempty >> order;
-        if avail == 0 {
+        let Some(mut o) = self.map.first_nonempty(order) else {
             return Err(BuddyError::NoMemory { order });
-        }
-        let mut o = order + avail.trailing_zeros();
+        };
         let Some(pfn) = self.map.pop_first(o) else {
             // Unreachable while validate() holds: the order's count says
             // it has a block.
@@ -520,7 +527,6 @@ impl BuddyAllocator {
             block.fill(0);
             block[0] = 1;
         }
-        self.free_pages -= n as u64;
         Ok(pfn)
     }
 
@@ -538,11 +544,23 @@ impl BuddyAllocator {
     /// [`AlreadyFree`](BuddyError::AlreadyFree) if a page of the block is
     /// free, [`NotReferenced`](BuddyError::NotReferenced) if the first page
     /// has no reference. Nothing changes on an error.
-    #[inline]
+    #[inline(always)]
     pub fn free_pages(&mut self, pfn: u64, order: u32) -> Result<bool, BuddyError> {
         if order == 0 {
-            return self.free_page(pfn);
+            // The status comes back in a register, the error is built here.
+            return match self.free_page(pfn) {
+                PageFree::Freed => Ok(true),
+                PageFree::Held => Ok(false),
+                PageFree::OutOfRange => Err(BuddyError::OutOfRange { pfn, pages: 1 }),
+                PageFree::AlreadyFree => Err(BuddyError::AlreadyFree { pfn }),
+                PageFree::NotReferenced => Err(BuddyError::NotReferenced { pfn }),
+            };
         }
+        self.free_block(pfn, order)
+    }
+
+    /// `free_pages` for `order > 0`.
+    fn free_block(&mut self, pfn: u64, order: u32) -> Result<bool, BuddyError> {
         if order > self.max_order {
             return Err(BuddyError::BadOrder {
                 order,
@@ -577,29 +595,29 @@ impl BuddyAllocator {
     /// `free_pages(pfn, 0)`: one word to check and write, then the merge
     /// walk (see the [module docs](self#freeing-one-page)).
     #[inline]
-    fn free_page(&mut self, pfn: u64) -> Result<bool, BuddyError> {
+    fn free_page(&mut self, pfn: u64) -> PageFree {
         // Below the base wraps to a huge index: one compare for both ends.
         let i = pfn.wrapping_sub(self.base);
         if i >= self.pages() {
-            return Err(BuddyError::OutOfRange { pfn, pages: 1 });
+            return PageFree::OutOfRange;
         }
         let i = i as usize;
         let m = self.meta[i];
         if m & FREE != 0 {
-            return Err(BuddyError::AlreadyFree { pfn });
+            return PageFree::AlreadyFree;
         }
         if m & REFS == 0 {
-            return Err(BuddyError::NotReferenced { pfn });
+            return PageFree::NotReferenced;
         }
         // What is left: more references or the poison bit hold it back.
         let left = m - 1;
         if left != 0 {
             self.meta[i] = left;
-            return Ok(false);
+            return PageFree::Held;
         }
         self.meta[i] = FREE;
         self.free_chunk(pfn, 0);
-        Ok(true)
+        PageFree::Freed
     }
 
     /// Takes one more reference on an allocated page (`get_page`); returns
@@ -794,14 +812,8 @@ impl BuddyAllocator {
     /// the block's own, and a set bit is always a block inside the span, so
     /// one word per order decides the merge.
     #[inline]
-    fn free_chunk(&mut self, mut pfn: u64, order: u32) {
-        self.free_pages += 1 << order;
-        let mut o = order;
-        while o < self.max_order && self.map.take_buddy(o, pfn) {
-            pfn &= !(1u64 << o);
-            o += 1;
-        }
-        self.map.insert(o, pfn);
+    fn free_chunk(&mut self, pfn: u64, order: u32) {
+        self.map.merge_insert(pfn, order, self.max_order);
     }
 
     /// The free block covering free page index `i`: (head pfn, order).
@@ -845,7 +857,6 @@ impl BuddyAllocator {
             self.map.remove(o, h);
             let h = (h - self.base) as usize;
             let bend = h + (1 << o);
-            self.free_pages -= 1 << o;
             if h < i0 {
                 self.free_run(h, i0);
             }
