@@ -53,6 +53,11 @@ pub(super) struct FreeMap {
     off: [usize; 32],
     /// Each order's layout (`0..=max_order`).
     pub orders: Vec<OrderMap>,
+    /// For each order, an index in `words` at or below the order's lowest
+    /// non-zero bitmap word (the bitmap's end when none was ever set):
+    /// lowered by inserts, moved up only by a descent that finds the lowest
+    /// word.
+    pub hint: [usize; 32],
     /// Free blocks of each order (the only counters: the free page count
     /// and the non-empty orders are derived from them, so a free updates
     /// one counter per order it touches and nothing else).
@@ -65,7 +70,7 @@ impl FreeMap {
     pub fn new(base: u64, pages: u64, max_order: u32) -> FreeMap {
         let mut words = 0usize;
         let mut orders = Vec::with_capacity(max_order as usize + 1);
-        let mut off = [0usize; 32];
+        let (mut off, mut hint) = ([0usize; 32], [0usize; 32]);
         for o in 0..=max_order {
             let first = (base >> o) & !63;
             let last = if pages == 0 {
@@ -92,11 +97,13 @@ impl FreeMap {
             debug_assert_eq!(m.len[l], 1, "too many summary levels");
             m.top = l;
             off[o as usize] = m.start[0].wrapping_sub((first >> 6) as usize);
+            hint[o as usize] = m.start[0] + m.len[0];
             orders.push(m);
         }
         FreeMap {
             words: alloc::vec![0; words],
             off,
+            hint,
             orders,
             count: [0; 32],
         }
@@ -202,9 +209,12 @@ impl FreeMap {
     }
 
     /// Word `w` (index in `words`) of order `o`'s bitmap became non-zero:
-    /// set its summary bits, up to the first one already set.
+    /// lower the order's hint to it if it lies below, and set its summary
+    /// bits, up to the first one already set.
     #[inline]
     fn mark_up(&mut self, o: u32, w: usize) {
+        let h = &mut self.hint[(o & 31) as usize];
+        *h = (*h).min(w);
         let m = &self.orders[o as usize];
         let mut idx = w - m.start[0];
         for l in 1..=m.top {
@@ -220,50 +230,67 @@ impl FreeMap {
     }
 
     /// Takes the lowest free block of order `o` off the map and returns its
-    /// first pfn; `None` if the order has none. Clears the stale summary
-    /// bits met on the way down and the bits of the words it empties.
+    /// first pfn; `None` if the order has none. The word at the order's
+    /// hint, when non-zero, holds it (one load); otherwise one descent
+    /// through the summaries finds it, clearing the stale bits it meets and
+    /// the bits of the words it empties, and moves the hint there.
+    #[inline]
     pub fn pop_first(&mut self, o: u32) -> Option<u64> {
-        let m = self.orders[o as usize];
+        let ou = (o & 31) as usize;
+        let h = self.hint[ou];
+        if let Some(w) = self.words.get_mut(h).filter(|w| **w != 0) {
+            let bit = w.trailing_zeros();
+            *w &= *w - 1;
+            self.count[ou] -= 1;
+            let m = &self.orders[ou];
+            let rel = ((h - m.start[0]) as u64) << 6 | u64::from(bit);
+            return Some((m.first + rel) << o);
+        }
+        self.pop_first_descend(o)
+    }
+
+    /// [`FreeMap::pop_first`] when the hint's word is empty.
+    fn pop_first_descend(&mut self, o: u32) -> Option<u64> {
+        let ou = (o & 31) as usize;
+        let (orders, words) = (&self.orders, &mut self.words);
+        let m = orders.get(ou)?;
         let mut path = [0usize; LEVELS];
         'descend: loop {
             let mut idx = 0usize;
             let mut l = m.top;
             loop {
                 path[l] = idx;
-                let w = self.words[m.start[l] + idx];
+                let w = words[m.start[l] + idx];
                 if w == 0 {
                     if l == m.top {
                         return None;
                     }
                     // A stale summary bit: clear it and start again.
-                    self.words[m.start[l + 1] + (idx >> 6)] &= !(1u64 << (idx & 63));
+                    words[m.start[l + 1] + (idx >> 6)] &= !(1u64 << (idx & 63));
                     continue 'descend;
                 }
                 let child = (idx << 6) | w.trailing_zeros() as usize;
                 if l == 0 {
                     let left = w & (w - 1);
-                    self.words[m.start[0] + idx] = left;
+                    words[m.start[0] + idx] = left;
+                    // Nothing lies below this word: the hint moves here.
+                    self.hint[ou] = m.start[0] + idx;
                     if left == 0 {
-                        self.clear_up(&m, &path);
+                        // Clear the summary bits of the words emptied.
+                        for l in 1..=m.top {
+                            let p = m.start[l] + path[l];
+                            let left = words[p] & !(1u64 << (path[l - 1] & 63));
+                            words[p] = left;
+                            if left != 0 {
+                                break;
+                            }
+                        }
                     }
-                    self.uncount(o);
+                    self.count[ou] -= 1;
                     return Some((m.first + child as u64) << o);
                 }
                 l -= 1;
                 idx = child;
-            }
-        }
-    }
-
-    /// The bitmap word `path[0]` became zero: clear the summary bits on the
-    /// path above it while the words they sit in become zero too.
-    fn clear_up(&mut self, m: &OrderMap, path: &[usize; LEVELS]) {
-        for l in 1..=m.top {
-            let p = m.start[l] + path[l];
-            let left = self.words[p] & !(1u64 << (path[l - 1] & 63));
-            self.words[p] = left;
-            if left != 0 {
-                return;
             }
         }
     }

@@ -499,6 +499,7 @@ impl BuddyAllocator {
     /// # Errors
     /// [`BadOrder`](BuddyError::BadOrder),
     /// [`NoMemory`](BuddyError::NoMemory).
+    #[inline(always)]
     pub fn alloc_pages(&mut self, order: u32) -> Result<u64, BuddyError> {
         if order > self.max_order {
             return Err(BuddyError::BadOrder {
@@ -506,15 +507,18 @@ impl BuddyAllocator {
                 max_order: self.max_order,
             });
         }
-        let Some(mut o) = self.map.first_nonempty(order) else {
-            return Err(BuddyError::NoMemory { order });
-        };
-        let Some(pfn) = self.map.pop_first(o) else {
-            // Unreachable while validate() holds: the order's count says
-            // it has a block.
-            debug_assert!(false, "order {o} counted non-empty but has no block");
-            return Err(BuddyError::NoMemory { order });
-        };
+        // The page comes back in registers, the error is built here.
+        self.alloc_block(order)
+            .ok_or(BuddyError::NoMemory { order })
+    }
+
+    /// `alloc_pages` for a valid order: the lowest free block of the
+    /// smallest order that fits, split down to `order` (`__rmqueue_smallest`
+    /// with `expand`), its first page given one reference.
+    #[inline]
+    fn alloc_block(&mut self, order: u32) -> Option<u64> {
+        let mut o = self.map.first_nonempty(order)?;
+        let pfn = self.map.pop_first(o)?;
         while o > order {
             o -= 1;
             self.map.insert(o, pfn + (1 << o));
@@ -527,7 +531,7 @@ impl BuddyAllocator {
             block.fill(0);
             block[0] = 1;
         }
-        Ok(pfn)
+        Some(pfn)
     }
 
     /// Drops the reference on block `[pfn, pfn + 2^order)`'s first page and,

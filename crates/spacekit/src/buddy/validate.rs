@@ -100,6 +100,13 @@ impl BuddyAllocator {
                     }
                 }
             }
+            let below_hint = map.hint[o as usize].saturating_sub(m.start[0]);
+            if map.level(o, 0).iter().take(below_hint).any(|&w| w != 0) {
+                return Err(format!(
+                    "order {o}: a non-zero word below the hint {}",
+                    map.hint[o as usize]
+                ));
+            }
             if map.level(o, m.top).len() != 1 {
                 return Err(format!("order {o}: top level is not one word"));
             }
