@@ -6,9 +6,11 @@
 //!
 //! One test target; the files are split by concern: `checks` (snapshots and
 //! refused-call checks), `canonical`, `ops` (proptest op sequences against the
-//! page model), `batch` (batched vs page-by-page frees), `refused`, `cma` and
-//! `threads`. The model is `tests/common/buddy_model.rs`; the proptests persist
-//! failures next to their file (`tests/common/regressions.rs` says why).
+//! page model), `batch` (batched vs page-by-page frees), `refused`, `cma`,
+//! `threads` and `single` (the single-page fast path and small orders page by
+//! page, allocation lowest block first). The model is
+//! `tests/common/buddy_model.rs`; the proptests persist failures next to their
+//! file (`tests/common/regressions.rs` says why).
 
 #[path = "../common/buddy_model.rs"]
 mod model;
@@ -22,6 +24,7 @@ mod canonical;
 mod cma;
 mod ops;
 mod refused;
+mod single;
 mod threads;
 
 /// Weight of spans at the very top of the pfn space in the proptests.
