@@ -4,6 +4,7 @@ use crate::context::{BenchError, Ctx};
 use crate::harness::Report;
 
 mod alloc;
+mod buddy;
 mod cma;
 mod crc;
 mod dirty;
@@ -35,6 +36,7 @@ pub static BENCHES: &[Bench] = &[
     Bench { name: "fork", run: fork::run, about: "Seed 002: fork's copy of the VMA tree (one insert per VMA vs BTreeMap and rangemap clones vs spacekit's dup_map vs a memcpy)." },
     Bench { name: "rangetree", run: rangetree::run, about: "Range tree lookups and gap searches on 1K, 64K and 1M ranges, vs a BTreeMap." },
     Bench { name: "cma", run: cma::run, about: "Seed 003: CMA's free of 16,384 contiguous pages (page by page vs batched free_contig_range vs buddy_system_allocator)." },
+    Bench { name: "buddy", run: buddy::run, about: "Single-page alloc_pages(0) / free_pages(p, 0) in ascending and random order, per page, vs buddy_system_allocator." },
     Bench { name: "ext4-fallocate", run: ext4_fallocate::run, about: "Seed 001: fallocate of a whole ext4 block group (scan + full CRC vs scan + flip_range vs free-space index), block sizes 1k to 64k." },
     Bench { name: "alloc", run: alloc::run, about: "Address-range allocation in steady state (free + allocate, first and last match, 1K to 1M live): spacekit's range tree vs vm-allocator." },
 ];
