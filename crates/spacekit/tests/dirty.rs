@@ -510,3 +510,79 @@ fn geometry_is_checked_once_and_scan_options_compose() {
     let got: Vec<_> = log.geometry().ranges(&words).unwrap().collect();
     assert_eq!(got, [page(200, 1)]);
 }
+
+#[test]
+fn harvest_crosses_every_chunk_edge() {
+    // The harvest checks 8 words (a cache line) at a time and the last
+    // `words % 8` one at a time: every log size around those edges, with
+    // one dirty word at every position, then every word dirty, must come
+    // back word for word with the right count and leave the log clean.
+    let page = 4096u64;
+    for words in 1..=41usize {
+        let pages = words as u64 * 64 - (words as u64 % 3) * 7; // some partial last words
+        let log = DirtyBitmap::new(geo(0x10_0000, page), pages * page).unwrap();
+        assert_eq!(log.words(), words);
+        let mut out = vec![!0u64; words];
+        for w in 0..words {
+            // The last page of word w (or the last page of the log).
+            let p = ((w as u64 + 1) * 64 - 1).min(pages - 1);
+            log.mark(0x10_0000 + p * page, 1).unwrap();
+            assert_eq!(
+                log.harvest_into(&mut out).unwrap(),
+                1,
+                "words {words}, w {w}"
+            );
+            for (i, &o) in out.iter().enumerate() {
+                let want = if i == w { 1u64 << (p % 64) } else { 0 };
+                assert_eq!(o, want, "words {words}, dirty word {w}, word {i}");
+            }
+            out.fill(!0);
+            assert_eq!(log.harvest_into(&mut out).unwrap(), 0, "cleared");
+            assert!(out.iter().all(|&o| o == 0), "stale output words");
+        }
+        log.mark(0x10_0000, pages * page).unwrap();
+        assert_eq!(log.harvest_into(&mut out).unwrap(), words);
+        for (i, &o) in out.iter().enumerate() {
+            let last = (pages - 64 * i as u64).min(64);
+            assert_eq!(o, !0u64 >> (64 - last), "full log, words {words}, word {i}");
+        }
+        assert_eq!(log.harvest_into(&mut out).unwrap(), 0);
+    }
+}
+
+#[test]
+fn marks_follow_vm_memory_page_arithmetic_and_refuse_what_it_ignores() {
+    // vm-memory's AtomicBitmap::set_addr_range(off, len) sets the pages of
+    // bytes off ..= off + len - 1; mark(base + off, len) must set the same.
+    let (base, page) = (0x8000_0000u64, 128u64);
+    let log = DirtyBitmap::new(geo(base, page), 1025).unwrap(); // 9 pages, last partial
+    assert_eq!((log.pages(), log.len(), log.words()), (9, 1025, 1));
+    for (off, len, want) in [
+        (128, 129, 0b110u64), // vm-memory's own test: pages 1 and 2
+        (127, 2, 0b11),       // straddles an edge by one byte each side
+        (256, 128, 0b100),    // exactly one page
+        (0, 1025, 0x1ff),     // the whole region, partial last page
+        (1024, 1, 1 << 8),    // the partial last page's only byte
+        (300, 0, 0),          // nothing
+    ] {
+        log.mark(base + off, len).unwrap();
+        assert_eq!(log.take(), [want], "mark({off}, {len})");
+    }
+    // Where vm-memory silently marks the pages in range and ignores the
+    // rest, spacekit refuses the whole call and marks nothing.
+    for (off, len) in [(1000, 100), (1025, 1), (1030, 1), (0, u64::MAX)] {
+        assert_eq!(
+            log.mark(base + off, len),
+            Err(DirtyError::OutOfRange {
+                addr: base + off,
+                len
+            }),
+            "mark({off}, {len})"
+        );
+        assert_eq!(log.take(), [0], "mark({off}, {len}) marked something");
+    }
+    // reset_range uses the same pages and leaves the others.
+    log.mark(base, 1025).unwrap();
+    log.reset_range(base + 127, 2).unwrap();
+    assert_eq!(log.take(), [0x1ff & !0b11]);
+}

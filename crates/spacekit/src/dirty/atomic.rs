@@ -6,19 +6,64 @@
 //!   range touches (not one per page). A writer marks *after* it stored to
 //!   guest memory, so the release publishes those stores with the bit.
 //! * [`DirtyBitmap::harvest_into`] first reads each word with a `Relaxed`
-//!   load and skips it when zero; otherwise it takes the word with
+//!   load (a cache line of 8 words at a time, skipped as a whole when all
+//!   8 are zero) and skips it when zero; otherwise it takes the word with
 //!   `swap(0, Acquire)`. The acquire pairs with the marks' release: a page
 //!   seen dirty is read with the writer's stores visible. A mark that races
 //!   with the relaxed load and is missed stays set in the word, so the next
 //!   harvest returns it: nothing marked is ever lost, only deferred.
 //! * [`DirtyBitmap::reset_range`] clears with `fetch_and(Relaxed)`: it only
 //!   discards information.
+//!
+//! # Compared with rust-vmm's `vm_memory::bitmap::AtomicBitmap`
+//!
+//! The same log, with the same page arithmetic: a range `(addr, len)`
+//! touches the pages of bytes `addr ..= addr + len - 1`, so a range that
+//! straddles a page edge marks both pages, and `len == 0` marks nothing.
+//! The differences:
+//!
+//! * addresses: `AtomicBitmap` takes offsets from the start of its region;
+//!   a `DirtyBitmap` takes addresses, its [`Geometry`] saying where the
+//!   region starts (`mark(base + off, len)` marks what
+//!   `set_addr_range(off, len)` marks);
+//! * out of range: `AtomicBitmap` silently marks (or resets) the part of a
+//!   range inside its pages and ignores the rest (saturating on overflow),
+//!   and answers `false` for a page past its end; a `DirtyBitmap` returns
+//!   [`DirtyError::OutOfRange`] and changes nothing, also for bytes past
+//!   `len()` within the last, partial page;
+//! * cost: `set_addr_range` / `reset_addr_range` do one `SeqCst` atomic per
+//!   page, [`DirtyBitmap::mark`] / [`DirtyBitmap::reset_range`] one per
+//!   64-page word; `get_and_reset` does one `SeqCst` `fetch_and(0)` per word
+//!   into a new `Vec`, [`DirtyBitmap::harvest_into`] a plain load per clean
+//!   word into the caller's buffer;
+//! * names: `AtomicBitmap::len()` counts pages ([`DirtyBitmap::pages`]);
+//!   [`DirtyBitmap::len`] counts bytes (`AtomicBitmap::byte_size()`).
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::DirtyError;
 use super::geometry::Geometry;
+
+/// Words the harvest checks together with plain loads (one cache line).
+const CHUNK: usize = 8;
+
+/// Takes the dirty words of `w` (whose values a plain load saw as `v`)
+/// into `o`: a swap for each word seen dirty, a zero for each seen clean.
+/// Returns the number of words swapped.
+#[inline(always)]
+fn take_words(o: &mut [u64], w: &[AtomicU64], v: &[u64]) -> usize {
+    let mut dirty = 0;
+    for ((o, w), &v) in o.iter_mut().zip(w).zip(v) {
+        *o = if v == 0 {
+            0
+        } else {
+            dirty += 1;
+            w.swap(0, Ordering::Acquire)
+        };
+    }
+    dirty
+}
 
 /// An atomic dirty bitmap over a guest memory region `[base, base + len)`
 /// with pages of any power-of-two size (its [`Geometry`]).
@@ -48,7 +93,10 @@ pub struct DirtyBitmap {
 
 impl DirtyBitmap {
     /// A clean log of `len` bytes from `geometry.base()`, in pages of
-    /// `geometry.page_size()` (the last page may be partial).
+    /// `geometry.page_size()` (the last page may be partial). Corresponds
+    /// to vm-memory's `AtomicBitmap::new(len, page_size)` (which has no
+    /// base) and to KVM allocating a slot's `dirty_bitmap`
+    /// (`kvm_alloc_dirty_bitmap`).
     ///
     /// # Errors
     /// [`DirtyError::OutOfRange`] if `base + len` overflows or the bitmap
@@ -76,7 +124,7 @@ impl DirtyBitmap {
         })
     }
 
-    /// Number of pages tracked.
+    /// Number of pages tracked (vm-memory's `AtomicBitmap::len()`).
     pub fn pages(&self) -> u64 {
         self.pages
     }
@@ -93,7 +141,8 @@ impl DirtyBitmap {
         self.geometry
     }
 
-    /// Bytes tracked, from `geometry().base()`.
+    /// Bytes tracked, from `geometry().base()` (vm-memory's
+    /// `AtomicBitmap::byte_size()`).
     pub fn len(&self) -> u64 {
         self.len
     }
@@ -132,6 +181,12 @@ impl DirtyBitmap {
     /// Marks every page that `[addr, addr + len)` touches dirty: one
     /// `fetch_or` per word. `len == 0` marks nothing.
     ///
+    /// Corresponds to vm-memory's `Bitmap::mark_dirty` /
+    /// `AtomicBitmap::set_addr_range(addr - base, len)` (same pages, but one
+    /// `SeqCst` `fetch_or` per page there, and out-of-range pages silently
+    /// ignored) and, for one page, to Linux's `mark_page_dirty_in_slot`
+    /// (`set_bit_le` on the slot's `dirty_bitmap`).
+    ///
     /// # Errors
     /// [`DirtyError::OutOfRange`] if the range leaves the region; nothing is
     /// marked then.
@@ -144,7 +199,10 @@ impl DirtyBitmap {
         Ok(())
     }
 
-    /// Clears the pages `[addr, addr + len)` touches, without harvesting them.
+    /// Clears the pages `[addr, addr + len)` touches, without harvesting
+    /// them: one `fetch_and` per word. Corresponds to vm-memory's
+    /// `AtomicBitmap::reset_addr_range(addr - base, len)` (one `SeqCst`
+    /// `fetch_and` per page there).
     ///
     /// # Errors
     /// [`DirtyError::OutOfRange`] if the range leaves the region; nothing
@@ -158,7 +216,9 @@ impl DirtyBitmap {
         Ok(())
     }
 
-    /// Whether the page holding `addr` is dirty.
+    /// Whether the page holding `addr` is dirty. Corresponds to vm-memory's
+    /// `Bitmap::dirty_at` / `AtomicBitmap::is_addr_set(addr - base)`, which
+    /// answers `false` out of range instead of an error.
     ///
     /// # Errors
     /// [`DirtyError::OutOfRange`] if `addr` is outside the region.
@@ -172,8 +232,13 @@ impl DirtyBitmap {
     }
 
     /// Moves the log into `out` (one word per 64 pages) and clears it: clean
-    /// words cost one plain load, dirty ones one atomic swap. Returns the
-    /// number of dirty words.
+    /// words cost one plain load (checked a cache line of 8 words at a
+    /// time), dirty ones one atomic swap. Returns the number of dirty words.
+    ///
+    /// Corresponds to vm-memory's `AtomicBitmap::get_and_reset()` (the same
+    /// words, but into a new `Vec`, with a `SeqCst` `fetch_and(0)` on every
+    /// word) and to the loop of Linux's `kvm_get_dirty_log_protect`, which
+    /// also skips zero words and takes the others with `xchg(word, 0)`.
     ///
     /// # Errors
     /// [`DirtyError::LengthMismatch`] unless `out.len() == self.words()`;
@@ -186,18 +251,28 @@ impl DirtyBitmap {
             });
         }
         let mut dirty = 0;
-        for (o, w) in out.iter_mut().zip(&self.words) {
-            *o = if w.load(Ordering::Relaxed) == 0 {
-                0
-            } else {
-                dirty += 1;
-                w.swap(0, Ordering::Acquire)
-            };
+        let mut outs = out.chunks_exact_mut(CHUNK);
+        let mut words = self.words.chunks_exact(CHUNK);
+        for (o, w) in (&mut outs).zip(&mut words) {
+            let v: [u64; CHUNK] = core::array::from_fn(|i| w[i].load(Ordering::Relaxed));
+            if v.iter().fold(0, |a, &b| a | b) == 0 {
+                o.fill(0);
+                continue;
+            }
+            dirty += take_words(o, w, &v);
         }
+        // The last `words() % CHUNK` words, one at a time.
+        let (o, w) = (outs.into_remainder(), words.remainder());
+        let mut v = [0u64; CHUNK];
+        for (v, w) in v.iter_mut().zip(w) {
+            *v = w.load(Ordering::Relaxed);
+        }
+        dirty += take_words(o, w, &v);
         Ok(dirty)
     }
 
-    /// [`DirtyBitmap::harvest_into`] a new vector.
+    /// [`DirtyBitmap::harvest_into`] a new vector: what vm-memory's
+    /// `AtomicBitmap::get_and_reset()` returns.
     pub fn take(&self) -> Vec<u64> {
         let mut out = alloc::vec![0u64; self.words.len()];
         // The length is right by construction.
