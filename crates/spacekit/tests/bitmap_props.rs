@@ -254,6 +254,29 @@ fn check_queries<B: Bits + ?Sized>(
         prop_assert_eq!(got, m_positions(m, s, false), "{}: iter_zeros({})", path, s);
         prop_assert_eq!(it.next(), None, "{}: iter_zeros({}) not fused", path, s);
 
+        // `fold` (and what runs on it: for_each, sum, count) has its own
+        // word-at-a-time loop; after a few `next` calls, too.
+        let push = |mut v: Vec<usize>, i| {
+            v.push(i);
+            v
+        };
+        prop_assert_eq!(
+            b.iter_ones(s).fold(Vec::new(), push),
+            m_positions(m, s, true),
+            "{}: iter_ones({}).fold",
+            path,
+            s
+        );
+        let mut it = b.iter_zeros(s);
+        let head: Vec<usize> = it.by_ref().take(3).collect();
+        prop_assert_eq!(
+            it.fold(head, push),
+            m_positions(m, s, false),
+            "{}: iter_zeros({}) next then fold",
+            path,
+            s
+        );
+
         let mut it = b.set_runs(s);
         let got: Vec<Range<usize>> = it.by_ref().collect();
         prop_assert_eq!(got, m_runs(m, s, true), "{}: set_runs({})", path, s);

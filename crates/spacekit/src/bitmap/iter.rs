@@ -7,6 +7,10 @@ use super::find::{inv, skip_fwd};
 use super::word::{first_word_mask, last_word_mask, words_for};
 use crate::arch::Level;
 
+/// Words the bit iterators step through one by one before they call the
+/// skip loop.
+const NEAR: usize = 16;
+
 /// A cursor over the bits of one polarity: set bits (`CLEAR == false`) or
 /// clear bits. It keeps the current word, so the next bit, or the end of the
 /// current run, costs one `trailing_zeros` when it lies in the same word; long
@@ -69,14 +73,67 @@ impl<'a, const CLEAR: bool> Walk<'a, CLEAR> {
         true
     }
 
+    /// [`Walk::refill`] out of line, for the bit iterators: their per-bit
+    /// path stays a test, a `tzcnt` and a `blsr`.
+    #[inline(never)]
+    fn refill_slow(&mut self) -> bool {
+        self.refill()
+    }
+
+    /// Moves on from an exhausted word (`cur == 0`) to the next one holding
+    /// a bit of the polarity; false at the end. The next [`NEAR`] words are
+    /// looked at one by one inline (a dense bitmap moves one word at a time,
+    /// and short gaps are the common case), longer gaps go to the skip loop.
+    #[inline(always)]
+    fn advance(&mut self) -> bool {
+        let n = self.words.len();
+        let end = n.min(self.wi.saturating_add(1 + NEAR));
+        let mut i = self.wi + 1;
+        while i < end {
+            let w = self.load(i);
+            if w != 0 {
+                self.wi = i;
+                self.cur = w;
+                return true;
+            }
+            i += 1;
+        }
+        if i >= n {
+            self.wi = n;
+            return false;
+        }
+        // Words up to `i - 1` hold nothing: skip on from `i`.
+        self.wi = i - 1;
+        self.refill_slow()
+    }
+
     #[inline(always)]
     fn next_bit(&mut self) -> Option<usize> {
-        if !self.refill() {
+        if self.cur == 0 && !self.advance() {
             return None;
         }
         let b = self.cur.trailing_zeros() as usize;
         self.cur &= self.cur - 1;
         Some(self.wi * 64 + b)
+    }
+
+    /// Every remaining bit through `f`, word by word (what `fold`,
+    /// `for_each`, `sum` and `count` on the bit iterators run).
+    #[inline(always)]
+    fn fold_bits<B>(mut self, init: B, mut f: impl FnMut(B, usize) -> B) -> B {
+        let mut acc = init;
+        loop {
+            let base = self.wi * 64;
+            let mut w = self.cur;
+            while w != 0 {
+                acc = f(acc, base + w.trailing_zeros() as usize);
+                w &= w - 1;
+            }
+            self.cur = 0;
+            if !self.advance() {
+                return acc;
+            }
+        }
     }
 
     #[inline(always)]
@@ -135,6 +192,11 @@ impl Iterator for Ones<'_> {
     fn next(&mut self) -> Option<usize> {
         self.0.next_bit()
     }
+
+    #[inline]
+    fn fold<B, F: FnMut(B, usize) -> B>(self, init: B, f: F) -> B {
+        self.0.fold_bits(init, f)
+    }
 }
 impl FusedIterator for Ones<'_> {}
 
@@ -153,6 +215,11 @@ impl Iterator for Zeros<'_> {
     #[inline]
     fn next(&mut self) -> Option<usize> {
         self.0.next_bit()
+    }
+
+    #[inline]
+    fn fold<B, F: FnMut(B, usize) -> B>(self, init: B, f: F) -> B {
+        self.0.fold_bits(init, f)
     }
 }
 impl FusedIterator for Zeros<'_> {}
