@@ -214,7 +214,9 @@ impl FreeMap {
     #[inline]
     fn mark_up(&mut self, o: u32, w: usize) {
         let h = &mut self.hint[(o & 31) as usize];
-        *h = (*h).min(w);
+        if w < *h {
+            *h = w;
+        }
         let m = &self.orders[o as usize];
         let mut idx = w - m.start[0];
         for l in 1..=m.top {
