@@ -9,6 +9,7 @@ mod buddy;
 mod cma;
 mod crc;
 mod dirty;
+mod dirty_mark;
 mod ext4_fallocate;
 mod ext4_images;
 mod fork;
@@ -34,6 +35,7 @@ pub static BENCHES: &[Bench] = &[
     Bench { name: "zero-area", run: zero_area::run, about: "Seed 000: N consecutive clear bits with alignment, plus bit-scan speed and a find_bit_benchmark-style table." },
     Bench { name: "crc", run: crc::run, about: "Seed 001: incremental CRC-32C (flip_range vs full recompute vs the seed's matrices), combine vs the crates, bulk throughput." },
     Bench { name: "dirty", run: dirty::run, about: "Seed 004: a VM's dirty bitmap to memory ranges (per-bit loop vs the seed's set-bit iterator vs spacekit, one thread and all threads)." },
+    Bench { name: "dirty-mark", run: dirty_mark::run, about: "Dirty-page marking (1 to 256 pages per mark) and a whole-log harvest of a 1 GiB guest at 0.1% and 10% dirty: spacekit's DirtyBitmap vs vm-memory's AtomicBitmap." },
     Bench { name: "fork", run: fork::run, about: "Seed 002: fork's copy of the VMA tree (one insert per VMA vs BTreeMap and rangemap clones vs spacekit's dup_map vs a memcpy)." },
     Bench { name: "rangetree", run: rangetree::run, about: "Range tree lookups and gap searches on 1K, 64K and 1M ranges, vs a BTreeMap." },
     Bench { name: "cma", run: cma::run, about: "Seed 003: CMA's free of 16,384 contiguous pages (page by page vs batched free_contig_range vs buddy_system_allocator)." },
