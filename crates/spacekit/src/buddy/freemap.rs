@@ -51,6 +51,12 @@ pub(super) struct FreeMap {
     /// block number 0 (wrapping: `start[0] - first / 64`), so the word of
     /// block `k` is `off[o] + k / 64` and its bit `k % 64`.
     off: [usize; 32],
+    /// Hot copies of each order's level starts: the bitmap, and the first
+    /// summary level (`usize::MAX` when the bitmap is one word).
+    leaf: [usize; 32],
+    sum1: [usize; 32],
+    /// Hot copy of each order's `first`.
+    first: [u64; 32],
     /// Each order's layout (`0..=max_order`).
     pub orders: Vec<OrderMap>,
     /// For each order, an index in `words` at or below the order's lowest
@@ -71,6 +77,8 @@ impl FreeMap {
         let mut words = 0usize;
         let mut orders = Vec::with_capacity(max_order as usize + 1);
         let (mut off, mut hint) = ([0usize; 32], [0usize; 32]);
+        let (mut leaf, mut sum1) = ([0usize; 32], [usize::MAX; 32]);
+        let mut firsts = [0u64; 32];
         for o in 0..=max_order {
             let first = (base >> o) & !63;
             let last = if pages == 0 {
@@ -98,12 +106,20 @@ impl FreeMap {
             m.top = l;
             off[o as usize] = m.start[0].wrapping_sub((first >> 6) as usize);
             hint[o as usize] = m.start[0] + m.len[0];
+            leaf[o as usize] = m.start[0];
+            firsts[o as usize] = first;
+            if m.top > 0 {
+                sum1[o as usize] = m.start[1];
+            }
             orders.push(m);
         }
         FreeMap {
             words: alloc::vec![0; words],
             off,
             hint,
+            leaf,
+            sum1,
+            first: firsts,
             orders,
             count: [0; 32],
         }
@@ -213,10 +229,22 @@ impl FreeMap {
     /// bits, up to the first one already set.
     #[inline]
     fn mark_up(&mut self, o: u32, w: usize) {
-        let h = &mut self.hint[(o & 31) as usize];
-        if w < *h {
-            *h = w;
+        let ou = (o & 31) as usize;
+        if w < self.hint[ou] {
+            self.hint[ou] = w;
         }
+        // Usually the bit one level up is still set (summaries are cleared
+        // lazily): one load decides.
+        let idx = w - self.leaf[ou];
+        let p = self.sum1[ou].wrapping_add(idx >> 6);
+        if self.words.get(p).is_some_and(|&s| s >> (idx & 63) & 1 != 0) {
+            return;
+        }
+        self.mark_up_levels(o, w);
+    }
+
+    /// [`FreeMap::mark_up`] walking the summary levels.
+    fn mark_up_levels(&mut self, o: u32, w: usize) {
         let m = &self.orders[o as usize];
         let mut idx = w - m.start[0];
         for l in 1..=m.top {
@@ -244,9 +272,11 @@ impl FreeMap {
             let bit = w.trailing_zeros();
             *w &= *w - 1;
             self.count[ou] -= 1;
-            let m = &self.orders[ou];
-            let rel = ((h - m.start[0]) as u64) << 6 | u64::from(bit);
-            return Some((m.first + rel) << o);
+            // The block number: bitmap word `h - leaf` holds blocks from
+            // `first + 64 * (h - leaf)`.
+            let word = (h - self.leaf[ou]) as u64 + (self.first[ou] >> 6);
+            let k = word << 6 | u64::from(bit);
+            return Some(k << o);
         }
         self.pop_first_descend(o)
     }
