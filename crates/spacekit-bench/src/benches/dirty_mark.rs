@@ -533,4 +533,45 @@ mod tests {
         logs.vmm.mark_dirty(0, 1);
         assert!(logs.check_clean("with a page left").is_err());
     }
+
+    #[test]
+    fn a_quick_run_pairs_its_rows_and_draws_both_series() {
+        let ctx = Ctx {
+            mode: Mode::Quick,
+            seed: 7,
+        };
+        let report = run(&ctx).unwrap();
+        assert_eq!(report.rows.len(), 2 * (MARK_PAGES.len() + DIRTY.len()));
+        // Rows come in (spacekit, vm-memory) pairs with the same fields.
+        for pair in report.rows.chunks(2) {
+            let (a, b) = (pair[0].to_json(), pair[1].to_json());
+            assert_eq!(
+                (pair[0].str("variant"), pair[1].str("variant")),
+                (Some(SPK), Some(VMM))
+            );
+            let keys = |v: &serde_json::Value| {
+                let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+                k.sort();
+                k
+            };
+            assert_eq!(keys(&a), keys(&b));
+            for k in keys(&a) {
+                if k != "variant" && k != "median_ns" {
+                    assert_eq!(a[&k], b[&k], "field {k}");
+                }
+            }
+            assert!(pair[0].num("median_ns").unwrap() > 0.0);
+        }
+        assert_eq!(report.charts.len(), 2);
+        for chart in &report.charts {
+            let svg = chart.to_svg(800, 400).unwrap();
+            for name in [SPK, VMM] {
+                assert!(
+                    svg.contains(&format!("\n{name}\n</text>")),
+                    "{name} in {}",
+                    chart.title
+                );
+            }
+        }
+    }
 }
