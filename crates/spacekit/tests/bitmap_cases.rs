@@ -989,3 +989,53 @@ fn errors_display_and_are_std_errors() {
     assert!(dbg.contains("300") && dbg.contains("5..9"), "{dbg}");
     assert_eq!(Bitmap::default(), Bitmap::new(0));
 }
+
+/// The bit iterators' `fold` and `next` against a model on bitmaps whose
+/// bits sit behind gaps of every length from 0 to 150 words (the inline
+/// look-ahead, the skip loop and the last word's tail all get exercised),
+/// both polarities, from many starts, at every level.
+#[test]
+fn iterators_fold_across_gaps_of_every_length() {
+    let mut rng = SmallRng::seed_from_u64(0x17E5);
+    for case in 0..200 {
+        let mut positions = Vec::new();
+        let mut at = rng.random_range(0..64usize);
+        while positions.len() < 40 {
+            positions.push(at);
+            at += 1 + rng.random_range(0..64) + 64 * rng.random_range(0..=(case % 150));
+        }
+        let len = at + rng.random_range(0..130);
+        for polarity in [true, false] {
+            let mut words = vec![if polarity { 0u64 } else { !0 }; len.div_ceil(64)];
+            for &p in &positions {
+                words[p / 64] ^= 1 << (p % 64);
+            }
+            let map = Bitmap::from_words(words, len).unwrap();
+            for level in Level::available() {
+                let b = AtLevel(map.view(), level);
+                for from in [0, 1, positions[3], positions[20] + 1, len - 1, len] {
+                    let want: Vec<usize> =
+                        positions.iter().copied().filter(|&p| p >= from).collect();
+                    let push = |mut v: Vec<usize>, i| {
+                        v.push(i);
+                        v
+                    };
+                    let (fold, next): (Vec<usize>, Vec<usize>) = if polarity {
+                        (
+                            b.iter_ones(from).fold(Vec::new(), push),
+                            b.iter_ones(from).collect(),
+                        )
+                    } else {
+                        (
+                            b.iter_zeros(from).fold(Vec::new(), push),
+                            b.iter_zeros(from).collect(),
+                        )
+                    };
+                    let what = format!("case {case} polarity {polarity} from {from} at {level}");
+                    assert_eq!(fold, want, "fold, {what}");
+                    assert_eq!(next, want, "next, {what}");
+                }
+            }
+        }
+    }
+}

@@ -118,19 +118,44 @@ impl<'a, const CLEAR: bool> Walk<'a, CLEAR> {
     }
 
     /// Every remaining bit through `f`, word by word (what `fold`,
-    /// `for_each`, `sum` and `count` on the bit iterators run).
+    /// `for_each`, `sum` and `count` on the bit iterators run). The cursor
+    /// lives in registers; the next word is read inline and only an empty
+    /// one calls the skip loop.
     #[inline(always)]
     fn fold_bits<B>(mut self, init: B, mut f: impl FnMut(B, usize) -> B) -> B {
         let mut acc = init;
+        let n = self.words.len();
+        let (mut wi, mut w) = (self.wi, self.cur);
         loop {
-            let base = self.wi * 64;
-            let mut w = self.cur;
+            let base = wi * 64;
             while w != 0 {
                 acc = f(acc, base + w.trailing_zeros() as usize);
                 w &= w - 1;
             }
-            self.cur = 0;
-            if !self.advance() {
+            // The next word holding a bit: up to NEAR words inline (all but
+            // the last word need no tail mask), then the skip loop.
+            let near = n.saturating_sub(1).min(wi + 1 + NEAR);
+            wi += 1;
+            while wi < near {
+                w = self.words[wi] ^ inv(CLEAR);
+                if w != 0 {
+                    break;
+                }
+                wi += 1;
+            }
+            if w != 0 {
+                continue;
+            }
+            if wi + 1 < n {
+                self.wi = wi - 1;
+                self.cur = 0;
+                if !self.refill_slow() {
+                    return acc;
+                }
+                (wi, w) = (self.wi, self.cur);
+            } else if wi < n {
+                w = self.load(wi);
+            } else {
                 return acc;
             }
         }
