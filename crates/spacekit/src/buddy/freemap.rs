@@ -13,14 +13,16 @@
 //!
 //! Above each bitmap sit summary levels, each bit saying "this word of the
 //! level below may be non-zero", up to a single top word: finding the lowest
-//! free block of an order is one descent (4 words for 1M pages). Summary
-//! bits are set eagerly (a word becoming non-zero sets its bit, stopping at
-//! the first bit already set) and cleared lazily: taking a buddy in a merge
-//! never touches the summaries; the descent clears the stale bits it meets,
-//! and [`FreeMap::pop_first`] clears the bits of the words it empties.
+//! free block of an order is one descent (4 words for 1M pages), and a
+//! per-order hint (a word at or below the lowest non-zero one) usually
+//! spares even that. Summary bits are set eagerly (a word becoming non-zero
+//! sets its bit, stopping at the first bit already set) and cleared lazily:
+//! taking a buddy in a merge never touches the summaries; a descent clears
+//! the stale bits it meets and the bits of the words it empties.
 //!
-//! Invariant (checked by `validate()`): a non-zero word has its summary bit
-//! set; a summary bit never names a word past its level's end.
+//! Invariants (checked by `validate()`): a non-zero word has its summary
+//! bit set; a summary bit never names a word past its level's end; no
+//! non-zero bitmap word lies below the order's hint.
 
 use alloc::vec::Vec;
 

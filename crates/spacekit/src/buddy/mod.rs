@@ -56,11 +56,23 @@
 //! All the bitmaps together are about two bits per page (256 KiB for a
 //! 1M-page zone), so a free of one page touches the page's metadata line,
 //! one bitmap word per order it climbs, and the per-order counters.
-//! [`alloc_pages`](BuddyAllocator::alloc_pages) takes the lowest free block
-//! of the smallest order that fits through the summary levels above each
-//! bitmap (a descent of four words for 1M pages), so it hands out blocks
-//! in address order, as the kernel's and `buddy_system_allocator`'s
-//! first-fit splits do.
+//! A word that becomes non-zero checks one summary bit (usually already
+//! set). [`alloc_pages`](BuddyAllocator::alloc_pages) takes the lowest free
+//! block of the smallest order that fits: from the word at the order's hint
+//! (at or below its lowest non-zero word) when that word is non-zero, else
+//! through the summary levels above the bitmap (a descent of four words for
+//! 1M pages). It hands out blocks in address order, as
+//! `buddy_system_allocator`'s first-fit split does; the page-by-page model
+//! in the tests accepts any block of the smallest fitting order, the
+//! tests of this path require the lowest.
+//!
+//! Cache lines a single-page free touches: before, the page's word, its
+//! `next` and `prev` entries (two more arrays), the old list head's `prev`
+//! (anywhere in the zone) and, per merge step, the buddy's word, its
+//! `next`/`prev` and both list neighbours' links (two more lines anywhere);
+//! now, the page's word and one bitmap word per order visited (the buddy's
+//! bit sits in the block's own word), all within the 2-bits-per-page
+//! bitmaps, plus the counters.
 //!
 //! # Example
 //!
