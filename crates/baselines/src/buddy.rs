@@ -63,13 +63,24 @@ pub fn free_contig_range_page_by_page(
     for p in pfn..end {
         if b.free_pages(p, 0)? {
             sum.freed += 1;
-        } else if b.page(p)?.refcount != 0 {
-            sum.still_referenced += 1;
         } else {
-            sum.poisoned += 1;
+            held_back(b, p, &mut sum)?;
         }
     }
     Ok(sum)
+}
+
+/// Counts page `p`, which its free did not free, as still referenced or
+/// poisoned (the rare case, kept out of the loop).
+#[cold]
+#[inline(never)]
+fn held_back(b: &BuddyAllocator, p: u64, sum: &mut FreeSummary) -> Result<(), BuddyError> {
+    if b.page(p)?.refcount != 0 {
+        sum.still_referenced += 1;
+    } else {
+        sum.poisoned += 1;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
