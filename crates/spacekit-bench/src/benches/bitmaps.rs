@@ -60,6 +60,7 @@ use rand::{Rng, SeedableRng};
 use spacekit::bitmap::{Bitmap, Bits, BitsMut};
 use spacekit::freespace::FreeSpaceIndex;
 
+use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};
 use crate::harness::{batch, progress, Bars, Comparison, Medians, Report, Row, Table};
 
@@ -288,9 +289,26 @@ fn alloc_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Be
             "peer/index",
         ],
     );
+    let labels: Vec<String> = REQUESTS
+        .iter()
+        .map(|&(size, a)| format!("{size} bits, align {}", 1usize << a))
+        .collect();
+    let last = scans.last().copied().unwrap_or(0);
+    let mut chart = Chart::new(
+        &format!("bitmaps: allocate + free after {last} fragmented bits, per request"),
+        "request",
+        "ns per allocate + free",
+        XAxis::Categories(labels),
+        true,
+    );
     for &scan in scans {
-        for req in REQUESTS {
+        for (k, req) in REQUESTS.into_iter().enumerate() {
             let m = alloc_case(ctx, &mut a, &mut rng, scan, req)?;
+            if scan == last {
+                for &v in m.names() {
+                    chart.point(v, k as f64, m.ns(v));
+                }
+            }
             let (size, align_log2) = req;
             m.rows(report, |v| {
                 Row::new("alloc_contiguous", v)
@@ -323,6 +341,7 @@ fn alloc_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Be
         }
     }
     report.table(table);
+    report.chart(chart);
     Ok(())
 }
 
@@ -386,6 +405,21 @@ fn fixedbitset_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<
             "fbs/spk",
         ],
     );
+    let last = sizes.last().copied().unwrap_or(0);
+    let labels: Vec<String> = [Pattern::Random, Pattern::MostlySet]
+        .iter()
+        .flat_map(|p| {
+            ["zeroes", "count all", "count unaligned"].map(|c| format!("{c}, {}", p.label()))
+        })
+        .collect();
+    let mut chart = Chart::new(
+        &format!("bitmaps: next zero and counts on {last} bits vs fixedbitset"),
+        "operation, bitmap",
+        "ns per full iteration or count",
+        XAxis::Categories(labels),
+        true,
+    );
+    let mut slot = 0usize;
     for &n in sizes {
         for pattern in [Pattern::Random, Pattern::MostlySet] {
             let words = pattern.make(&mut rng, n);
@@ -442,6 +476,12 @@ fn fixedbitset_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<
                 cases.push(("count_ones", range, count));
             }
             for (case, range, m) in cases {
+                if n == last {
+                    for &v in m.names() {
+                        chart.point(v, slot as f64, m.ns(v));
+                    }
+                    slot += 1;
+                }
                 m.rows(report, |v| {
                     Row::new(case, v)
                         .field("bits", n)
@@ -473,6 +513,7 @@ fn fixedbitset_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<
         }
     }
     report.table(table);
+    report.chart(chart);
     Ok(())
 }
 
