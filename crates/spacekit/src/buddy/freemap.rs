@@ -171,6 +171,25 @@ impl FreeMap {
     #[inline(always)]
     pub fn merge_insert(&mut self, pfn: u64, order: u32, max: u32) {
         let (mut k, mut o) = (pfn >> order, order);
+        // The first step apart: for a single page its order is a constant.
+        if o < max {
+            let (w, b) = self.word_of(o, k ^ 1);
+            let word = self.words[w];
+            if word & b != 0 {
+                self.words[w] = word & !b;
+                self.count[(o & 31) as usize] -= 1;
+                k >>= 1;
+                o += 1;
+            } else {
+                // No merge: the block's own bit, in the same word.
+                self.words[w] = word | 1 << (k & 63);
+                if word == 0 {
+                    self.mark_up(o, w);
+                }
+                self.count[(o & 31) as usize] += 1;
+                return;
+            }
+        }
         while o < max {
             let (w, b) = self.word_of(o, k ^ 1);
             let word = self.words[w];
