@@ -194,7 +194,13 @@ impl FreeMap {
             let (w, b) = self.word_of(o, k ^ 1);
             let word = self.words[w];
             if word & b == 0 {
-                break;
+                // The walk ends here: the block's own bit is in this word.
+                self.words[w] = word | 1 << (k & 63);
+                if word == 0 {
+                    self.mark_up(o, w);
+                }
+                self.count[(o & 31) as usize] += 1;
+                return;
             }
             self.words[w] = word & !b;
             self.count[(o & 31) as usize] -= 1;
