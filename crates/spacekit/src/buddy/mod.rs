@@ -29,7 +29,10 @@
 //!    error, nothing changed) if any page is already free, or, for the
 //!    refcounted path, has no reference left to drop, or, for the frozen
 //!    path, still has one. The same pass notes whether every page is the
-//!    common case (one reference, not poisoned).
+//!    common case (one reference, not poisoned). Before it, the refcounted
+//!    and frozen frees check for the common case alone, which is one word
+//!    value for every page (one XOR and one OR per word), and go straight
+//!    to step 2 when it holds.
 //! 2. Prepare: in the common case every word is overwritten with "free";
 //!    otherwise each page drops its reference and is freed only if it
 //!    reaches zero and is not poisoned. Both are straight loops over a
@@ -723,6 +726,24 @@ impl BuddyAllocator {
         let i0 = self.span(pfn, n)?;
         let end = i0 + n as usize;
         let pages = &mut self.meta[i0..end];
+        // The common case of the refcounted and frozen frees has one word
+        // for every page (one reference, or none; no poison): one XOR and
+        // one OR per word decide it, then the range is written free.
+        let common = match how {
+            Prepare::Refcounted => Some(1),
+            Prepare::Frozen => Some(0),
+            Prepare::Add => None,
+        };
+        if let Some(c) = common {
+            if pages.iter().fold(0, |a, &m| a | (m ^ c)) == 0 {
+                pages.fill(FREE);
+                self.free_run(i0, end);
+                return Ok(FreeSummary {
+                    freed: n,
+                    ..FreeSummary::default()
+                });
+            }
+        }
         // Pass 1 (branch-free, vectorised): refuse bad input, and find out
         // whether every page is the common case.
         let (free, refused, unusual) = scan(pages, how);
