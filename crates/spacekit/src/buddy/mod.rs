@@ -734,8 +734,17 @@ impl BuddyAllocator {
             Prepare::Frozen => Some(0),
             Prepare::Add => None,
         };
+        // Checked in chunks: the full scan below only covers what follows
+        // the last chunk found common.
+        let mut checked = 0;
         if let Some(c) = common {
-            if pages.iter().fold(0, |a, &m| a | (m ^ c)) == 0 {
+            for chunk in pages.chunks(1024) {
+                if chunk.iter().fold(0, |a, &m| a | (m ^ c)) != 0 {
+                    break;
+                }
+                checked += chunk.len();
+            }
+            if checked == pages.len() {
                 pages.fill(FREE);
                 self.free_run(i0, end);
                 return Ok(FreeSummary {
@@ -746,7 +755,7 @@ impl BuddyAllocator {
         }
         // Pass 1 (branch-free, vectorised): refuse bad input, and find out
         // whether every page is the common case.
-        let (free, refused, unusual) = scan(pages, how);
+        let (free, refused, unusual) = scan(&pages[checked..], how);
         if free != 0 || refused != 0 {
             return Err(self.first_refusal(i0, end, how));
         }
