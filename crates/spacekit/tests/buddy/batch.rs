@@ -308,3 +308,67 @@ fn spans_at_the_top_of_the_pfn_space() {
         assert_eq!(b.free_page_count(), pages);
     }
 }
+
+/// Ranges longer than the common-case check's chunk (1,024 pages) with the
+/// one page off the common case far in: refused (a free page, a frozen page
+/// in a refcounted free, a referenced page in a frozen free) with nothing
+/// changed, or freed with the page held back, as the model says.
+#[test]
+fn odd_pages_past_the_first_check_chunk() {
+    use crate::checks::{check, refused};
+    use crate::model::Model;
+    let (base, pages) = (7u64, 6000u64);
+    for (at, what) in [1023u64, 1024, 3000, 4999]
+        .into_iter()
+        .flat_map(|at| (0..5).map(move |w| (at, w)))
+    {
+        let mut b = crate::checks::zone(base, pages, 10, 1 << 12);
+        let mut m = Model::new(base, pages, 10);
+        assert_eq!(b.add_range(base, pages), m.add_range(base, pages));
+        let (s, n) = (base + 100, 5000u64);
+        assert_eq!(
+            b.alloc_contig_range(s, s + n),
+            m.alloc_contig_range(s, s + n)
+        );
+        let p = s + at;
+        let frozen = what == 4;
+        match what {
+            0 => {
+                // A free page: refused.
+                assert_eq!(b.free_contig_range(p, 1), m.free_contig(p, 1, false));
+            }
+            1 => assert_eq!(b.mark_poisoned(p), m.mark_poisoned(p)),
+            2 => assert_eq!(b.get_page(p), m.get_page(p)),
+            _ => {
+                // Frozen: every page drops its reference; for what == 3 one
+                // keeps it (a referenced page in a frozen free).
+                for q in s..s + n {
+                    assert_eq!(b.put_ref(q), m.put_ref(q));
+                }
+                if what == 3 {
+                    assert_eq!(b.get_page(p), m.get_page(p));
+                }
+            }
+        }
+        check(&b, &m, &(at, what));
+        let want = m.clone().free_contig(s, n, frozen || what == 3);
+        if want.is_err() {
+            let e = refused(&mut b, |b| {
+                if frozen || what == 3 {
+                    b.free_contig_frozen_range(s, n)
+                } else {
+                    b.free_contig_range(s, n)
+                }
+            });
+            assert_eq!(Err(e), want, "{at} {what}");
+        } else {
+            let got = if frozen {
+                b.free_contig_frozen_range(s, n)
+            } else {
+                b.free_contig_range(s, n)
+            };
+            assert_eq!(got, m.free_contig(s, n, frozen), "{at} {what}");
+            check(&b, &m, &(at, what, "freed"));
+        }
+    }
+}
