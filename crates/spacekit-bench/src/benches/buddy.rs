@@ -244,19 +244,22 @@ fn timer(mode: Mode) -> Timer {
 
 // ---- free ----
 
+/// One `free_pages(p, 0)` per page of `list` (read from memory, so nothing
+/// is known of the pages in advance); returns how many were not freed.
 fn spk_free_pass(b: &mut BuddyAllocator, list: &[u64]) -> u64 {
     let mut refused = 0;
-    for &p in list {
-        if b.free_pages(black_box(p), 0) != Ok(true) {
+    for &p in black_box(list) {
+        if !matches!(b.free_pages(p, 0), Ok(true)) {
             refused += 1;
         }
     }
     refused
 }
 
+/// One `dealloc(p, 1)` per page of `list`.
 fn bsa_free_pass(f: &mut Bsa, list: &[u64]) {
-    for &p in list {
-        f.dealloc(black_box(p) as usize, 1);
+    for &p in black_box(list) {
+        f.dealloc(p as usize, 1);
     }
 }
 

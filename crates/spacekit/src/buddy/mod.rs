@@ -613,7 +613,7 @@ impl BuddyAllocator {
 
     /// `free_pages(pfn, 0)`: one word to check and write, then the merge
     /// walk (see the [module docs](self#freeing-one-page)).
-    #[inline]
+    #[inline(always)]
     fn free_page(&mut self, pfn: u64) -> PageFree {
         // Below the base wraps to a huge index: one compare for both ends.
         let i = pfn.wrapping_sub(self.base);
