@@ -126,38 +126,39 @@ impl<'a, const CLEAR: bool> Walk<'a, CLEAR> {
         let mut acc = init;
         let n = self.words.len();
         let (mut wi, mut w) = (self.wi, self.cur);
+        let mut base = wi * 64;
         loop {
-            let base = wi * 64;
-            while w != 0 {
-                acc = f(acc, base + w.trailing_zeros() as usize);
-                w &= w - 1;
-            }
-            // The next word holding a bit: up to NEAR words inline (all but
-            // the last word need no tail mask), then the skip loop.
-            let near = n.saturating_sub(1).min(wi + 1 + NEAR);
-            wi += 1;
-            while wi < near {
-                w = self.words[wi] ^ inv(CLEAR);
-                if w != 0 {
-                    break;
-                }
+            if w == 0 {
+                // The next word holding a bit: up to NEAR words inline (all
+                // but the last word need no tail mask), then the skip loop.
+                let near = n.saturating_sub(1).min(wi + 1 + NEAR);
                 wi += 1;
-            }
-            if w != 0 {
+                while wi < near {
+                    w = self.words[wi] ^ inv(CLEAR);
+                    if w != 0 {
+                        break;
+                    }
+                    wi += 1;
+                }
+                if w == 0 {
+                    if wi + 1 < n {
+                        self.wi = wi - 1;
+                        self.cur = 0;
+                        if !self.refill_slow() {
+                            return acc;
+                        }
+                        (wi, w) = (self.wi, self.cur);
+                    } else if wi < n {
+                        w = self.load(wi);
+                    } else {
+                        return acc;
+                    }
+                }
+                base = wi * 64;
                 continue;
             }
-            if wi + 1 < n {
-                self.wi = wi - 1;
-                self.cur = 0;
-                if !self.refill_slow() {
-                    return acc;
-                }
-                (wi, w) = (self.wi, self.cur);
-            } else if wi < n {
-                w = self.load(wi);
-            } else {
-                return acc;
-            }
+            acc = f(acc, base + w.trailing_zeros() as usize);
+            w &= w - 1;
         }
     }
 
