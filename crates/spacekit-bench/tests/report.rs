@@ -24,6 +24,18 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     ("rangetree", &["spacekit", "btreemap"]),
     ("cma", &["before", "spacekit", "buddy_system_allocator"]),
+    ("buddy", &["spacekit", "buddy_system_allocator"]),
+    ("alloc", &["spacekit", "vm-allocator"]),
+    (
+        "bitmaps",
+        &[
+            "bitmap-allocator",
+            "spacekit",
+            "spacekit-index",
+            "fixedbitset",
+        ],
+    ),
+    ("dirty-mark", &["spacekit", "vm-memory"]),
     ("ext4-fallocate", &["before", "flip", "spacekit"]),
 ];
 
