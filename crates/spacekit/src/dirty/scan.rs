@@ -19,6 +19,11 @@
 //!    garbage that the next word overwrites) and advance the edge count by the
 //!    mask's popcount; only words with more edges than that loop.
 //!
+//! In a dense stretch (the previous batch had edges in more than 7/8 of
+//! its words) stage 1 is skipped: every word of the batch is expanded, a
+//! word without edges writing only garbage past the count, and the words
+//! with edges are counted to decide whether the next batch is dense too.
+//!
 //! A batch without edges is part of a uniform stretch (all clean, or all dirty
 //! inside a run); the rest of the stretch is skipped with the bitmap engine's
 //! SIMD search, so clean and fully dirty bitmaps scan at memory speed.
@@ -197,6 +202,37 @@ impl<W: Words> Scanner<W> {
                 return k;
             }
             let n = BATCH.min(self.end - self.i);
+            if self.dense && n == BATCH {
+                // Dense stretch: stage 1 would mark nearly every word, so
+                // expand every word of the batch instead (a word without
+                // edges writes only garbage past `k`), counting the words
+                // with edges to decide whether the next batch is dense.
+                let end = self.i + n;
+                let mut j = self.i;
+                let mut below = self.carry;
+                let mut marked = 0usize;
+                while j < end {
+                    if k + 65 > BUF {
+                        // The rest of the batch goes through stage 2's
+                        // mask loop, every word marked.
+                        self.mbase = j;
+                        self.mask = u64::MAX >> (64 - (end - j));
+                        break;
+                    }
+                    let w = src.word(j);
+                    let e = w ^ ((w << 1) | below);
+                    marked += usize::from(e != 0);
+                    k = K::expand(j as u64 * 64, e, buf, k, true);
+                    below = w >> 63;
+                    j += 1;
+                }
+                self.i = end;
+                self.carry = src.word(end - 1) >> 63;
+                if j == end {
+                    self.dense = marked * 8 > n * 7;
+                }
+                continue;
+            }
             let (m, carry) = K::marks(src, self.i, n, self.carry);
             self.mbase = self.i;
             self.mask = m;

@@ -30,7 +30,7 @@ pub(crate) trait Kernel {
     fn marks<W: Words>(src: W, i: usize, n: usize, carry: u64) -> (u64, u64);
 
     /// Stage 2 for one word: writes the positions of the set bits of edge
-    /// mask `e` (`e != 0`), each plus `pos` (the word's first bit), to
+    /// mask `e` (possibly 0), each plus `pos` (the word's first bit), to
     /// `buf[k..]` in ascending order and returns `k` plus their number.
     /// `buf[k..k + 64]` must exist; slots past the returned index may be
     /// overwritten with garbage. `dense`: most words of the batch have edges
