@@ -281,9 +281,20 @@ impl<W: Words> Job for Fill<'_, '_, W> {
 
 /// Number of edges in words `[from, end)` (no terminal edge), for the
 /// parallel scan's sizing pass: a branch-free popcount of the edge masks.
+/// Counted in batches of [`BATCH`] words; a batch without edges hands the
+/// rest of its uniform stretch to the SIMD skip, as the serial scan does, so
+/// clean and fully dirty stretches are only read.
 #[cfg(feature = "rayon")]
 pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize, level: Level) -> usize {
-    arch::run(level, CountEdges { src, from, end })
+    arch::run(
+        level,
+        CountEdges {
+            src,
+            from,
+            end,
+            level,
+        },
+    )
 }
 
 /// The job of [`count_edges`].
@@ -292,6 +303,7 @@ struct CountEdges<W> {
     src: W,
     from: usize,
     end: usize,
+    level: Level,
 }
 
 #[cfg(feature = "rayon")]
@@ -299,7 +311,26 @@ impl<W: Words> Job for CountEdges<W> {
     type Output = usize;
     #[inline(always)]
     fn run<K: Kernel>(self) -> usize {
-        K::count_edges(self.src, self.from, self.end)
+        let CountEdges {
+            src,
+            from,
+            end,
+            level,
+        } = self;
+        let (mut i, mut n) = (from, 0);
+        while i < end {
+            let c = (i + BATCH).min(end);
+            let e = K::count_edges(src, i, c);
+            n += e;
+            i = c;
+            if e == 0 && i < end {
+                // Words `..i` up to the last edge are uniform: the rest of
+                // the stretch (words equal to the last one) has no edges.
+                let x = (src.word(i - 1) >> 63).wrapping_neg();
+                i = src.skip(i, end, x, level).unwrap_or(end);
+            }
+        }
+        n
     }
 }
 
