@@ -74,6 +74,12 @@ pub mod dirty;
 #[cfg_attr(docsrs, doc(cfg(feature = "ext4")))]
 pub mod ext4;
 pub mod freespace;
+#[cfg(all(feature = "kvm", target_os = "linux", target_arch = "x86_64"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "kvm")))]
+pub mod kvm;
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+pub mod migration;
 pub mod rangetree;
 #[cfg(test)]
 mod test_rng;

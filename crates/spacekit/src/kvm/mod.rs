@@ -1,0 +1,1 @@
+//! A real KVM guest (work in progress).

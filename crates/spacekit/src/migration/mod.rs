@@ -1,0 +1,1 @@
+//! Cloud Hypervisor's migration stream (work in progress).
