@@ -1,0 +1,235 @@
+//! [`MigrationError`]: what went wrong on a migration stream.
+
+use std::fmt;
+use std::io;
+use std::string::{String, ToString};
+
+use super::wire::{Command, Status};
+
+/// What went wrong on a migration stream, on either side.
+///
+/// The receiver answers every request it refuses with an error
+/// [`Response`](super::Response) (best effort: the stream may be gone) and
+/// then returns one of these; the sender returns one when its own checks
+/// refuse a call (nothing written), when the receiver answers with an error,
+/// or when the stream fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MigrationError {
+    /// A request header whose command is none of [`Command`]'s values.
+    UnknownCommand {
+        /// The command field as received.
+        value: u16,
+    },
+    /// A response header whose status is none of [`Status`]'s values.
+    UnknownStatus {
+        /// The status field as received.
+        value: u16,
+    },
+    /// A memory request whose table length is not a multiple of 16 bytes
+    /// (one [`MemoryRange`](crate::dirty::MemoryRange) on the wire).
+    BadTableLength {
+        /// The table length in bytes, from the request header.
+        len: u64,
+    },
+    /// A memory request whose table is longer than the receiver accepts
+    /// (see [`Receiver::max_table_bytes`](super::Receiver::max_table_bytes)):
+    /// refused before anything is allocated.
+    TableTooLarge {
+        /// The table length in bytes, from the request header.
+        len: u64,
+        /// The largest table length accepted.
+        max: u64,
+    },
+    /// A range that does not lie inside guest memory (`gpa + length` past
+    /// the memory's size).
+    RangeOutsideMemory {
+        /// Index of the range in its table.
+        index: usize,
+        /// Its guest-physical address.
+        gpa: u64,
+        /// Its length in bytes.
+        length: u64,
+        /// The size of guest memory in bytes.
+        memory_size: u64,
+    },
+    /// A range whose end (`gpa + length`) passes 2^64.
+    RangeOverflow {
+        /// Index of the range in its table.
+        index: usize,
+    },
+    /// The stream ended (or reported [`io::ErrorKind::UnexpectedEof`])
+    /// before a whole item arrived.
+    Truncated {
+        /// What was being read: `"request header"`, `"memory table"`,
+        /// `"memory contents"`, ...
+        what: &'static str,
+        /// Bytes the item needed.
+        expected: u64,
+        /// Bytes that arrived before the end.
+        got: u64,
+    },
+    /// Any other I/O error of the stream.
+    Io {
+        /// The error's kind.
+        kind: io::ErrorKind,
+        /// The error's message.
+        message: String,
+    },
+    /// The receiver answered a request with a status other than
+    /// [`Status::Ok`].
+    Rejected {
+        /// The status it answered with.
+        status: Status,
+        /// The request it refused.
+        command: Command,
+    },
+    /// The sender abandoned the migration ([`Command::Abandon`]); the
+    /// receiver acknowledged it.
+    Abandoned,
+    /// A request whose `length` does not fit its command: not 0 for
+    /// [`Command::Start`], [`Command::Complete`] and [`Command::Abandon`],
+    /// not 8 for [`Command::PageHashes`].
+    UnexpectedPayload {
+        /// The request's command.
+        command: Command,
+        /// Its `length` field.
+        length: u64,
+        /// The length the command takes.
+        expected: u64,
+    },
+    /// A response whose `length` does not fit the request it answers (not 0,
+    /// or for [`Command::PageHashes`] not a multiple of 4).
+    BadResponseLength {
+        /// The request answered.
+        command: Command,
+        /// The response's `length` field.
+        length: u64,
+    },
+    /// A command this receiver does not implement: it carries guest memory
+    /// only, not Cloud Hypervisor's VM configuration and device state
+    /// ([`Command::Config`], [`Command::State`]), memory file descriptors
+    /// ([`Command::MemoryFd`]) or [`Command::CompletePaused`].
+    Unsupported {
+        /// The command.
+        command: Command,
+    },
+    /// A request other than [`Command::Start`] before the migration started.
+    NotStarted {
+        /// The command.
+        command: Command,
+    },
+    /// A page size of 0 for page hashes.
+    BadPageSize {
+        /// The page size given.
+        page_size: u64,
+    },
+    /// Two page-hash lists of different lengths (source and destination
+    /// memory of different sizes).
+    PageCountMismatch {
+        /// Pages in the first list.
+        local: usize,
+        /// Pages in the second list.
+        remote: usize,
+    },
+}
+
+impl MigrationError {
+    /// The typed error for an I/O error met while reading `what` after
+    /// `got` of its `expected` bytes: [`MigrationError::Truncated`] for
+    /// [`io::ErrorKind::UnexpectedEof`], [`MigrationError::Io`] otherwise.
+    pub(crate) fn from_io(e: &io::Error, what: &'static str, expected: u64, got: u64) -> Self {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            MigrationError::Truncated {
+                what,
+                expected,
+                got,
+            }
+        } else {
+            MigrationError::io(e)
+        }
+    }
+
+    /// [`MigrationError::Io`] for `e`.
+    pub(crate) fn io(e: &io::Error) -> Self {
+        MigrationError::Io {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for MigrationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MigrationError::UnknownCommand { value } => {
+                write!(f, "unknown migration command {value:#x}")
+            }
+            MigrationError::UnknownStatus { value } => {
+                write!(f, "unknown migration response status {value:#x}")
+            }
+            MigrationError::BadTableLength { len } => write!(
+                f,
+                "memory table of {len} bytes is not a whole number of 16-byte ranges"
+            ),
+            MigrationError::TableTooLarge { len, max } => write!(
+                f,
+                "memory table of {len} bytes is larger than the {max} bytes accepted"
+            ),
+            MigrationError::RangeOutsideMemory {
+                index,
+                gpa,
+                length,
+                memory_size,
+            } => write!(
+                f,
+                "memory range {index} ({gpa:#x}+{length:#x}) lies outside guest memory of {memory_size:#x} bytes"
+            ),
+            MigrationError::RangeOverflow { index } => {
+                write!(f, "memory range {index} ends past the 64-bit address space")
+            }
+            MigrationError::Truncated {
+                what,
+                expected,
+                got,
+            } => write!(
+                f,
+                "migration stream ended in the {what}: {got} of {expected} bytes"
+            ),
+            MigrationError::Io { kind, message } => {
+                write!(f, "migration stream I/O error ({kind:?}): {message}")
+            }
+            MigrationError::Rejected { status, command } => {
+                write!(f, "the receiver answered {command:?} with status {status:?}")
+            }
+            MigrationError::Abandoned => write!(f, "the sender abandoned the migration"),
+            MigrationError::UnexpectedPayload {
+                command,
+                length,
+                expected,
+            } => write!(
+                f,
+                "{command:?} request with {length} bytes of payload where {expected} belong"
+            ),
+            MigrationError::BadResponseLength { command, length } => write!(
+                f,
+                "response of {length} bytes does not fit the {command:?} request"
+            ),
+            MigrationError::Unsupported { command } => {
+                write!(f, "{command:?} requests are not supported by this receiver")
+            }
+            MigrationError::NotStarted { command } => {
+                write!(f, "{command:?} request before the migration started")
+            }
+            MigrationError::BadPageSize { page_size } => {
+                write!(f, "page size {page_size} for page hashes (must be at least 1)")
+            }
+            MigrationError::PageCountMismatch { local, remote } => write!(
+                f,
+                "page hash lists of different lengths: {local} and {remote} pages"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MigrationError {}

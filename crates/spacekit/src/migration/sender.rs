@@ -1,0 +1,317 @@
+//! [`Sender`]: the source side of the migration stream.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use std::io::{Read, Write};
+
+use super::error::MigrationError;
+use super::source::MemorySource;
+use super::wire::{read_full, write_all, Command, Request, Response, Status, REQUEST_BYTES};
+use crate::dirty::{MemoryRangeTable, WIRE_RANGE_BYTES};
+
+/// The default bounce buffer of a [`Sender`]: 1 MiB.
+pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
+
+/// What one [`Sender::send_memory`] sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SendStats {
+    /// Ranges in the table.
+    pub ranges: u64,
+    /// Guest memory bytes sent (the ranges' contents).
+    pub bytes: u64,
+    /// Bytes written to the stream: header, table and contents.
+    pub wire_bytes: u64,
+}
+
+/// The source side of Cloud Hypervisor's migration stream, for guest
+/// memory: Cloud Hypervisor's `send_migration` memory path (`Start`, one
+/// `Memory` request per pre-copy round, `Complete`), plus spacekit's
+/// [`Command::PageHashes`].
+///
+/// Each call writes one request, then waits for the receiver's
+/// [`Response`]; any status but [`Status::Ok`] is
+/// [`MigrationError::Rejected`]. Guest memory is copied out of a
+/// [`MemorySource`] through a bounce buffer the sender keeps and reuses (so
+/// memory a vCPU is writing is read once per round, a chunk at a time).
+/// See [`Receiver`](super::Receiver) for an example.
+#[derive(Debug)]
+pub struct Sender {
+    buf: Vec<u8>,
+}
+
+impl Default for Sender {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sender {
+    /// A sender with a [`DEFAULT_BUFFER_BYTES`] bounce buffer.
+    pub fn new() -> Self {
+        Self::with_buffer_size(DEFAULT_BUFFER_BYTES)
+    }
+
+    /// A sender with a bounce buffer of `bytes` bytes (at least 16).
+    pub fn with_buffer_size(bytes: usize) -> Self {
+        Sender {
+            buf: vec![0; bytes.max(WIRE_RANGE_BYTES)],
+        }
+    }
+
+    /// The bounce buffer's size in bytes.
+    pub fn buffer_size(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Sends [`Command::Start`] and waits for the receiver's answer.
+    ///
+    /// # Errors
+    /// [`MigrationError::Rejected`], [`MigrationError::BadResponseLength`],
+    /// [`MigrationError::UnknownStatus`], [`MigrationError::Truncated`],
+    /// [`MigrationError::Io`].
+    pub fn start<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+    ) -> Result<(), MigrationError> {
+        simple(stream, Command::Start)
+    }
+
+    /// Sends [`Command::Complete`] and waits for the receiver's answer.
+    ///
+    /// # Errors
+    /// As [`Sender::start`].
+    pub fn complete<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+    ) -> Result<(), MigrationError> {
+        simple(stream, Command::Complete)
+    }
+
+    /// Sends [`Command::Abandon`] and waits for the receiver's answer.
+    ///
+    /// # Errors
+    /// As [`Sender::start`].
+    pub fn abandon<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+    ) -> Result<(), MigrationError> {
+        simple(stream, Command::Abandon)
+    }
+
+    /// Sends one pre-copy round: a [`Command::Memory`] request with `table`
+    /// (as [`MemoryRangeTable::to_bytes`] lays it out), then the contents of
+    /// each range in table order, read from `source`; then waits for the
+    /// receiver's answer.
+    ///
+    /// The table is checked against `source.size()` first: a range that
+    /// overflows or passes the end of memory is refused before anything is
+    /// written to the stream. An empty table is sent as a request with no
+    /// ranges (Cloud Hypervisor's sender skips empty rounds instead).
+    ///
+    /// # Errors
+    /// [`MigrationError::RangeOverflow`] and
+    /// [`MigrationError::RangeOutsideMemory`] (nothing written); then as
+    /// [`Sender::start`].
+    pub fn send_memory<S, M>(
+        &mut self,
+        stream: &mut S,
+        table: &MemoryRangeTable,
+        source: &M,
+    ) -> Result<SendStats, MigrationError>
+    where
+        S: Read + Write + ?Sized,
+        M: MemorySource + ?Sized,
+    {
+        let memory_size = source.size();
+        for (index, r) in table.ranges().iter().enumerate() {
+            let end = r
+                .gpa
+                .checked_add(r.length)
+                .ok_or(MigrationError::RangeOverflow { index })?;
+            if end > memory_size {
+                return Err(MigrationError::RangeOutsideMemory {
+                    index,
+                    gpa: r.gpa,
+                    length: r.length,
+                    memory_size,
+                });
+            }
+        }
+        let table_bytes = (table.len() * WIRE_RANGE_BYTES) as u64;
+        let mut stats = SendStats {
+            ranges: table.len() as u64,
+            bytes: 0,
+            wire_bytes: REQUEST_BYTES as u64 + table_bytes,
+        };
+        // Header and table through the bounce buffer, whole entries at a time.
+        let buf = &mut self.buf;
+        let cmd = Command::Memory;
+        buf[..REQUEST_BYTES].copy_from_slice(&Request::new(cmd, table_bytes).to_bytes());
+        let mut fill = REQUEST_BYTES;
+        for r in table.ranges() {
+            if fill + WIRE_RANGE_BYTES > buf.len() {
+                send(stream, &buf[..fill], cmd)?;
+                fill = 0;
+            }
+            buf[fill..fill + 8].copy_from_slice(&r.gpa.to_le_bytes());
+            buf[fill + 8..fill + 16].copy_from_slice(&r.length.to_le_bytes());
+            fill += WIRE_RANGE_BYTES;
+        }
+        send(stream, &buf[..fill], cmd)?;
+        // Contents, a buffer at a time.
+        for r in table.ranges() {
+            let mut at = r.gpa;
+            let end = r.gpa + r.length;
+            while at < end {
+                let n = (end - at).min(buf.len() as u64) as usize;
+                source.copy_out(at, &mut buf[..n]);
+                send(stream, &buf[..n], cmd)?;
+                at += n as u64;
+            }
+            stats.bytes += r.length;
+        }
+        stats.wire_bytes += stats.bytes;
+        flush(stream, cmd)?;
+        expect_ok(stream, cmd)?;
+        Ok(stats)
+    }
+
+    /// Asks the receiver for the standard CRC-32C of each `page_size`-byte
+    /// page of its memory (spacekit's [`Command::PageHashes`]; a Cloud
+    /// Hypervisor receiver refuses it), to compare with
+    /// [`hash_pages`](super::hash_pages) of the source through
+    /// [`diff_pages`](super::diff_pages).
+    ///
+    /// # Errors
+    /// [`MigrationError::BadPageSize`] for 0 (nothing written);
+    /// [`MigrationError::BadResponseLength`] for an answer that is not a
+    /// whole number of hashes; then as [`Sender::start`].
+    pub fn page_hashes<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+        page_size: u64,
+    ) -> Result<Vec<u32>, MigrationError> {
+        if page_size == 0 {
+            return Err(MigrationError::BadPageSize { page_size });
+        }
+        let mut req = [0u8; REQUEST_BYTES + 8];
+        req[..REQUEST_BYTES].copy_from_slice(&Request::new(Command::PageHashes, 8).to_bytes());
+        req[REQUEST_BYTES..].copy_from_slice(&page_size.to_le_bytes());
+        send(stream, &req, Command::PageHashes)?;
+        flush(stream, Command::PageHashes)?;
+        let resp = Response::read_from(stream)?;
+        if resp.status != Status::Ok {
+            return Err(MigrationError::Rejected {
+                status: resp.status,
+                command: Command::PageHashes,
+            });
+        }
+        if !resp.length.is_multiple_of(4) {
+            return Err(MigrationError::BadResponseLength {
+                command: Command::PageHashes,
+                length: resp.length,
+            });
+        }
+        // Read as it arrives: the vector grows with the bytes received, not
+        // with the length claimed.
+        let mut hashes = Vec::new();
+        let mut left = resp.length;
+        let whole = self.buf.len() / 4 * 4;
+        let chunk = &mut self.buf[..whole];
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            read_full(stream, &mut chunk[..n], "page hashes").map_err(|e| match e {
+                MigrationError::Truncated { what, got, .. } => MigrationError::Truncated {
+                    what,
+                    expected: resp.length,
+                    got: resp.length - left + got,
+                },
+                e => e,
+            })?;
+            hashes.extend(
+                chunk[..n]
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+            left -= n as u64;
+        }
+        Ok(hashes)
+    }
+}
+
+/// Sends a request without payload and waits for an empty [`Status::Ok`].
+fn simple<S: Read + Write + ?Sized>(
+    stream: &mut S,
+    command: Command,
+) -> Result<(), MigrationError> {
+    send(stream, &Request::new(command, 0).to_bytes(), command)?;
+    flush(stream, command)?;
+    expect_ok(stream, command)
+}
+
+/// Writes `bytes` of a `command` request. A receiver that refuses a
+/// request answers with an error response and closes the stream, so a
+/// write that fails because the peer is gone (broken pipe, connection reset
+/// or aborted) is followed by an attempt to read that answer: an error
+/// response found there is [`MigrationError::Rejected`], anything else the
+/// write's own [`MigrationError::Io`].
+fn send<S: Read + Write + ?Sized>(
+    stream: &mut S,
+    bytes: &[u8],
+    command: Command,
+) -> Result<(), MigrationError> {
+    write_all(stream, bytes).map_err(|e| rejected_or(stream, command, e))
+}
+
+/// Flushes the stream, as [`send`] writes.
+fn flush<S: Read + Write + ?Sized>(stream: &mut S, command: Command) -> Result<(), MigrationError> {
+    stream
+        .flush()
+        .map_err(|e| rejected_or(stream, command, MigrationError::io(&e)))
+}
+
+/// [`MigrationError::Rejected`] if the receiver's answer can be read and is
+/// not [`Status::Ok`]; `err` otherwise.
+fn rejected_or<S: Read + ?Sized>(
+    stream: &mut S,
+    command: Command,
+    err: MigrationError,
+) -> MigrationError {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    let peer_gone = matches!(
+        err,
+        MigrationError::Io {
+            kind: BrokenPipe | ConnectionReset | ConnectionAborted,
+            ..
+        }
+    );
+    if !peer_gone {
+        return err;
+    }
+    match Response::read_from(stream) {
+        Ok(resp) if resp.status != Status::Ok => MigrationError::Rejected {
+            status: resp.status,
+            command,
+        },
+        _ => err,
+    }
+}
+
+/// Reads the answer to `command` and requires an empty [`Status::Ok`].
+fn expect_ok<S: Read + ?Sized>(stream: &mut S, command: Command) -> Result<(), MigrationError> {
+    let resp = Response::read_from(stream)?;
+    if resp.status != Status::Ok {
+        return Err(MigrationError::Rejected {
+            status: resp.status,
+            command,
+        });
+    }
+    if resp.length != 0 {
+        return Err(MigrationError::BadResponseLength {
+            command,
+            length: resp.length,
+        });
+    }
+    Ok(())
+}
