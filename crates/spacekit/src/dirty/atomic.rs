@@ -231,6 +231,29 @@ impl DirtyBitmap {
         }
     }
 
+    /// Marks pages `[first, last]` dirty, clipped to the log's pages (pages
+    /// at or past [`DirtyBitmap::pages`] are ignored; `first > last` marks
+    /// nothing): one `fetch_or(Release)` per word, as [`DirtyBitmap::mark`].
+    /// The page-index form behind vm-memory's `Bitmap::mark_dirty`, whose
+    /// contract is to ignore what lies outside the region.
+    #[cfg_attr(not(feature = "vm-memory"), allow(dead_code))]
+    pub(crate) fn mark_pages_clipped(&self, first: u64, last: u64) {
+        if first >= self.pages || first > last {
+            return;
+        }
+        self.for_words(first, last.min(self.pages - 1), |w, m| {
+            w.fetch_or(m, Ordering::Release);
+        });
+    }
+
+    /// Whether page `page` is dirty (an `Acquire` load); `false` for a page
+    /// at or past [`DirtyBitmap::pages`].
+    #[cfg_attr(not(feature = "vm-memory"), allow(dead_code))]
+    pub(crate) fn page_dirty(&self, page: u64) -> bool {
+        page < self.pages
+            && self.words[(page / 64) as usize].load(Ordering::Acquire) >> (page % 64) & 1 != 0
+    }
+
     /// Moves the log into `out` (one word per 64 pages) and clears it: clean
     /// words cost one plain load (checked a cache line of 8 words at a
     /// time), dirty ones one atomic swap. Returns the number of dirty words.

@@ -19,7 +19,9 @@
 //!   reusing the table's allocation;
 //! * [`MemoryRangeTable`] speaks Cloud Hypervisor's wire format;
 //! * [`DirtyBitmap`] is the atomic log itself, and documents its memory
-//!   orderings.
+//!   orderings; `VmmBitmap` (feature `vm-memory`) is the same log behind
+//!   rust-vmm's `vm_memory::bitmap::Bitmap` traits, for
+//!   `GuestMemoryMmap<VmmBitmap>`.
 //!
 //! ```
 //! use spacekit::dirty::{Geometry, MemoryRange, MemoryRangeTable, Scan};
@@ -53,6 +55,8 @@ mod memory_range;
 mod opts;
 mod scan;
 mod table;
+#[cfg(feature = "vm-memory")]
+mod vmm;
 
 pub use atomic::DirtyBitmap;
 pub use builder::Scan;
@@ -61,6 +65,9 @@ pub use geometry::Geometry;
 pub use iter::{DirtyRanges, DirtyRangesOr};
 pub use memory_range::MemoryRange;
 pub use table::{MemoryRangeTable, WIRE_RANGE_BYTES};
+#[cfg(feature = "vm-memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "vm-memory")))]
+pub use vmm::{VmmBitmap, VmmBitmapSlice};
 
 use opts::ScanOpts;
 
