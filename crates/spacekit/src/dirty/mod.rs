@@ -21,7 +21,11 @@
 //! * [`DirtyBitmap`] is the atomic log itself, and documents its memory
 //!   orderings; `VmmBitmap` (feature `vm-memory`) is the same log behind
 //!   rust-vmm's `vm_memory::bitmap::Bitmap` traits, for
-//!   `GuestMemoryMmap<VmmBitmap>`.
+//!   `GuestMemoryMmap<VmmBitmap>`;
+//! * [`ranges_from_pages`] (and [`ranges_from_pages_with_scratch`], which
+//!   reuses its bitmap) turns KVM dirty-ring entries (page offsets in a
+//!   slot, unordered and repeated) into ranges, and [`scatter_pages`] sets
+//!   them in a bitmap to OR with another log.
 //!
 //! ```
 //! use spacekit::dirty::{Geometry, MemoryRange, MemoryRangeTable, Scan};
@@ -53,6 +57,7 @@ pub(crate) mod hooks;
 mod iter;
 mod memory_range;
 mod opts;
+mod ring;
 mod scan;
 mod table;
 #[cfg(feature = "vm-memory")]
@@ -64,6 +69,7 @@ pub use error::DirtyError;
 pub use geometry::Geometry;
 pub use iter::{DirtyRanges, DirtyRangesOr};
 pub use memory_range::MemoryRange;
+pub use ring::{ranges_from_pages, ranges_from_pages_with_scratch, scatter_pages};
 pub use table::{MemoryRangeTable, WIRE_RANGE_BYTES};
 #[cfg(feature = "vm-memory")]
 #[cfg_attr(docsrs, doc(cfg(feature = "vm-memory")))]
