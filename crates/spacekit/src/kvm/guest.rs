@@ -1,0 +1,644 @@
+//! The VM, its memory and its vCPU threads.
+
+use std::format;
+use std::string::ToString;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::vec::Vec;
+
+use kvm_bindings::{kvm_enable_cap, kvm_regs, kvm_userspace_memory_region, KVM_MEM_LOG_DIRTY_PAGES};
+use kvm_ioctls::{Cap, Kvm, VcpuExit, VcpuFd, VmFd};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+
+use super::layout::{self, param, Layout, GUEST_CODE, MAX_VCPUS, PAGE};
+use super::tracker::RingSet;
+use super::{ioctl_err, KvmError};
+use crate::dirty::{DirtyBitmap, VmmBitmap};
+
+/// Guest memory as the VMM sees it: vm-memory's mmap backend with spacekit's
+/// dirty bitmap, so every host write through it is logged.
+pub type GuestMem = GuestMemoryMmap<VmmBitmap>;
+
+/// The pages a guest's vCPUs write.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Workload {
+    /// Random pages, uniform over the region.
+    Uniform,
+    /// A hot set (the region's first `hot_pages` pages) that takes
+    /// `hot_percent` of the writes; the rest are uniform over the region.
+    Hot {
+        /// Pages in the hot set.
+        hot_pages: u64,
+        /// Share of writes that go to the hot set, 0..=100.
+        hot_percent: u8,
+    },
+    /// The region's pages in order, wrapping around.
+    Sweep,
+    /// No writes: the vCPUs spin on `pause`.
+    Idle,
+}
+
+impl Workload {
+    fn code(self) -> u32 {
+        match self {
+            Workload::Uniform => 0,
+            Workload::Hot { .. } => 1,
+            Workload::Sweep => 2,
+            Workload::Idle => 3,
+        }
+    }
+}
+
+/// How KVM reports the pages the guest dirties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirtyMode {
+    /// `KVM_GET_DIRTY_LOG`, which returns and clears the log in one call.
+    Log,
+    /// `KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2`: `KVM_GET_DIRTY_LOG` then
+    /// `KVM_CLEAR_DIRTY_LOG` of just the harvested pages.
+    ClearLog,
+    /// `KVM_CAP_DIRTY_LOG_RING`: a ring of `entries` (slot, page) entries per
+    /// vCPU, reset with `KVM_RESET_DIRTY_RINGS`.
+    Ring {
+        /// Entries per vCPU ring (a power of two; KVM's limits apply).
+        entries: u32,
+    },
+}
+
+/// A guest to build.
+#[derive(Clone, Debug)]
+pub struct GuestConfig {
+    /// Guest memory in bytes, a multiple of 2 MiB.
+    pub mem_size: u64,
+    /// vCPUs, 1..=63.
+    pub vcpus: u32,
+    /// What the vCPUs write.
+    pub workload: Workload,
+    /// Target writes per second over all vCPUs (0 = as fast as they can).
+    pub writes_per_sec: u64,
+    /// Writes per vCPU before it stops writing (0 = no limit).
+    pub max_writes: u64,
+    /// Seed of the vCPUs' random streams.
+    pub seed: u64,
+    /// The dirty-tracking mode.
+    pub dirty: DirtyMode,
+}
+
+impl Default for GuestConfig {
+    fn default() -> Self {
+        GuestConfig {
+            mem_size: 64 << 20,
+            vcpus: 1,
+            workload: Workload::Uniform,
+            writes_per_sec: 0,
+            max_writes: 0,
+            seed: 1,
+            dirty: DirtyMode::Log,
+        }
+    }
+}
+
+/// What the host has asked of the vCPUs, and how many have answered.
+#[derive(Default)]
+struct RunState {
+    /// Bumped by every `resume`, so a waiting vCPU knows to go back in.
+    epoch: u64,
+    /// vCPUs outside the guest, waiting (paused or at their write quota).
+    waiting: u32,
+    stop: bool,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<RunState>,
+    cv: Condvar,
+    /// The parameter page's `cmd` word, which the guest polls.
+    cmd: *const AtomicU32,
+    /// The VMM log (to record the host's own writes to `cmd`).
+    vmm: Arc<DirtyBitmap>,
+    cmd_gpa: u64,
+    ring: Option<Arc<RingSet>>,
+}
+
+// SAFETY: `cmd` points into the guest memory mapping, which the `Guest` owns
+// and unmaps only after every vCPU thread holding a `Shared` has been joined;
+// it is only accessed atomically.
+unsafe impl Send for Shared {}
+// SAFETY: as above; every field is otherwise Sync.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn set_cmd(&self, v: u32) {
+        // SAFETY: see the Send impl: the pointer is valid and aligned for the
+        // guest's lifetime.
+        unsafe { &*self.cmd }.store(v, Ordering::SeqCst);
+        // A host write into guest memory: log it like any other, so the
+        // destination gets the final value.
+        let _ = self.vmm.mark(self.cmd_gpa, 4);
+    }
+}
+
+/// A running VM whose vCPUs dirty its memory.
+pub struct Guest {
+    config: GuestConfig,
+    layout: Layout,
+    // Field order matters for drop: threads are joined in `Drop`, then the
+    // VM, then the memory.
+    threads: Vec<JoinHandle<Result<(), KvmError>>>,
+    shared: Arc<Shared>,
+    vm: Arc<VmFd>,
+    _kvm: Kvm,
+    memory: GuestMem,
+    host: *mut u8,
+    vmm_log: Arc<DirtyBitmap>,
+    tsc_khz: u32,
+}
+
+// SAFETY: `host` is the base of the mapping owned by `memory`; it is used only
+// for atomic reads of the guest's counters.
+unsafe impl Send for Guest {}
+
+impl Guest {
+    /// Builds the VM, loads the guest, and starts its vCPUs (they run until
+    /// [`Guest::stop`] or drop).
+    ///
+    /// # Errors
+    /// [`KvmError::Unavailable`] without a usable `/dev/kvm`;
+    /// [`KvmError::BadConfig`] for a size or vCPU count this guest cannot
+    /// have; [`KvmError::Map`] when the host cannot map the memory;
+    /// [`KvmError::MissingCapability`] for a dirty mode the kernel lacks;
+    /// [`KvmError::Ioctl`] for any other KVM failure.
+    pub fn start(config: GuestConfig) -> Result<Guest, KvmError> {
+        let layout = Layout::new(config.mem_size).ok_or_else(|| KvmError::BadConfig {
+            reason: format!(
+                "memory size {} must be a non-zero multiple of 2 MiB with room for 64 pages",
+                config.mem_size
+            ),
+        })?;
+        if config.vcpus == 0 || config.vcpus > MAX_VCPUS {
+            return Err(KvmError::BadConfig {
+                reason: format!("{} vCPUs (1..={MAX_VCPUS})", config.vcpus),
+            });
+        }
+        if let Workload::Hot { hot_pages, hot_percent } = config.workload {
+            if hot_pages == 0 || hot_pages > layout.region_pages || hot_percent > 100 {
+                return Err(KvmError::BadConfig {
+                    reason: format!(
+                        "hot set of {hot_pages} pages at {hot_percent}% (region: {} pages)",
+                        layout.region_pages
+                    ),
+                });
+            }
+        }
+        let size = usize::try_from(config.mem_size).map_err(|_| KvmError::Map {
+            size: config.mem_size,
+            reason: "larger than the address space".to_string(),
+        })?;
+        probe_map(config.mem_size, size)?;
+        let kvm = Kvm::new().map_err(|e| KvmError::Unavailable {
+            reason: format!("open /dev/kvm: {e}"),
+        })?;
+        let vm = kvm.create_vm().map_err(|e| KvmError::Unavailable {
+            reason: format!("KVM_CREATE_VM: {e}"),
+        })?;
+        let memory =
+            GuestMem::from_ranges(&[(GuestAddress(0), size)]).map_err(|e| KvmError::Map {
+                size: config.mem_size,
+                reason: e.to_string(),
+            })?;
+        let host = memory
+            .get_host_address(GuestAddress(0))
+            .map_err(|e| KvmError::Map {
+                size: config.mem_size,
+                reason: e.to_string(),
+            })?;
+        let region = memory.iter().next().ok_or_else(|| KvmError::Map {
+            size: config.mem_size,
+            reason: "no region".to_string(),
+        })?;
+        let vmm_log = vm_memory::MmapRegion::bitmap(region).shared();
+
+        // Intel needs a TSS address below 4 GiB that no slot uses; AMD ignores it.
+        if config.mem_size <= 0xfffb_d000 {
+            vm.set_tss_address(0xfffb_d000)
+                .map_err(|e| ioctl_err("KVM_SET_TSS_ADDR", e))?;
+        }
+        match config.dirty {
+            DirtyMode::Log => {}
+            DirtyMode::ClearLog => {
+                if vm.check_extension_raw(u64::from(kvm_bindings::KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2)) <= 0
+                {
+                    return Err(KvmError::MissingCapability {
+                        name: "KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2",
+                    });
+                }
+                let mut cap = kvm_enable_cap {
+                    cap: kvm_bindings::KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2,
+                    ..Default::default()
+                };
+                // Manual protect only: the log starts clear, not all-set.
+                cap.args[0] = u64::from(kvm_bindings::KVM_DIRTY_LOG_MANUAL_PROTECT_ENABLE);
+                vm.enable_cap(&cap)
+                    .map_err(|e| ioctl_err("KVM_ENABLE_CAP(MANUAL_DIRTY_LOG_PROTECT2)", e))?;
+            }
+            DirtyMode::Ring { entries } => {
+                let max = vm.check_extension_int(Cap::DirtyLogRing);
+                if max <= 0 {
+                    return Err(KvmError::MissingCapability {
+                        name: "KVM_CAP_DIRTY_LOG_RING",
+                    });
+                }
+                let bytes = u64::from(entries) * 16;
+                if !entries.is_power_of_two() || bytes > max as u64 || bytes < PAGE {
+                    return Err(KvmError::BadConfig {
+                        reason: format!(
+                            "ring of {entries} entries ({bytes} bytes): a power of two from 256 to {} entries",
+                            max / 16
+                        ),
+                    });
+                }
+                let mut cap = kvm_enable_cap {
+                    cap: kvm_bindings::KVM_CAP_DIRTY_LOG_RING,
+                    ..Default::default()
+                };
+                cap.args[0] = bytes;
+                vm.enable_cap(&cap)
+                    .map_err(|e| ioctl_err("KVM_ENABLE_CAP(DIRTY_LOG_RING)", e))?;
+            }
+        }
+        let region = kvm_userspace_memory_region {
+            slot: 0,
+            flags: KVM_MEM_LOG_DIRTY_PAGES,
+            guest_phys_addr: 0,
+            memory_size: config.mem_size,
+            userspace_addr: host as u64,
+        };
+        // SAFETY: the region is the mapping `memory` owns, of exactly
+        // `mem_size` bytes; `Guest` keeps `memory` alive until the VM fd is
+        // closed (field order and `Drop`).
+        unsafe { vm.set_user_memory_region(region) }
+            .map_err(|e| ioctl_err("KVM_SET_USER_MEMORY_REGION", e))?;
+
+        load(&memory, &layout, &config)?;
+        // The loader's writes went through vm-memory and marked the VMM log;
+        // they are part of round 0, not of any later round.
+        vmm_log.reset_range(0, config.mem_size)?;
+
+        let mut vcpus = Vec::new();
+        for i in 0..config.vcpus {
+            let vcpu = vm
+                .create_vcpu(u64::from(i))
+                .map_err(|e| ioctl_err("KVM_CREATE_VCPU", e))?;
+            setup_vcpu(&vcpu, &layout, i)?;
+            vcpus.push(vcpu);
+        }
+        let tsc_khz = vcpus[0].get_tsc_khz().unwrap_or(0);
+        let ring = match config.dirty {
+            DirtyMode::Ring { entries } => Some(Arc::new(RingSet::map(&vcpus, entries)?)),
+            _ => None,
+        };
+        if config.writes_per_sec > 0 {
+            if tsc_khz == 0 {
+                return Err(KvmError::BadConfig {
+                    reason: "a paced workload needs KVM_GET_TSC_KHZ".to_string(),
+                });
+            }
+            let hz = u128::from(tsc_khz) * 1000 * u128::from(config.vcpus);
+            let ticks = (hz / u128::from(config.writes_per_sec)).max(1);
+            memory
+                .write_obj(ticks as u64, GuestAddress(layout.params + param::TICKS_PER_WRITE))
+                .map_err(|e| KvmError::Map {
+                    size: config.mem_size,
+                    reason: e.to_string(),
+                })?;
+            vmm_log.reset_range(0, config.mem_size)?;
+        }
+
+        let vm = Arc::new(vm);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(RunState::default()),
+            cv: Condvar::new(),
+            // SAFETY: `params + CMD` is inside the mapping (Layout keeps the
+            // parameter page below `mem_size`) and 4-byte aligned.
+            cmd: unsafe { host.add((layout.params + param::CMD) as usize) } as *const AtomicU32,
+            vmm: Arc::clone(&vmm_log),
+            cmd_gpa: layout.params + param::CMD,
+            ring,
+        });
+        let mut threads = Vec::new();
+        for (i, vcpu) in vcpus.into_iter().enumerate() {
+            let shared = Arc::clone(&shared);
+            let vm = Arc::clone(&vm);
+            let handle = std::thread::Builder::new()
+                .name(format!("vcpu{i}"))
+                .spawn(move || run_vcpu(vcpu, i as u32, &shared, &vm))
+                .map_err(|e| KvmError::BadConfig {
+                    reason: format!("cannot start a vCPU thread: {e}"),
+                })?;
+            threads.push(handle);
+        }
+        Ok(Guest {
+            config,
+            layout,
+            threads,
+            shared,
+            vm,
+            _kvm: kvm,
+            memory,
+            host,
+            vmm_log,
+            tsc_khz,
+        })
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &GuestConfig {
+        &self.config
+    }
+
+    /// Where everything sits in guest memory.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Guest memory (vm-memory), for host-side writes that must be logged.
+    pub fn memory(&self) -> &GuestMem {
+        &self.memory
+    }
+
+    /// The VMM's own dirty log (what host writes through
+    /// [`Guest::memory`] mark).
+    pub fn vmm_log(&self) -> &Arc<DirtyBitmap> {
+        &self.vmm_log
+    }
+
+    pub(crate) fn vm(&self) -> &VmFd {
+        &self.vm
+    }
+
+    pub(crate) fn ring(&self) -> Option<&Arc<RingSet>> {
+        self.shared.ring.as_ref()
+    }
+
+    /// The TSC frequency KVM reports, in kHz (0 if it does not).
+    pub fn tsc_khz(&self) -> u32 {
+        self.tsc_khz
+    }
+
+    /// Writes done so far, over all vCPUs.
+    pub fn writes(&self) -> u64 {
+        (0..self.config.vcpus)
+            .map(|i| {
+                let off = self.layout.slot(i) + param::SLOT_WRITES;
+                // SAFETY: the slot is inside the mapping and 8-byte aligned;
+                // the guest writes it with plain 8-byte stores, which x86
+                // makes atomic.
+                unsafe { &*(self.host.add(off as usize) as *const AtomicU64) }
+                    .load(Ordering::Relaxed)
+            })
+            .sum()
+    }
+
+    /// Asks every vCPU to leave the guest and waits until all have: guest
+    /// memory is then stable until [`Guest::resume`].
+    pub fn pause(&self) {
+        self.shared.set_cmd(1);
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.waiting < self.config.vcpus && !self.all_finished() {
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, std::time::Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Lets paused vCPUs run again.
+    pub fn resume(&self) {
+        self.shared.set_cmd(0);
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.epoch += 1;
+        st.waiting = 0;
+        self.shared.cv.notify_all();
+    }
+
+    /// Waits until every vCPU has made its `max_writes` writes (only
+    /// meaningful with a quota) or `timeout` passes; returns whether they
+    /// all did.
+    pub fn wait_quota(&self, timeout: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.waiting < self.config.vcpus {
+            let now = std::time::Instant::now();
+            if now >= end || self.all_finished() {
+                return false;
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, end - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    fn all_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// Stops the vCPUs and reports the first vCPU error, if any.
+    ///
+    /// # Errors
+    /// What a vCPU thread failed with (an unexpected exit, a failed ioctl).
+    pub fn stop(mut self) -> Result<(), KvmError> {
+        self.stop_threads()
+    }
+
+    fn stop_threads(&mut self) -> Result<(), KvmError> {
+        {
+            let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.stop = true;
+            self.shared.cv.notify_all();
+        }
+        self.shared.set_cmd(1);
+        let mut first = Ok(());
+        for t in self.threads.drain(..) {
+            let r = t.join().unwrap_or_else(|_| {
+                Err(KvmError::UnexpectedExit {
+                    vcpu: u32::MAX,
+                    exit: "vCPU thread panicked".to_string(),
+                })
+            });
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.stop_threads();
+    }
+}
+
+/// Whether the host can reserve `size` bytes of address space: vm-memory
+/// would otherwise build the region's bitmap first and fail later, or not
+/// at all, for a size no mapping can have.
+fn probe_map(mem_size: u64, size: usize) -> Result<(), KvmError> {
+    // SAFETY: a fresh inaccessible reservation, unmapped at once; no memory
+    // is touched.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(KvmError::Map {
+            size: mem_size,
+            reason: std::io::Error::last_os_error().to_string(),
+        });
+    }
+    // SAFETY: the reservation just made.
+    unsafe { libc::munmap(p, size) };
+    Ok(())
+}
+
+/// Page tables, code and parameters into guest memory.
+fn load(memory: &GuestMem, layout: &Layout, config: &GuestConfig) -> Result<(), KvmError> {
+    let err = |e: vm_memory::GuestMemoryError| KvmError::Map {
+        size: config.mem_size,
+        reason: e.to_string(),
+    };
+    for (gpa, entry) in layout.page_tables() {
+        memory.write_obj(entry, GuestAddress(gpa)).map_err(err)?;
+    }
+    memory.write_slice(&GUEST_CODE, GuestAddress(layout.code)).map_err(err)?;
+    let p = layout.params;
+    let put = |off: u64, v: u64| memory.write_obj(v, GuestAddress(p + off)).map_err(err);
+    memory
+        .write_obj(config.workload.code(), GuestAddress(p + param::WORKLOAD))
+        .map_err(err)?;
+    put(param::FIRST_PAGE, layout.first_page)?;
+    put(param::PAGES, layout.region_pages)?;
+    if let Workload::Hot { hot_pages, hot_percent } = config.workload {
+        put(param::HOT_PAGES, hot_pages)?;
+        let t = (u128::from(hot_percent) << 64) / 100;
+        put(param::HOT_THRESHOLD, t.min(u128::from(u64::MAX)) as u64)?;
+    }
+    put(param::MAX_WRITES, config.max_writes)?;
+    for i in 0..config.vcpus {
+        let slot = layout.slot(i);
+        memory
+            .write_obj(layout::vcpu_seed(config.seed, i), GuestAddress(slot + param::SLOT_RNG))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// 64-bit mode, flat segments, paging on with the loader's tables.
+fn setup_vcpu(vcpu: &VcpuFd, layout: &Layout, i: u32) -> Result<(), KvmError> {
+    let mut sregs = vcpu.get_sregs().map_err(|e| ioctl_err("KVM_GET_SREGS", e))?;
+    let mut code = sregs.cs;
+    code.base = 0;
+    code.limit = 0xffff_ffff;
+    code.selector = 0x8;
+    code.type_ = 0xb; // execute/read, accessed
+    code.present = 1;
+    code.dpl = 0;
+    code.db = 0;
+    code.s = 1;
+    code.l = 1;
+    code.g = 1;
+    let mut data = code;
+    data.selector = 0x10;
+    data.type_ = 0x3; // read/write, accessed
+    data.l = 0;
+    data.db = 1;
+    sregs.cs = code;
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+    sregs.cr3 = layout.pml4;
+    sregs.cr4 = 1 << 5; // PAE
+    sregs.cr0 = (1 << 31) | (1 << 5) | (1 << 4) | 1; // PG, NE, ET, PE
+    sregs.efer = (1 << 8) | (1 << 10); // LME, LMA
+    vcpu.set_sregs(&sregs)
+        .map_err(|e| ioctl_err("KVM_SET_SREGS", e))?;
+    let slot = layout.slot(i);
+    let regs = kvm_regs {
+        rip: layout.code,
+        rsi: layout.params,
+        rdi: slot,
+        rsp: slot + param::SLOT_BYTES,
+        rflags: 2,
+        ..Default::default()
+    };
+    vcpu.set_regs(&regs).map_err(|e| ioctl_err("KVM_SET_REGS", e))
+}
+
+/// KVM_EXIT_DIRTY_RING_FULL, which kvm-ioctls reports as `Unsupported`.
+const EXIT_DIRTY_RING_FULL: u32 = 31;
+/// The guest's `out` ports: paused (cmd set) and quota reached.
+const PORT_PAUSED: u16 = 0x10;
+const PORT_QUOTA: u16 = 0x11;
+
+fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), KvmError> {
+    loop {
+        let exit = vcpu.run();
+        match exit {
+            Ok(VcpuExit::IoOut(port, _)) if port == PORT_PAUSED || port == PORT_QUOTA => {
+                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.stop {
+                    return Ok(());
+                }
+                let epoch = st.epoch;
+                st.waiting += 1;
+                shared.cv.notify_all();
+                while st.epoch == epoch && !st.stop {
+                    st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                if st.stop {
+                    return Ok(());
+                }
+            }
+            Ok(VcpuExit::Unsupported(EXIT_DIRTY_RING_FULL)) => {
+                // The ring is (softly) full: collect it into the pending list
+                // and reset it, then go back in.
+                if let Some(ring) = &shared.ring {
+                    // Nothing to collect yet still full: the ring overflowed
+                    // (its indices can no longer reach a reset), so this vCPU
+                    // cannot run again. The harvest reports it.
+                    if ring.collect(vm)? == 0 {
+                        ring.mark_overflowed();
+                        return Err(KvmError::RingOverflow);
+                    }
+                } else {
+                    return Err(KvmError::UnexpectedExit {
+                        vcpu: i,
+                        exit: "dirty ring full without a ring".to_string(),
+                    });
+                }
+            }
+            Ok(VcpuExit::Intr) => {}
+            Ok(other) => {
+                return Err(KvmError::UnexpectedExit {
+                    vcpu: i,
+                    exit: format!("{other:?}"),
+                })
+            }
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
+            Err(e) => return Err(ioctl_err("KVM_RUN", e)),
+        }
+    }
+}

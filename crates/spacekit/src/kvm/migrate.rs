@@ -1,0 +1,1 @@
+//! Pre-copy live migration of a guest's memory (to come).
