@@ -202,3 +202,78 @@ fn a_small_ring_is_exact_or_reports_overflow() {
     }
     drop(guest);
 }
+
+fn migrate_and_check(cfg: GuestConfig, mcfg: spacekit::kvm::MigrateConfig) {
+    use spacekit::migration::Receiver;
+    use std::os::unix::net::UnixStream;
+    let size = cfg.mem_size as usize;
+    let guest = Guest::start(cfg.clone()).expect("guest starts");
+    let (mut a, mut b) = UnixStream::pair().unwrap();
+    let receiver = std::thread::spawn(move || {
+        let mut memory = vec![0u8; size];
+        let mut rx = Receiver::new(&mut memory);
+        rx.serve(&mut b).map(|s| s.bytes)
+    });
+    let mut rounds = 0;
+    let report = spacekit::kvm::migrate(&guest, &mut a, &mcfg, |_, _| rounds += 1).unwrap();
+    let received = receiver.join().unwrap().unwrap();
+    assert!(report.rounds.len() >= 2, "round 0 and a last round");
+    assert_eq!(rounds, report.rounds.len());
+    assert!(report.rounds.last().unwrap().last);
+    let sent: u64 = report.rounds.iter().map(|r| r.bytes_sent).sum();
+    assert_eq!(sent, received);
+    assert!(
+        report.differing_pages.is_empty(),
+        "{:?}: {} pages differ: {:?}",
+        cfg.workload,
+        report.differing_pages.len(),
+        &report.differing_pages[..report.differing_pages.len().min(10)]
+    );
+    if cfg.workload != Workload::Idle {
+        assert!(report.guest_writes > 0, "the guest ran during pre-copy");
+        let dirtied: u64 = report.rounds.iter().skip(1).map(|r| r.dirty_pages).sum();
+        assert!(dirtied > 0, "later rounds sent what the guest dirtied");
+    }
+    guest.stop().unwrap();
+}
+
+#[test]
+fn migration_of_a_256_mib_guest_is_byte_identical() {
+    if !kvm_or_skip("migration_of_a_256_mib_guest_is_byte_identical") {
+        return;
+    }
+    let m = spacekit::kvm::MigrateConfig { max_rounds: 4, ..Default::default() };
+    migrate_and_check(
+        GuestConfig { mem_size: 256 << 20, ..GuestConfig::default() },
+        m.clone(),
+    );
+}
+
+#[test]
+fn migration_is_byte_identical_for_every_workload_and_mode() {
+    if !kvm_or_skip("migration_is_byte_identical_for_every_workload_and_mode") {
+        return;
+    }
+    let m = spacekit::kvm::MigrateConfig { max_rounds: 3, ..Default::default() };
+    for workload in [
+        Workload::Uniform,
+        Workload::Hot { hot_pages: 256, hot_percent: 90 },
+        Workload::Sweep,
+        Workload::Idle,
+    ] {
+        for dirty in [DirtyMode::Log, DirtyMode::ClearLog, DirtyMode::Ring { entries: 65536 }] {
+            migrate_and_check(
+                GuestConfig {
+                    mem_size: 64 << 20,
+                    workload,
+                    dirty,
+                    // Paced so a ring is harvested before it fills.
+                    writes_per_sec: 50_000,
+                    vcpus: 2,
+                    ..GuestConfig::default()
+                },
+                m.clone(),
+            );
+        }
+    }
+}

@@ -331,7 +331,13 @@ impl Guest {
             let vm = Arc::clone(&vm);
             let handle = std::thread::Builder::new()
                 .name(format!("vcpu{i}"))
-                .spawn(move || run_vcpu(vcpu, i as u32, &shared, &vm))
+                .spawn(move || {
+                    let r = run_vcpu(vcpu, i as u32, &shared, &vm);
+                    // Wake anyone waiting on the vCPUs: this one is gone.
+                    let _st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    shared.cv.notify_all();
+                    r
+                })
                 .map_err(|e| KvmError::BadConfig {
                     reason: format!("cannot start a vCPU thread: {e}"),
                 })?;

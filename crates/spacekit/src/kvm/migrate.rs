@@ -1,1 +1,321 @@
-//! Pre-copy live migration of a guest's memory (to come).
+//! Pre-copy live migration of a running guest's memory.
+//!
+//! Round 0 sends all of memory; every later round harvests the logs
+//! ([`DirtyTracker::harvest`]), builds the table of dirty ranges
+//! ([`DirtyTracker::build`]) and sends the ranges with their bytes in Cloud
+//! Hypervisor's format ([`crate::migration::Sender`]). When a round's dirty
+//! bytes fall below the threshold, or after the last round allowed, the vCPUs
+//! and the host's DMA writer are paused, the last round is sent, and the
+//! destination's CRC-32C of every page is compared with the source's. The
+//! downtime is the time from the pause to the last round's acknowledgement.
+//!
+//! A host thread can write into guest memory through vm-memory while the
+//! guest runs (as a virtio device's DMA does); those writes are logged in
+//! the VMM's [`VmmBitmap`](crate::dirty::VmmBitmap) and ORed with KVM's log.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+
+use vm_memory::{Bytes, GuestAddress};
+
+use super::guest::GuestMem;
+use super::{DirtyTracker, Guest, KvmError};
+use crate::dirty::MemoryRangeTable;
+use crate::migration::{diff_pages, hash_pages, MemorySource, MigrationError, Sender};
+
+impl From<MigrationError> for KvmError {
+    fn from(e: MigrationError) -> Self {
+        KvmError::Migration(e)
+    }
+}
+
+/// A guest's memory as a migration source: copies go through vm-memory's
+/// volatile accessors, since the guest may be writing the same bytes.
+pub struct GuestSource<'a> {
+    memory: &'a GuestMem,
+    size: u64,
+}
+
+impl<'a> GuestSource<'a> {
+    /// The memory of `guest`.
+    pub fn new(guest: &'a Guest) -> GuestSource<'a> {
+        GuestSource {
+            memory: guest.memory(),
+            size: guest.layout().mem_size,
+        }
+    }
+}
+
+impl MemorySource for GuestSource<'_> {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn copy_out(&self, gpa: u64, out: &mut [u8]) {
+        // The sender checked the range against `size`; a failure here would
+        // be a bug in that check.
+        self.memory
+            .read_slice(out, GuestAddress(gpa))
+            .expect("range checked against the guest's size");
+    }
+}
+
+/// How a migration runs.
+#[derive(Clone, Debug)]
+pub struct MigrateConfig {
+    /// Most pre-copy rounds after round 0 before the final round.
+    pub max_rounds: u32,
+    /// Go to the final round once a round's dirty bytes are below this.
+    pub stop_below_bytes: u64,
+    /// Host-side (DMA-like) writes per second into guest memory through
+    /// vm-memory, during pre-copy (0 = none).
+    pub dma_writes_per_sec: u64,
+    /// Pause between rounds (lets the guest dirty memory; 0 = none).
+    pub round_gap: Duration,
+}
+
+impl Default for MigrateConfig {
+    fn default() -> Self {
+        MigrateConfig {
+            max_rounds: 8,
+            stop_below_bytes: 1 << 20,
+            dma_writes_per_sec: 1000,
+            round_gap: Duration::from_millis(20),
+        }
+    }
+}
+
+/// One round's numbers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundReport {
+    /// 0 for the full copy, then 1, 2, ...
+    pub round: u32,
+    /// Whether the vCPUs were paused (the last round).
+    pub last: bool,
+    /// Dirty pages in the table (after the OR of the logs).
+    pub dirty_pages: u64,
+    /// Pages KVM reported (ring entries, with repeats, in ring mode).
+    pub kvm_pages: u64,
+    /// Pages the VMM's log reported.
+    pub vmm_pages: u64,
+    /// Ranges in the table.
+    pub ranges: u64,
+    /// Harvest time (ioctls, ring walk, VMM log swap).
+    pub harvest: Duration,
+    /// Time to build the table from the harvested logs.
+    pub build: Duration,
+    /// Bytes of memory sent.
+    pub bytes_sent: u64,
+    /// Time to send them and get the acknowledgement.
+    pub send: Duration,
+}
+
+/// A whole migration's numbers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MigrationReport {
+    /// Every round, round 0 first.
+    pub rounds: Vec<RoundReport>,
+    /// From the pause to the last round's acknowledgement.
+    pub downtime: Duration,
+    /// Pages whose CRC-32C differs between source and destination (must be
+    /// empty).
+    pub differing_pages: Vec<u64>,
+    /// Guest writes during pre-copy (all vCPUs).
+    pub guest_writes: u64,
+    /// Host (DMA) writes during pre-copy.
+    pub dma_writes: u64,
+    /// Pre-copy wall time (round 0 start to the pause).
+    pub precopy: Duration,
+}
+
+impl MigrationReport {
+    /// The guest's write rate during pre-copy, in writes per second.
+    pub fn guest_write_rate(&self) -> f64 {
+        self.guest_writes as f64 / self.precopy.as_secs_f64().max(1e-9)
+    }
+
+    /// Pages dirtied per second during pre-copy (the rounds after round 0,
+    /// pages in their tables over the pre-copy time).
+    pub fn dirty_page_rate(&self) -> f64 {
+        let pages: u64 = self
+            .rounds
+            .iter()
+            .filter(|r| r.round > 0 && !r.last)
+            .map(|r| r.dirty_pages)
+            .sum();
+        pages as f64 / self.precopy.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A host thread writing into guest memory through vm-memory (logged in
+/// the VMM's bitmap), like a device's DMA.
+struct DmaWriter {
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DmaWriter {
+    fn start(guest: &Guest, per_sec: u64, seed: u64) -> DmaWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writes = Arc::new(AtomicU64::new(0));
+        if per_sec == 0 {
+            return DmaWriter {
+                stop,
+                writes,
+                handle: None,
+            };
+        }
+        let memory = guest.memory().clone();
+        let first = guest.layout().first_page;
+        let pages = guest.layout().region_pages;
+        let (s, w) = (Arc::clone(&stop), Arc::clone(&writes));
+        let gap = Duration::from_nanos(1_000_000_000 / per_sec.max(1));
+        let handle = std::thread::spawn(move || {
+            let mut x = super::layout::vcpu_seed(seed ^ 0xd1a, 63);
+            let mut buf = std::vec![0u8; 1500];
+            let mut next = Instant::now();
+            while !s.load(Ordering::Acquire) {
+                x = super::layout::xorshift64(x);
+                let page = super::layout::uniform_page(x, first, pages);
+                let off = (x >> 52) & 0x7ff;
+                buf.fill(x as u8);
+                // A packet-sized write, possibly across a page boundary.
+                let gpa = (page * 4096 + off).min((first + pages) * 4096 - buf.len() as u64);
+                if memory.write_slice(&buf, GuestAddress(gpa)).is_ok() {
+                    w.fetch_add(1, Ordering::Relaxed);
+                }
+                next += gap;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                } else {
+                    next = now;
+                }
+            }
+        });
+        DmaWriter {
+            stop,
+            writes,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the writer; its last write is complete (and logged) on return.
+    fn stop(&mut self) -> u64 {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.writes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for DmaWriter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Migrates `guest`'s memory over `stream` to a [`Receiver`] (the guest
+/// keeps running until the last round; it is left paused on return).
+/// `on_round` sees every round's report and the tracker holding that
+/// round's harvested logs (before the round is sent), so a caller can time
+/// other table builders on the same logs.
+///
+/// # Errors
+/// [`KvmError::Migration`] for a stream or receiver failure (the receiver
+/// is sent Abandon where the stream still works); [`KvmError`]s of the
+/// harvest.
+///
+/// [`Receiver`]: crate::migration::Receiver
+pub fn migrate<S: Read + Write + ?Sized>(
+    guest: &Guest,
+    stream: &mut S,
+    config: &MigrateConfig,
+    mut on_round: impl FnMut(&RoundReport, &DirtyTracker),
+) -> Result<MigrationReport, KvmError> {
+    let mut sender = Sender::new();
+    let source = GuestSource::new(guest);
+    let mut tracker = DirtyTracker::new(guest);
+    let mut table = MemoryRangeTable::new();
+    let mut report = MigrationReport::default();
+    sender.start(stream)?;
+
+    let writes0 = guest.writes();
+    let t0 = Instant::now();
+    let mut dma = DmaWriter::start(guest, config.dma_writes_per_sec, guest.config().seed);
+    // Round 0: everything, with the logs emptied just before the copy, so
+    // round 1 holds exactly what changed during and after it.
+    tracker.reset(guest)?;
+    table.clear();
+    table.push(crate::dirty::MemoryRange {
+        gpa: 0,
+        length: guest.layout().mem_size,
+    });
+    let t = Instant::now();
+    let stats = sender.send_memory(stream, &table, &source)?;
+    let r0 = RoundReport {
+        round: 0,
+        dirty_pages: guest.layout().pages(),
+        ranges: 1,
+        bytes_sent: stats.bytes,
+        send: t.elapsed(),
+        ..RoundReport::default()
+    };
+    on_round(&r0, &tracker);
+    report.rounds.push(r0);
+
+    let mut round = 1;
+    loop {
+        let last = round > config.max_rounds
+            || report.rounds.last().is_some_and(|r| {
+                r.round > 0 && r.dirty_pages * super::layout::PAGE < config.stop_below_bytes
+            });
+        let mut pause_at = None;
+        if last {
+            report.dma_writes = dma.stop();
+            let t = Instant::now();
+            guest.pause();
+            report.precopy = t0.elapsed();
+            report.guest_writes = guest.writes().saturating_sub(writes0);
+            pause_at = Some(t);
+        } else if !config.round_gap.is_zero() {
+            std::thread::sleep(config.round_gap);
+        }
+        let h = tracker.harvest(guest)?;
+        let t = Instant::now();
+        tracker.build(&mut table)?;
+        let build = t.elapsed();
+        let mut rr = RoundReport {
+            round,
+            last,
+            dirty_pages: table.total_bytes() / super::layout::PAGE,
+            kvm_pages: h.kvm_pages,
+            vmm_pages: h.vmm_pages,
+            ranges: table.len() as u64,
+            harvest: h.time,
+            build,
+            ..RoundReport::default()
+        };
+        on_round(&rr, &tracker);
+        let t = Instant::now();
+        let stats = sender.send_memory(stream, &table, &source)?;
+        rr.bytes_sent = stats.bytes;
+        rr.send = t.elapsed();
+        report.rounds.push(rr);
+        if let Some(p) = pause_at {
+            report.downtime = p.elapsed();
+            break;
+        }
+        round += 1;
+    }
+    let remote = sender.page_hashes(stream, super::layout::PAGE)?;
+    let local = hash_pages(&source, super::layout::PAGE)?;
+    report.differing_pages = diff_pages(&local, &remote)?;
+    sender.complete(stream)?;
+    Ok(report)
+}

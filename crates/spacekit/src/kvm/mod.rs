@@ -28,6 +28,7 @@ pub mod migrate;
 mod tracker;
 
 pub use guest::{DirtyMode, Guest, GuestConfig, Workload};
+pub use migrate::{migrate, GuestSource, MigrateConfig, MigrationReport, RoundReport};
 pub use tracker::{DirtyTracker, Harvest};
 
 use core::fmt;
@@ -81,6 +82,8 @@ pub enum KvmError {
     RingOverflow,
     /// A dirty-log call failed (buffer lengths, ranges).
     Dirty(crate::dirty::DirtyError),
+    /// The migration stream or its receiver failed.
+    Migration(crate::migration::MigrationError),
 }
 
 impl fmt::Display for KvmError {
@@ -107,6 +110,7 @@ impl fmt::Display for KvmError {
                 "a dirty ring overflowed: entries were overwritten and their pages are unknown"
             ),
             KvmError::Dirty(e) => write!(f, "dirty log: {e}"),
+            KvmError::Migration(e) => write!(f, "migration: {e}"),
         }
     }
 }
