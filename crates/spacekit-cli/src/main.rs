@@ -11,6 +11,7 @@ mod bench;
 mod dirty;
 mod ext4;
 mod maps;
+mod migrate;
 
 /// spacekit: fast paths for memory and storage managers.
 ///
@@ -36,6 +37,10 @@ enum Command {
     /// Process address spaces: load a /proc/PID/maps into a range tree, list
     /// its gaps, find an unmapped area top-down like mmap, time its dup.
     Maps(maps::MapsArgs),
+    /// Live migration of a real KVM guest's memory: dirty log or dirty ring
+    /// to ranges each round, sent in Cloud Hypervisor's format to a
+    /// receiver, checked page by page.
+    Migrate(migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +50,7 @@ fn main() -> ExitCode {
         Command::Dirty(args) => dirty::run(&args),
         Command::Ext4(args) => ext4::run(&args),
         Command::Maps(args) => maps::run(&args),
+        Command::Migrate(args) => migrate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

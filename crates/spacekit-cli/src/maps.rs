@@ -85,7 +85,7 @@ pub struct MapsArgs {
 }
 
 /// A size: decimal or `0x` hex, optional K/M/G/T suffix (binary).
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
     let (num, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&t[..t.len() - 1], 10),

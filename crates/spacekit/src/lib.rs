@@ -26,6 +26,11 @@
 //!   free-space tree).
 //! * [`checked_bitmap`] — a bitmap, its CRC-32C (ext4's bitmap checksum) and
 //!   optionally its free-space index, every update keeping all three in step.
+//! * `kvm` (feature `kvm`, Linux x86_64) — a real KVM guest that dirties
+//!   memory on purpose, its dirty log, cleared log and dirty ring harvested
+//!   with the VMM's own log into one table, and a pre-copy live migration.
+//! * [`migration`] — Cloud Hypervisor's live-migration stream: sender,
+//!   validating receiver, and spacekit's page-hash check.
 //! * `ext4` (feature `ext4`) — ext4 images on disk: superblock and group
 //!   descriptors, every checksum as e2fsprogs computes it, free extents, and
 //!   crash-safe block and inode allocation through a redo log.
@@ -54,7 +59,10 @@
 //! * `rayon` — the parallel dirty-bitmap scan
 //!   ([`dirty::Scan::parallel`]) on rayon's thread pool (implies `std`).
 //!
-//! Off by default: `ext4` (implies `std`) — the `ext4` module.
+//! Off by default: `ext4` (implies `std`) — the `ext4` module;
+//! `vm-memory` (implies `std`) — `dirty::VmmBitmap`, vm-memory's bitmap
+//! traits over the dirty bitmap; `kvm` (implies `vm-memory`; Linux x86_64)
+//! — the `kvm` module, on kvm-ioctls and kvm-bindings.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
