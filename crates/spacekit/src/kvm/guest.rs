@@ -7,7 +7,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::vec::Vec;
 
-use kvm_bindings::{kvm_enable_cap, kvm_regs, kvm_userspace_memory_region, KVM_MEM_LOG_DIRTY_PAGES};
+use kvm_bindings::{
+    kvm_enable_cap, kvm_regs, kvm_userspace_memory_region, KVM_MEM_LOG_DIRTY_PAGES,
+};
 use kvm_ioctls::{Cap, Kvm, VcpuExit, VcpuFd, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
@@ -180,7 +182,11 @@ impl Guest {
                 reason: format!("{} vCPUs (1..={MAX_VCPUS})", config.vcpus),
             });
         }
-        if let Workload::Hot { hot_pages, hot_percent } = config.workload {
+        if let Workload::Hot {
+            hot_pages,
+            hot_percent,
+        } = config.workload
+        {
             if hot_pages == 0 || hot_pages > layout.region_pages || hot_percent > 100 {
                 return Err(KvmError::BadConfig {
                     reason: format!(
@@ -226,7 +232,9 @@ impl Guest {
         match config.dirty {
             DirtyMode::Log => {}
             DirtyMode::ClearLog => {
-                if vm.check_extension_raw(u64::from(kvm_bindings::KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2)) <= 0
+                if vm
+                    .check_extension_raw(u64::from(kvm_bindings::KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2))
+                    <= 0
                 {
                     return Err(KvmError::MissingCapability {
                         name: "KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2",
@@ -306,7 +314,10 @@ impl Guest {
             let hz = u128::from(tsc_khz) * 1000 * u128::from(config.vcpus);
             let ticks = (hz / u128::from(config.writes_per_sec)).max(1);
             memory
-                .write_obj(ticks as u64, GuestAddress(layout.params + param::TICKS_PER_WRITE))
+                .write_obj(
+                    ticks as u64,
+                    GuestAddress(layout.params + param::TICKS_PER_WRITE),
+                )
                 .map_err(|e| KvmError::Map {
                     size: config.mem_size,
                     reason: e.to_string(),
@@ -527,7 +538,9 @@ fn load(memory: &GuestMem, layout: &Layout, config: &GuestConfig) -> Result<(), 
     for (gpa, entry) in layout.page_tables() {
         memory.write_obj(entry, GuestAddress(gpa)).map_err(err)?;
     }
-    memory.write_slice(&GUEST_CODE, GuestAddress(layout.code)).map_err(err)?;
+    memory
+        .write_slice(&GUEST_CODE, GuestAddress(layout.code))
+        .map_err(err)?;
     let p = layout.params;
     let put = |off: u64, v: u64| memory.write_obj(v, GuestAddress(p + off)).map_err(err);
     memory
@@ -535,7 +548,11 @@ fn load(memory: &GuestMem, layout: &Layout, config: &GuestConfig) -> Result<(), 
         .map_err(err)?;
     put(param::FIRST_PAGE, layout.first_page)?;
     put(param::PAGES, layout.region_pages)?;
-    if let Workload::Hot { hot_pages, hot_percent } = config.workload {
+    if let Workload::Hot {
+        hot_pages,
+        hot_percent,
+    } = config.workload
+    {
         put(param::HOT_PAGES, hot_pages)?;
         let t = (u128::from(hot_percent) << 64) / 100;
         put(param::HOT_THRESHOLD, t.min(u128::from(u64::MAX)) as u64)?;
@@ -544,7 +561,10 @@ fn load(memory: &GuestMem, layout: &Layout, config: &GuestConfig) -> Result<(), 
     for i in 0..config.vcpus {
         let slot = layout.slot(i);
         memory
-            .write_obj(layout::vcpu_seed(config.seed, i), GuestAddress(slot + param::SLOT_RNG))
+            .write_obj(
+                layout::vcpu_seed(config.seed, i),
+                GuestAddress(slot + param::SLOT_RNG),
+            )
             .map_err(err)?;
     }
     Ok(())
@@ -552,7 +572,9 @@ fn load(memory: &GuestMem, layout: &Layout, config: &GuestConfig) -> Result<(), 
 
 /// 64-bit mode, flat segments, paging on with the loader's tables.
 fn setup_vcpu(vcpu: &VcpuFd, layout: &Layout, i: u32) -> Result<(), KvmError> {
-    let mut sregs = vcpu.get_sregs().map_err(|e| ioctl_err("KVM_GET_SREGS", e))?;
+    let mut sregs = vcpu
+        .get_sregs()
+        .map_err(|e| ioctl_err("KVM_GET_SREGS", e))?;
     let mut code = sregs.cs;
     code.base = 0;
     code.limit = 0xffff_ffff;
@@ -590,7 +612,8 @@ fn setup_vcpu(vcpu: &VcpuFd, layout: &Layout, i: u32) -> Result<(), KvmError> {
         rflags: 2,
         ..Default::default()
     };
-    vcpu.set_regs(&regs).map_err(|e| ioctl_err("KVM_SET_REGS", e))
+    vcpu.set_regs(&regs)
+        .map_err(|e| ioctl_err("KVM_SET_REGS", e))
 }
 
 /// KVM_EXIT_DIRTY_RING_FULL, which kvm-ioctls reports as `Unsupported`.

@@ -18,9 +18,7 @@ use vmm_sys_util::{ioctl_io_nr, ioctl_iow_nr, ioctl_iowr_nr};
 use super::guest::Guest;
 use super::layout::PAGE;
 use super::{DirtyMode, KvmError};
-use crate::dirty::{
-    ranges_from_pages, scatter_pages, Geometry, MemoryRangeTable, Scan,
-};
+use crate::dirty::{ranges_from_pages, scatter_pages, Geometry, MemoryRangeTable, Scan};
 
 // kvm-ioctls wraps KVM_GET_DIRTY_LOG only as a call that allocates a new
 // Vec each time, and wraps neither of the other two; these are the kernel's
@@ -158,7 +156,10 @@ impl RingSet {
     }
 
     pub(crate) fn mark_overflowed(&self) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).overflowed = true;
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .overflowed = true;
     }
 
     /// Collects, then hands every pending page to `out` (cleared first).
