@@ -51,7 +51,10 @@ fn known_set(mode: DirtyMode) {
         ..GuestConfig::default()
     })
     .expect("guest starts");
-    assert!(guest.wait_quota(Duration::from_secs(20)), "guest made its writes");
+    assert!(
+        guest.wait_quota(Duration::from_secs(20)),
+        "guest made its writes"
+    );
     assert_eq!(guest.writes(), writes);
     let mut tracker = DirtyTracker::new(&guest);
     let h = tracker.harvest(&guest).unwrap();
@@ -67,7 +70,10 @@ fn known_set(mode: DirtyMode) {
     assert_eq!(table_pages(&table), expected);
     // A second harvest with the guest idle at its quota finds nothing new.
     tracker.harvest(&guest).unwrap();
-    assert!(pages_of(tracker.kvm_log()).is_empty(), "{mode:?}: log re-armed and empty");
+    assert!(
+        pages_of(tracker.kvm_log()).is_empty(),
+        "{mode:?}: log re-armed and empty"
+    );
     guest.stop().unwrap();
 }
 
@@ -109,7 +115,10 @@ fn host_writes_through_vm_memory_are_in_the_vmm_log() {
     .unwrap();
     let first = guest.layout().first_page;
     let mut expected = BTreeSet::new();
-    for (k, p) in [first, first + 7, first + 8, first + 1000].into_iter().enumerate() {
+    for (k, p) in [first, first + 7, first + 8, first + 1000]
+        .into_iter()
+        .enumerate()
+    {
         // A 6000-byte write from the middle of page p spans p and p + 1.
         guest
             .memory()
@@ -126,12 +135,18 @@ fn host_writes_through_vm_memory_are_in_the_vmm_log() {
     let h = tracker.harvest(&guest).unwrap();
     assert_eq!(pages_of(tracker.vmm_log()), expected);
     assert_eq!(h.vmm_pages, expected.len() as u64);
-    assert!(pages_of(tracker.kvm_log()).is_empty(), "an idle guest writes nothing");
+    assert!(
+        pages_of(tracker.kvm_log()).is_empty(),
+        "an idle guest writes nothing"
+    );
     let mut table = MemoryRangeTable::new();
     tracker.build(&mut table).unwrap();
     assert_eq!(table_pages(&table), expected);
     tracker.harvest(&guest).unwrap();
-    assert!(pages_of(tracker.vmm_log()).is_empty(), "harvest takes the log");
+    assert!(
+        pages_of(tracker.vmm_log()).is_empty(),
+        "harvest takes the log"
+    );
     guest.stop().unwrap();
 }
 
@@ -139,12 +154,33 @@ fn host_writes_through_vm_memory_are_in_the_vmm_log() {
 fn bad_configs_are_typed_errors() {
     use spacekit::kvm::KvmError;
     for (cfg, what) in [
-        (GuestConfig { mem_size: 3 << 20, ..GuestConfig::default() }, "size"),
-        (GuestConfig { vcpus: 0, ..GuestConfig::default() }, "vcpus"),
-        (GuestConfig { vcpus: 64, ..GuestConfig::default() }, "vcpus"),
         (
             GuestConfig {
-                workload: Workload::Hot { hot_pages: 0, hot_percent: 90 },
+                mem_size: 3 << 20,
+                ..GuestConfig::default()
+            },
+            "size",
+        ),
+        (
+            GuestConfig {
+                vcpus: 0,
+                ..GuestConfig::default()
+            },
+            "vcpus",
+        ),
+        (
+            GuestConfig {
+                vcpus: 64,
+                ..GuestConfig::default()
+            },
+            "vcpus",
+        ),
+        (
+            GuestConfig {
+                workload: Workload::Hot {
+                    hot_pages: 0,
+                    hot_percent: 90,
+                },
                 ..GuestConfig::default()
             },
             "hot",
@@ -163,7 +199,10 @@ fn bad_configs_are_typed_errors() {
         return;
     }
     // More memory than the address space can map.
-    match Guest::start(GuestConfig { mem_size: 1 << 62, ..GuestConfig::default() }) {
+    match Guest::start(GuestConfig {
+        mem_size: 1 << 62,
+        ..GuestConfig::default()
+    }) {
         Err(KvmError::Map { .. }) => {}
         other => panic!("huge guest: {:?}", other.err()),
     }
@@ -242,9 +281,15 @@ fn migration_of_a_256_mib_guest_is_byte_identical() {
     if !kvm_or_skip("migration_of_a_256_mib_guest_is_byte_identical") {
         return;
     }
-    let m = spacekit::kvm::MigrateConfig { max_rounds: 4, ..Default::default() };
+    let m = spacekit::kvm::MigrateConfig {
+        max_rounds: 4,
+        ..Default::default()
+    };
     migrate_and_check(
-        GuestConfig { mem_size: 256 << 20, ..GuestConfig::default() },
+        GuestConfig {
+            mem_size: 256 << 20,
+            ..GuestConfig::default()
+        },
         m.clone(),
     );
 }
@@ -254,14 +299,24 @@ fn migration_is_byte_identical_for_every_workload_and_mode() {
     if !kvm_or_skip("migration_is_byte_identical_for_every_workload_and_mode") {
         return;
     }
-    let m = spacekit::kvm::MigrateConfig { max_rounds: 3, ..Default::default() };
+    let m = spacekit::kvm::MigrateConfig {
+        max_rounds: 3,
+        ..Default::default()
+    };
     for workload in [
         Workload::Uniform,
-        Workload::Hot { hot_pages: 256, hot_percent: 90 },
+        Workload::Hot {
+            hot_pages: 256,
+            hot_percent: 90,
+        },
         Workload::Sweep,
         Workload::Idle,
     ] {
-        for dirty in [DirtyMode::Log, DirtyMode::ClearLog, DirtyMode::Ring { entries: 65536 }] {
+        for dirty in [
+            DirtyMode::Log,
+            DirtyMode::ClearLog,
+            DirtyMode::Ring { entries: 65536 },
+        ] {
             migrate_and_check(
                 GuestConfig {
                     mem_size: 64 << 20,

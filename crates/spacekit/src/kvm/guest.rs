@@ -13,9 +13,9 @@ use kvm_bindings::{
 use kvm_ioctls::{Cap, Kvm, VcpuExit, VcpuFd, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
+use super::error::{ioctl_err, KvmError};
 use super::layout::{self, param, Layout, GUEST_CODE, MAX_VCPUS, PAGE};
-use super::tracker::RingSet;
-use super::{ioctl_err, KvmError};
+use super::ring::RingSet;
 use crate::dirty::{DirtyBitmap, VmmBitmap};
 
 /// Guest memory as the VMM sees it: vm-memory's mmap backend with spacekit's
@@ -52,6 +52,34 @@ impl Workload {
     }
 }
 
+impl core::str::FromStr for Workload {
+    type Err = KvmError;
+
+    /// `uniform`, `hot` (1,024 hot pages taking 90% of the writes),
+    /// `hot:PAGES:PERCENT`, `sweep` or `idle`.
+    fn from_str(s: &str) -> Result<Self, KvmError> {
+        let bad = || KvmError::BadConfig {
+            reason: format!("workload `{s}`: uniform, hot[:PAGES:PERCENT], sweep or idle"),
+        };
+        let mut parts = s.split(':');
+        let w = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some("uniform"), None, ..) => Workload::Uniform,
+            (Some("sweep"), None, ..) => Workload::Sweep,
+            (Some("idle"), None, ..) => Workload::Idle,
+            (Some("hot"), None, ..) => Workload::Hot {
+                hot_pages: 1024,
+                hot_percent: 90,
+            },
+            (Some("hot"), Some(p), Some(c), None) => Workload::Hot {
+                hot_pages: p.parse().map_err(|_| bad())?,
+                hot_percent: c.parse().ok().filter(|c| *c <= 100).ok_or_else(bad)?,
+            },
+            _ => return Err(bad()),
+        };
+        Ok(w)
+    }
+}
+
 /// How KVM reports the pages the guest dirties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DirtyMode {
@@ -66,6 +94,25 @@ pub enum DirtyMode {
         /// Entries per vCPU ring (a power of two; KVM's limits apply).
         entries: u32,
     },
+}
+
+impl core::str::FromStr for DirtyMode {
+    type Err = KvmError;
+
+    /// `log`, `clear`, `ring` (65,536 entries per vCPU) or `ring:ENTRIES`.
+    fn from_str(s: &str) -> Result<Self, KvmError> {
+        match s.split_once(':') {
+            None if s == "log" => Ok(DirtyMode::Log),
+            None if s == "clear" => Ok(DirtyMode::ClearLog),
+            None if s == "ring" => Ok(DirtyMode::Ring { entries: 65536 }),
+            Some(("ring", n)) if n.parse::<u32>().is_ok() => Ok(DirtyMode::Ring {
+                entries: n.parse().unwrap_or(0),
+            }),
+            _ => Err(KvmError::BadConfig {
+                reason: format!("dirty mode `{s}`: log, clear, ring or ring:ENTRIES"),
+            }),
+        }
+    }
 }
 
 /// A guest to build.

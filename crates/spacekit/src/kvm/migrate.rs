@@ -21,16 +21,11 @@ use std::vec::Vec;
 
 use vm_memory::{Bytes, GuestAddress};
 
-use super::guest::GuestMem;
-use super::{DirtyTracker, Guest, KvmError};
+use super::error::KvmError;
+use super::guest::{Guest, GuestMem};
+use super::tracker::DirtyTracker;
 use crate::dirty::MemoryRangeTable;
-use crate::migration::{diff_pages, hash_pages, MemorySource, MigrationError, Sender};
-
-impl From<MigrationError> for KvmError {
-    fn from(e: MigrationError) -> Self {
-        KvmError::Migration(e)
-    }
-}
+use crate::migration::{diff_pages, hash_pages, MemorySource, Sender};
 
 /// A guest's memory as a migration source: copies go through vm-memory's
 /// volatile accessors, since the guest may be writing the same bytes.
@@ -147,6 +142,43 @@ impl MigrationReport {
             .map(|r| r.dirty_pages)
             .sum();
         pages as f64 / self.precopy.as_secs_f64().max(1e-9)
+    }
+}
+
+impl core::fmt::Display for MigrationReport {
+    /// One line per round (dirty pages, ranges, KVM and VMM pages, harvest,
+    /// table build, bytes sent, send time), then the downtime, the rates and
+    /// the pages that differ.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        writeln!(
+            f,
+            "{:<12} {:>11} {:>9} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}",
+            "round", "dirty pages", "ranges", "kvm", "vmm", "harvest", "build", "sent", "send"
+        )?;
+        for r in &self.rounds {
+            let round = std::format!("{}{}", r.round, if r.last { " (paused)" } else { "" });
+            let mib = std::format!("{:.1} MiB", r.bytes_sent as f64 / f64::from(1 << 20));
+            writeln!(
+                f,
+                "{round:<12} {:>11} {:>9} {:>9} {:>8} {:>11.1?} {:>11.1?} {mib:>11} {:>11.1?}",
+                r.dirty_pages, r.ranges, r.kvm_pages, r.vmm_pages, r.harvest, r.build, r.send
+            )?;
+        }
+        writeln!(
+            f,
+            "downtime {:.2?} (pause to the last round's acknowledgement); the guest made {:.0} \
+             writes/s ({:.0} dirty pages/s) over {:.2?} of pre-copy; {} host DMA writes",
+            self.downtime,
+            self.guest_write_rate(),
+            self.dirty_page_rate(),
+            self.precopy,
+            self.dma_writes
+        )?;
+        write!(
+            f,
+            "{} pages differ between source and destination",
+            self.differing_pages.len()
+        )
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::io;
 use std::string::{String, ToString};
 
-use super::wire::{Command, Status};
+use super::command::{Command, Status};
 
 /// What went wrong on a migration stream, on either side.
 ///

@@ -34,14 +34,20 @@
 //! descriptors (`MemoryFd`) and `CompletePaused` are Cloud Hypervisor's VM
 //! business; the receiver refuses them ([`MigrationError::Unsupported`]).
 
+mod command;
 mod error;
 mod receiver;
 mod sender;
 mod source;
+#[cfg(unix)]
+mod unix;
 mod wire;
 
+pub use command::{Command, Status};
 pub use error::MigrationError;
 pub use receiver::{ReceiveSummary, Receiver, MAX_TABLE_BYTES};
 pub use sender::{SendStats, Sender, DEFAULT_BUFFER_BYTES};
 pub use source::{diff_pages, hash_pages, MemorySource};
-pub use wire::{Command, Request, Response, Status, REQUEST_BYTES, RESPONSE_BYTES};
+#[cfg(unix)]
+pub use unix::receive_on_unix_socket;
+pub use wire::{Request, Response, REQUEST_BYTES, RESPONSE_BYTES};

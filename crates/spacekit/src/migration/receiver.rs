@@ -3,9 +3,10 @@
 use alloc::vec::Vec;
 use std::io::{Read, Write};
 
+use super::command::{Command, Status};
 use super::error::MigrationError;
 use super::source::page_count;
-use super::wire::{decode_range, read_full, write_all, Command, Request, Response, Status};
+use super::wire::{decode_range, read_full, write_all, Request, Response};
 use crate::crc32c;
 use crate::dirty::WIRE_RANGE_BYTES;
 

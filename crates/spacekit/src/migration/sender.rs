@@ -4,9 +4,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 use std::io::{Read, Write};
 
+use super::command::{Command, Status};
 use super::error::MigrationError;
 use super::source::MemorySource;
-use super::wire::{read_full, write_all, Command, Request, Response, Status, REQUEST_BYTES};
+use super::wire::{read_full, write_all, Request, Response, REQUEST_BYTES};
 use crate::dirty::{MemoryRangeTable, WIRE_RANGE_BYTES};
 
 /// The default bounce buffer of a [`Sender`]: 1 MiB.
