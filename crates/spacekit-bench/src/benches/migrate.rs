@@ -9,7 +9,7 @@
 //! writes it into its own guest-sized buffer; after the paused last round
 //! the destination's CRC-32C of every page is compared with the source's.
 //!
-//! Each round, after the harvest and before the send, the table is built
+//! Each round, after it is sent (outside the downtime), the table is built
 //! from the round's two logs (KVM's and the VMM's) by:
 //! * `spacekit`: `MemoryRangeTable::extend_from(Scan::new(kvm).or(vmm))`
 //!   into a reused table (the OR is never built);
@@ -18,8 +18,8 @@
 //!   the seed's set-bit iterator and coalesce (`baselines::dirty_log::seed`);
 //! * `before`: the same OR, then the per-bit loop (`baselines::dirty_log::before`).
 //!
-//! All three must give the same ranges; each is timed 5 times, round-robin,
-//! and the median kept. Without `/dev/kvm` the benchmark prints why and
+//! All three must give the same ranges; each is timed round-robin, 5 to
+//! 101 times (more for small rounds), and the median kept. Without `/dev/kvm` the benchmark prints why and
 //! returns no rows.
 //!
 //! JSON rows: `case` = `round`, `variant` (`spacekit`, `seed`, `before`),
@@ -58,7 +58,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Times the three builders on one round's logs and checks they agree.
+/// Times the three builders on one round's logs (round-robin, medians) and
+/// checks they agree.
 fn time_round(kvm_log: &[u64], vmm_log: &[u64]) -> Result<(f64, f64, f64), BenchError> {
     let geometry = Geometry::new(0, 4096).map_err(|e| BenchError(e.to_string()))?;
     let mut table = MemoryRangeTable::new();
@@ -66,7 +67,17 @@ fn time_round(kvm_log: &[u64], vmm_log: &[u64]) -> Result<(f64, f64, f64), Bench
     let mut seed_out = Vec::new();
     let mut before_out = Vec::new();
     let (mut s, mut d, mut b) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..5 {
+    // Samples: at least 5, more for small rounds (up to 101, about 3 ms of
+    // the slowest builder), so a round of a few microseconds is not one
+    // noisy sample.
+    let t = Instant::now();
+    for ((o, &x), &y) in or.iter_mut().zip(kvm_log).zip(vmm_log) {
+        *o = x | y;
+    }
+    dirty_log::before(&or, 0, 4096, &mut before_out);
+    let one = t.elapsed().as_nanos().max(1) as u64;
+    let samples = (3_000_000 / one).clamp(5, 101) | 1;
+    for _ in 0..samples {
         let t = Instant::now();
         table.clear();
         let scan = Scan::new(kvm_log, geometry)
@@ -159,7 +170,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
                 spacekit: s,
                 seed: d,
                 before: b,
-                bytes_sent: 0,
+                bytes_sent: r.bytes_sent,
             }),
             Err(e) => failure = Some(e),
         }
@@ -182,9 +193,6 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     guest
         .stop()
         .map_err(|e| BenchError(format!("migrate: {e}")))?;
-    for (t, r) in rounds.iter_mut().zip(mig.rounds.iter().skip(1)) {
-        t.bytes_sent = r.bytes_sent;
-    }
 
     let mut table = Table::new(
         &format!(

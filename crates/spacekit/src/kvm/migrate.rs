@@ -255,8 +255,9 @@ impl Drop for DmaWriter {
 /// Migrates `guest`'s memory over `stream` to a [`Receiver`] (the guest
 /// keeps running until the last round; it is left paused on return).
 /// `on_round` sees every round's report and the tracker holding that
-/// round's harvested logs (before the round is sent), so a caller can time
-/// other table builders on the same logs.
+/// round's harvested logs, after the round is sent (and, for the last, after
+/// the downtime is taken), so a caller can time other table builders on the
+/// same logs.
 ///
 /// # Errors
 /// [`KvmError::Migration`] for a stream or receiver failure (the receiver
@@ -333,14 +334,18 @@ pub fn migrate<S: Read + Write + ?Sized>(
             build,
             ..RoundReport::default()
         };
-        on_round(&rr, &tracker);
         let t = Instant::now();
         let stats = sender.send_memory(stream, &table, &source)?;
         rr.bytes_sent = stats.bytes;
         rr.send = t.elapsed();
-        report.rounds.push(rr);
         if let Some(p) = pause_at {
             report.downtime = p.elapsed();
+        }
+        // After the send and the downtime's end: a caller's own work here
+        // (timing other builders) delays the next round, never the copy.
+        on_round(&rr, &tracker);
+        report.rounds.push(rr);
+        if pause_at.is_some() {
             break;
         }
         round += 1;

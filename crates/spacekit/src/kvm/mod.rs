@@ -14,7 +14,7 @@
 //!   dirty rings (`KVM_CAP_DIRTY_LOG_RING`, reset with
 //!   `KVM_RESET_DIRTY_RINGS`), and the VMM's `DirtyBitmap`; and builds the
 //!   round's `MemoryRangeTable` from the OR of the logs without building it.
-//! * [`migrate`] runs a pre-copy migration of the guest's memory to a
+//! * [`migrate()`] runs a pre-copy migration of the guest's memory to a
 //!   receiver in Cloud Hypervisor's wire format ([`crate::migration`]).
 //!
 //! The ioctls come from `kvm-ioctls` where it has them. Three it does not wrap
