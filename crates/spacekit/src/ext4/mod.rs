@@ -94,7 +94,9 @@
 //! ```
 
 mod alloc;
+pub mod dir;
 mod error;
+pub mod extent;
 mod group;
 pub(crate) mod hooks;
 mod image;

@@ -1,0 +1,1 @@
+//! ext4 directory blocks: entries, the checksum tail, and htree hashes (work in progress).
