@@ -1,7 +1,7 @@
 //! [`Image`]: an ext4 image file and the metadata it holds in memory.
 
 use std::cell::OnceCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::PathBuf;
 use std::vec::Vec;
@@ -20,7 +20,8 @@ pub(super) struct GroupCache {
 /// An ext4 image file, opened read-only or read-write.
 ///
 /// Changes ([`Image::alloc_blocks`], [`Image::free_blocks`],
-/// [`Image::alloc_inode`], [`Image::free_inode`]) update the in-memory
+/// [`Image::alloc_inode`], [`Image::free_inode`],
+/// [`Image::set_inode_times`]) update the in-memory
 /// metadata at once, checksums included, and reach the file only in
 /// [`Image::flush`]. Dropping an image with unflushed changes discards them.
 ///
@@ -59,6 +60,10 @@ pub struct Image {
     pub(super) dirty_gdt: BTreeSet<u32>,
     pub(super) dirty_block: BTreeSet<u32>,
     pub(super) dirty_inode: BTreeSet<u32>,
+    /// The block cache's pending writes: whole blocks (inode-table blocks,
+    /// and the extent and directory blocks of files) by block number,
+    /// written by [`Image::flush`] after the bitmaps (see `blocks.rs`).
+    pub(super) pending_blocks: BTreeMap<u64, Vec<u8>>,
     /// Fault injection: the step of the next flush that fails.
     pub(super) fail_at: Option<usize>,
 }
@@ -75,6 +80,10 @@ impl std::fmt::Debug for Image {
             .field("dirty_gdt_blocks", &self.dirty_gdt)
             .field("dirty_block_bitmaps", &self.dirty_block)
             .field("dirty_inode_bitmaps", &self.dirty_inode)
+            .field(
+                "pending_blocks",
+                &self.pending_blocks.keys().collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }

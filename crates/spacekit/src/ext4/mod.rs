@@ -94,19 +94,21 @@
 //! ```
 
 mod alloc;
+mod blocks;
 pub mod dir;
 mod error;
 pub mod extent;
 mod group;
 pub(crate) mod hooks;
 mod image;
+mod inode;
 mod layout;
 mod mode;
 mod redo;
 mod verify;
 
 use std::cell::OnceCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::format;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
@@ -120,6 +122,7 @@ use crate::checked_bitmap::CheckedBitmap;
 
 pub use error::Ext4Error;
 pub use image::Image;
+pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 pub use mode::OpenMode;
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
@@ -263,6 +266,7 @@ impl Image {
             dirty_gdt: BTreeSet::new(),
             dirty_block: BTreeSet::new(),
             dirty_inode: BTreeSet::new(),
+            pending_blocks: BTreeMap::new(),
             fail_at: None,
         })
     }
@@ -384,6 +388,7 @@ impl Image {
             || !self.dirty_gdt.is_empty()
             || !self.dirty_block.is_empty()
             || !self.dirty_inode.is_empty()
+            || !self.pending_blocks.is_empty()
     }
 
     /// Writes every changed metadata block to the image, crash-safely: the
@@ -439,6 +444,7 @@ impl Image {
         self.dirty_gdt.clear();
         self.dirty_block.clear();
         self.dirty_inode.clear();
+        self.pending_blocks.clear();
         Ok(())
     }
 
@@ -452,9 +458,12 @@ impl Image {
     /// kept checksum equals a fresh computation, and its free-space index
     /// (if built) one rebuilt from its bits; every changed group's stored
     /// bitmap checksums and descriptor checksum are current; a changed
-    /// superblock's checksum is current. For tests, through
-    /// `spacekit::__testing::Validate`.
+    /// superblock's checksum is current; every pending block of the block
+    /// cache is one block long, inside the file system, and overlaps no
+    /// other record of the flush nor any metadata but an inode table. For
+    /// tests, through `spacekit::__testing::Validate`.
     pub(crate) fn validate(&self) -> Result<(), String> {
+        self.validate_pending_blocks()?;
         let csum = self.info.checksums == ChecksumKind::MetadataCsum;
         if self.dirty_sb
             && csum
@@ -671,7 +680,9 @@ impl Image {
         self.with_bitmap(g, Which::Inode, f)
     }
 
-    /// The writes a flush makes, in block order within each kind.
+    /// The writes a flush makes, in block order within each kind: the
+    /// superblock, descriptor-table blocks, block bitmaps, inode bitmaps,
+    /// then the block cache's pending blocks.
     fn dirty_records(&self) -> Vec<Record> {
         let bs = u64::from(self.info.block_size);
         let mut out = Vec::new();
@@ -704,6 +715,10 @@ impl Image {
                 });
             }
         }
+        // The block cache's blocks last. They never overlap the records
+        // above: `write_block` refuses the superblock, descriptor-table and
+        // bitmap blocks, and `validate` checks it.
+        out.extend(self.pending_block_records());
         out
     }
 

@@ -1,0 +1,197 @@
+//! The block cache: whole blocks changed in memory (inode-table blocks, and
+//! the extent and directory blocks of files) waiting for [`Image::flush`].
+//!
+//! It is a write-back cache of pending writes only: [`Image::read_block`]
+//! returns the pending version of a block when there is one and otherwise
+//! reads the file, so every reader sees the image as it will be after the
+//! flush. The pending blocks become records of the flush after the
+//! superblock, descriptor and bitmap records, so they go through the redo log
+//! like them (crash safety and the fault injection cover them), count in
+//! [`Image::is_dirty`], and are dropped after a successful flush.
+//!
+//! A block can only be written here if it is not the superblock, a
+//! descriptor-table block (or reserved GDT block) or a bitmap: those are
+//! written from their own in-memory copies, and two records for one block
+//! would fight. [`Image::write_block`] (file data and tree blocks) refuses
+//! every metadata block; [`Image::write_inode_table_block`] only accepts
+//! inode-table blocks. `validate` checks that no pending block overlaps
+//! another record of the flush.
+
+use std::borrow::Cow;
+use std::format;
+use std::string::String;
+use std::vec;
+use std::vec::Vec;
+
+use super::error::{invalid, io, Ext4Error};
+use super::group::meta_in;
+use super::image::Image;
+use super::redo::{read_exact_at, Record};
+
+/// The descriptor field naming an inode table in the metadata map.
+const INODE_TABLE: &str = "bg_inode_table";
+
+/// What a caller says a block written through the cache holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockKind {
+    /// A block of file data or of a file's tree (extent or directory
+    /// blocks): it must not hold any file-system metadata.
+    Data,
+    /// A block of some group's inode table.
+    InodeTable,
+}
+
+impl Image {
+    /// Block `block` as it stands: the pending version if the block cache
+    /// holds one, else the file's bytes. Always `block_size` bytes.
+    ///
+    /// Like the kernel's `sb_bread` / e2fsprogs' `io_channel_read_blk64`,
+    /// reading through the buffer cache (here: only the dirty buffers are
+    /// kept).
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for a block at or past
+    /// `s_blocks_count`; [`Ext4Error::Io`] if the file cannot be read.
+    pub(crate) fn read_block(&self, block: u64) -> Result<Cow<'_, [u8]>, Ext4Error> {
+        if block >= self.info.blocks_count {
+            return Err(invalid("block", block, "past the end of the file system"));
+        }
+        if let Some(data) = self.pending_blocks.get(&block) {
+            return Ok(Cow::Borrowed(data));
+        }
+        let bs = self.info.block_size as usize;
+        let mut data = vec![0u8; bs];
+        read_exact_at(&self.file, block * bs as u64, &mut data).map_err(io("read block"))?;
+        Ok(Cow::Owned(data))
+    }
+
+    /// Records `data` as the new contents of data block `block` (a file's
+    /// data, extent-tree or directory block), written by the next
+    /// [`Image::flush`]; replaces any pending version.
+    ///
+    /// Like marking a buffer dirty (`mark_buffer_dirty`) inside a journal
+    /// handle: nothing reaches the file before the flush, which logs it first.
+    ///
+    /// # Errors
+    /// [`Ext4Error::ReadOnly`]; [`Ext4Error::BadChecksum`] if the superblock
+    /// fails its checksum (as every change); [`Ext4Error::InvalidArgument`]
+    /// if `data` is not one block long, the block is outside the groups, or
+    /// it holds metadata (a superblock copy, descriptors, reserved GDT
+    /// blocks, a bitmap or an inode table).
+    // Used by the file operations of issue 16 (extent and directory blocks).
+    #[allow(dead_code)]
+    pub(crate) fn write_block(
+        &mut self,
+        block: u64,
+        data: impl Into<Vec<u8>>,
+    ) -> Result<(), Ext4Error> {
+        self.write_block_as(block, data.into(), BlockKind::Data)
+    }
+
+    /// [`Image::write_block`] for a block of an inode table (the only
+    /// metadata the block cache carries).
+    ///
+    /// # Errors
+    /// As [`Image::write_block`], with [`Ext4Error::InvalidArgument`] for a
+    /// block that is not in an inode table.
+    pub(crate) fn write_inode_table_block(
+        &mut self,
+        block: u64,
+        data: impl Into<Vec<u8>>,
+    ) -> Result<(), Ext4Error> {
+        self.write_block_as(block, data.into(), BlockKind::InodeTable)
+    }
+
+    /// Drops the pending version of `block`, if any (for a block freed
+    /// before the flush, whose contents no longer matter); returns whether
+    /// there was one.
+    // Used by the file operations of issue 16 (extent and directory blocks).
+    #[allow(dead_code)]
+    pub(crate) fn discard_block(&mut self, block: u64) -> bool {
+        self.pending_blocks.remove(&block).is_some()
+    }
+
+    fn write_block_as(
+        &mut self,
+        block: u64,
+        data: Vec<u8>,
+        kind: BlockKind,
+    ) -> Result<(), Ext4Error> {
+        self.check_writable()?;
+        if data.len() != self.info.block_size as usize {
+            return Err(invalid(
+                "len",
+                data.len() as u64,
+                "a block write must be exactly one block",
+            ));
+        }
+        self.check_block_kind(block, kind)?;
+        self.pending_blocks.insert(block, data);
+        Ok(())
+    }
+
+    /// Whether `block` may be written as `kind`.
+    fn check_block_kind(&self, block: u64, kind: BlockKind) -> Result<(), Ext4Error> {
+        if self.info.group_of_block(block).is_none() {
+            return Err(invalid("block", block, "outside the file system's groups"));
+        }
+        let mut hits = meta_in(&self.meta, block, block + 1);
+        match (kind, hits.next()) {
+            (BlockKind::Data, None) => Ok(()),
+            (BlockKind::Data, Some(_)) => Err(invalid(
+                "block",
+                block,
+                "holds file-system metadata, not file data",
+            )),
+            (BlockKind::InodeTable, Some(m)) if m.field == INODE_TABLE => Ok(()),
+            (BlockKind::InodeTable, _) => {
+                Err(invalid("block", block, "not a block of an inode table"))
+            }
+        }
+    }
+
+    /// The flush records of the pending blocks, in block order.
+    pub(crate) fn pending_block_records(&self) -> impl Iterator<Item = Record> + '_ {
+        let bs = u64::from(self.info.block_size);
+        self.pending_blocks.iter().map(move |(&b, data)| Record {
+            offset: b * bs,
+            data: data.clone(),
+        })
+    }
+
+    /// Every pending block is one block long, may be written as data or
+    /// inode table, and overlaps none of the flush's other records (the
+    /// superblock, descriptor-table blocks, bitmaps).
+    pub(crate) fn validate_pending_blocks(&self) -> Result<(), String> {
+        let bs = u64::from(self.info.block_size);
+        for (&b, data) in &self.pending_blocks {
+            if data.len() as u64 != bs {
+                return Err(format!(
+                    "pending block {b}: {} bytes, not one block",
+                    data.len()
+                ));
+            }
+            self.check_block_kind(b, BlockKind::Data)
+                .or_else(|_| self.check_block_kind(b, BlockKind::InodeTable))
+                .map_err(|e| format!("pending block {b}: {e}"))?;
+        }
+        if self.pending_blocks.is_empty() {
+            return Ok(());
+        }
+        let records = self.dirty_records();
+        let others = records.len() - self.pending_blocks.len();
+        for r in records.get(..others).unwrap_or(&[]) {
+            let end = r.offset + r.data.len() as u64;
+            let first = r.offset / bs;
+            let last = end.div_ceil(bs);
+            if let Some((&b, _)) = self.pending_blocks.range(first..last).next() {
+                return Err(format!(
+                    "pending block {b} overlaps the flush record at byte {} ({} bytes)",
+                    r.offset,
+                    r.data.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
