@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{json, Value};
 use spacekit::__testing::Validate;
+use spacekit::rangetree::maps::{Mapping, ProcMaps as Maps};
 use spacekit::rangetree::{RangeTree, RangeTreeError};
 use spacekit_bench::{batch, Comparison, Medians, Timer};
 
@@ -106,158 +107,6 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         return Err("the size must be at least 1 byte".into());
     }
     Ok(n)
-}
-
-/// One line of a maps file. The path is an index into [`Maps::paths`] (like
-/// the kernel's `vm_file` pointer), so copying a mapping is a plain copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Mapping {
-    start: u64,
-    /// Exclusive.
-    end: u64,
-    perms: [u8; 4],
-    offset: u64,
-    dev: (u32, u32),
-    inode: u64,
-    path: Option<u32>,
-    /// 1-based line number in the file.
-    line: usize,
-}
-
-/// A parsed maps file.
-struct Maps {
-    tree: RangeTree<Mapping>,
-    paths: Vec<String>,
-    /// The `[stack]` mapping's start, if there is one.
-    stack: Option<u64>,
-}
-
-impl Maps {
-    fn path(&self, m: &Mapping) -> &str {
-        m.path.map_or("", |i| self.paths[i as usize].as_str())
-    }
-}
-
-/// Strict lowercase/uppercase hex: no sign, no prefix, no spaces.
-fn hex(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u64::from_str_radix(s, 16).ok()
-}
-
-fn hex32(s: &str) -> Option<u32> {
-    hex(s).and_then(|v| u32::try_from(v).ok())
-}
-
-/// The fields of one line, and its path (empty when absent).
-fn parse_line(text: &str, line: usize) -> Result<(Mapping, &str), String> {
-    let err = |what: &str, field: &str| format!("line {line}: bad {what} {field:?}");
-    let mut rest = text;
-    let mut f = [""; 5];
-    for (k, slot) in f.iter_mut().enumerate() {
-        rest = rest.trim_start();
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        if end == 0 {
-            return Err(format!(
-                "line {line}: expected `start-end perms offset dev inode [path]`, \
-                 found {} field{} in {text:?}",
-                k,
-                if k == 1 { "" } else { "s" }
-            ));
-        }
-        *slot = &rest[..end];
-        rest = &rest[end..];
-    }
-    let path = rest.trim_start();
-    let (start, end) = f[0]
-        .split_once('-')
-        .and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
-        .ok_or_else(|| err("address range", f[0]))?;
-    if end <= start {
-        return Err(format!(
-            "line {line}: bad address range {:?}: the end is not above the start",
-            f[0]
-        ));
-    }
-    let p = f[1].as_bytes();
-    let ok = p.len() == 4
-        && matches!(p[0], b'r' | b'-')
-        && matches!(p[1], b'w' | b'-')
-        && matches!(p[2], b'x' | b'-')
-        && matches!(p[3], b'p' | b's');
-    if !ok {
-        return Err(err("permissions", f[1]));
-    }
-    let perms = [p[0], p[1], p[2], p[3]];
-    let offset = hex(f[2]).ok_or_else(|| err("offset", f[2]))?;
-    let dev = f[3]
-        .split_once(':')
-        .and_then(|(a, b)| Some((hex32(a)?, hex32(b)?)))
-        .ok_or_else(|| err("device", f[3]))?;
-    let inode = f[4]
-        .bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| f[4].parse::<u64>().ok())
-        .flatten()
-        .ok_or_else(|| err("inode", f[4]))?;
-    Ok((
-        Mapping {
-            start,
-            end,
-            perms,
-            offset,
-            dev,
-            inode,
-            path: None,
-            line,
-        },
-        path,
-    ))
-}
-
-/// Parses a whole maps file into a tree.
-fn parse(text: &str) -> Result<Maps, String> {
-    let mut tree = RangeTree::new();
-    let mut paths: Vec<String> = Vec::new();
-    let mut stack = None;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let raw = raw.strip_suffix('\r').unwrap_or(raw);
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let (mut m, path) = parse_line(raw, line)?;
-        if !path.is_empty() {
-            // Consecutive lines usually name the same file.
-            if paths.last().map(String::as_str) != Some(path) {
-                let id = u32::try_from(paths.len())
-                    .map_err(|_| format!("line {line}: too many paths"))?;
-                paths.push(path.to_string());
-                m.path = Some(id);
-            } else {
-                m.path = Some((paths.len() - 1) as u32);
-            }
-            if path == "[stack]" && stack.is_none() {
-                stack = Some(m.start);
-            }
-        }
-        match tree.insert_range(m.start, m.end - 1, m) {
-            Ok(()) => {}
-            Err(RangeTreeError::Occupied { first, last }) => {
-                let other = tree.get(first).map_or(0, |o: &Mapping| o.line);
-                return Err(format!(
-                    "line {line}: {:#x}-{:#x} overlaps line {other} ({:#x}-{:#x})",
-                    m.start,
-                    m.end,
-                    first,
-                    last.wrapping_add(1)
-                ));
-            }
-            Err(e) => return Err(format!("line {line}: {e}")),
-        }
-    }
-    Ok(Maps { tree, paths, stack })
 }
 
 /// The file `source` names.
@@ -377,7 +226,7 @@ fn maps_line(maps: &Maps, m: &Mapping) -> String {
 /// Runs `spacekit maps`.
 pub fn run(a: &MapsArgs) -> Result<(), String> {
     let (path, text) = read_source(&a.source)?;
-    let maps = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let maps = Maps::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let tree = &maps.tree;
     tree.validate()
         .map_err(|e| format!("the tree built from {} is invalid: {e}", path.display()))?;
@@ -548,39 +397,6 @@ mod tests {
         assert!(parse_size("").is_err());
         assert!(parse_size("1X").is_err());
         assert!(parse_size("99999999999T").is_err());
-    }
-
-    #[test]
-    fn lines() {
-        let (m, p) = parse_line(
-            "7f0000001000-7f0000003000 r-xp 00001000 08:01 1234   /usr/lib/a b.so",
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            (m.start, m.end, m.offset, m.inode),
-            (0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000, 1234)
-        );
-        assert_eq!(m.dev, (8, 1));
-        assert_eq!(&m.perms, b"r-xp");
-        assert_eq!(p, "/usr/lib/a b.so");
-        let (_, p) = parse_line("1000-2000 rw-p 00000000 00:00 0", 2).unwrap();
-        assert_eq!(p, "");
-        for (bad, msg) in [
-            (
-                "zz-10 r--p 0 00:00 0",
-                "line 3: bad address range \"zz-10\"",
-            ),
-            ("2000-1000 r--p 0 00:00 0", "end is not above"),
-            ("1000-2000 rwz 0 00:00 0", "bad permissions"),
-            ("1000-2000 r--p +0 00:00 0", "bad offset"),
-            ("1000-2000 r--p 0 0000 0", "bad device"),
-            ("1000-2000 r--p 0 00:00 x", "bad inode"),
-            ("1000-2000 r--p", "found 2 fields"),
-        ] {
-            let e = parse_line(bad, 3).unwrap_err();
-            assert!(e.contains(msg), "{bad}: {e}");
-        }
     }
 
     #[test]

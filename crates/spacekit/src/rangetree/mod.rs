@@ -82,6 +82,9 @@ use core::ops::{Bound, RangeBounds, RangeInclusive};
 mod error;
 mod gap;
 mod iter;
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+pub mod maps;
 mod node;
 mod ops;
 mod tree;
