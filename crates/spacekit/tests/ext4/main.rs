@@ -15,6 +15,8 @@
 //! * `read` — what spacekit reads equals dumpe2fs's and e2freefrag's;
 //! * `alloc` — block allocation and freeing, against debugfs and e2fsck;
 //! * `inodes` — inode allocation and freeing;
+//! * `inodes_read` — inodes read against `debugfs stat`, their checksums,
+//!   changed through the block cache (e2fsck-clean, crash-safe);
 //! * `damage` — damage behind spacekit's back, reported by `verify`;
 //! * `refused` — corrupt and unsupported images, never written;
 //! * `arguments` — bad arguments, refused without a change;
@@ -31,5 +33,6 @@ mod arguments;
 mod crash;
 mod damage;
 mod inodes;
+mod inodes_read;
 mod read;
 mod refused;
