@@ -165,6 +165,11 @@ impl<'m> Receiver<'m> {
     ) -> Result<ReceiveSummary, MigrationError> {
         let mut summary = ReceiveSummary::default();
         let mut started = false;
+        // Reads go through one buffer, so a table of many small ranges costs
+        // a few large reads instead of a system call per range (a range at
+        // least as large as the buffer is read straight into memory).
+        let mut buffered = BufStream::new(stream);
+        let stream = &mut buffered;
         loop {
             let step = Request::read_from(stream).and_then(|req| {
                 summary.requests += 1;
@@ -324,5 +329,52 @@ fn expect_length(req: Request, expected: u64) -> Result<(), MigrationError> {
             length: req.length,
             expected,
         })
+    }
+}
+
+/// A stream whose reads are buffered and whose writes go straight through.
+struct BufStream<'s, S: ?Sized> {
+    inner: &'s mut S,
+    buf: Vec<u8>,
+    pos: usize,
+    filled: usize,
+}
+
+impl<'s, S: Read + Write + ?Sized> BufStream<'s, S> {
+    const CAPACITY: usize = 256 << 10;
+
+    fn new(inner: &'s mut S) -> Self {
+        BufStream {
+            inner,
+            buf: alloc::vec![0; Self::CAPACITY],
+            pos: 0,
+            filled: 0,
+        }
+    }
+}
+
+impl<S: Read + Write + ?Sized> Read for BufStream<'_, S> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.filled {
+            if out.len() >= self.buf.len() {
+                return self.inner.read(out);
+            }
+            self.filled = self.inner.read(&mut self.buf)?;
+            self.pos = 0;
+        }
+        let n = out.len().min(self.filled - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl<S: Read + Write + ?Sized> Write for BufStream<'_, S> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(data)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }

@@ -160,17 +160,26 @@ impl Sender {
             fill += WIRE_RANGE_BYTES;
         }
         send(stream, &buf[..fill], cmd)?;
-        // Contents, a buffer at a time.
+        // Contents, packed a buffer at a time across ranges: a table of many
+        // small ranges costs a write per buffer, not per range.
+        let mut fill = 0;
         for r in table.ranges() {
             let mut at = r.gpa;
             let end = r.gpa + r.length;
             while at < end {
-                let n = (end - at).min(buf.len() as u64) as usize;
-                source.copy_out(at, &mut buf[..n]);
-                send(stream, &buf[..n], cmd)?;
+                let n = (end - at).min((buf.len() - fill) as u64) as usize;
+                source.copy_out(at, &mut buf[fill..fill + n]);
+                fill += n;
                 at += n as u64;
+                if fill == buf.len() {
+                    send(stream, &buf[..fill], cmd)?;
+                    fill = 0;
+                }
             }
             stats.bytes += r.length;
+        }
+        if fill > 0 {
+            send(stream, &buf[..fill], cmd)?;
         }
         stats.wire_bytes += stats.bytes;
         flush(stream, cmd)?;
