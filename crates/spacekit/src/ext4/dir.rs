@@ -942,12 +942,14 @@ fn dx_count_offset(block: &[u8]) -> Result<usize, Ext4Error> {
 
 /// The checksum a dx root or node's `dx_tail` should hold (the kernel's
 /// `ext4_dx_csum`): raw CRC-32C from the directory's [`inode_seed`] over the
-/// block up to the end of its `count` entries, continued over the tail's
-/// first four bytes (`dt_reserved`). The tail lies right after the `limit`
-/// entries.
+/// block up to the end of its `count` entries (stale entries between
+/// `count` and `limit` are not covered), continued over the whole 8-byte
+/// tail with its checksum field taken as zero (`dt_reserved`, then four
+/// zero bytes). The tail lies right after the `limit` entries.
 ///
-/// Confirmed against images made by mkfs.ext4 and indexed by `e2fsck -D`
-/// (see the crate's `ext4_dir` tests).
+/// Confirmed against dx roots and dx nodes of images made by mkfs.ext4 and
+/// indexed by `e2fsck -D` (the crate's `ext4_dir` tests); leaving out the
+/// four zero bytes gives a different value.
 ///
 /// # Errors
 /// [`Ext4Error::Corrupt`] if the block is neither a dx root nor a dx node,
@@ -955,7 +957,8 @@ fn dx_count_offset(block: &[u8]) -> Result<usize, Ext4Error> {
 pub fn dx_checksum(seed: u32, block: &[u8]) -> Result<u32, Ext4Error> {
     let (tail, count_end) = dx_tail_at(block)?;
     let c = crc32c::raw(seed, &block[..count_end]);
-    Ok(crc32c::raw(c, &block[tail..tail + 4]))
+    let c = crc32c::raw(c, &block[tail..tail + 4]);
+    Ok(crc32c::raw(c, &[0; 4]))
 }
 
 /// The dx tail's offset and the end of the counted entries.
