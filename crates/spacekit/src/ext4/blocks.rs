@@ -178,9 +178,7 @@ impl Image {
         if self.pending_blocks.is_empty() {
             return Ok(());
         }
-        let records = self.dirty_records();
-        let others = records.len() - self.pending_blocks.len();
-        for r in records.get(..others).unwrap_or(&[]) {
+        for r in self.metadata_records() {
             let end = r.offset + r.data.len() as u64;
             let first = r.offset / bs;
             let last = end.div_ceil(bs);
@@ -193,5 +191,100 @@ impl Image {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ext4::OpenMode;
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    /// A fresh 1 KiB-block image made by mkfs.ext4, or `None` (with a
+    /// notice) without e2fsprogs; the integration tests require it in CI.
+    fn image(name: &str) -> Option<(PathBuf, PathBuf)> {
+        let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())?;
+        let dir =
+            std::env::temp_dir().join(format!("spacekit-blocks-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let path = dir.join("fs.img");
+        let ok = Command::new(mkfs)
+            .args(["-F", "-q", "-b", "1024", "-N", "256", "-O", "^has_journal"])
+            .arg(&path)
+            .arg("8M")
+            .status()
+            .ok()?
+            .success();
+        ok.then_some((dir, path))
+    }
+
+    #[test]
+    fn writes_are_bounded_cached_and_flushed() {
+        let Some((dir, path)) = image("cache") else {
+            std::eprintln!("skipping: mkfs.ext4 not found");
+            return;
+        };
+        let mut img = Image::open(&path, OpenMode::ReadWrite).unwrap();
+        let bs = img.info.block_size as usize;
+        let last = img.info.blocks_count - 1;
+        let g0 = img.group(0).unwrap();
+        let data = img.free_extents(0).unwrap()[0].0;
+        let refused = |img: &mut Image, b: u64| {
+            matches!(
+                img.write_block(b, vec![1u8; bs]),
+                Err(Ext4Error::InvalidArgument { what: "block", .. })
+            )
+        };
+        // Past the end, the boot block, the superblock, the descriptors,
+        // the bitmaps and the inode table are not data blocks.
+        for b in [
+            last + 1,
+            u64::MAX,
+            0,
+            1,
+            2,
+            g0.block_bitmap,
+            g0.inode_bitmap,
+            g0.inode_table,
+        ] {
+            assert!(refused(&mut img, b), "block {b}");
+        }
+        assert!(img.read_block(last + 1).is_err());
+        assert!(matches!(
+            img.write_block(data, vec![0u8; bs - 1]),
+            Err(Ext4Error::InvalidArgument { what: "len", .. })
+        ));
+        assert!(img
+            .write_inode_table_block(g0.block_bitmap, vec![0u8; bs])
+            .is_err());
+        assert!(img.write_inode_table_block(data, vec![0u8; bs]).is_err());
+        assert!(!img.is_dirty());
+        // A data block: the pending version is read back, then flushed.
+        let before = img.read_block(data).unwrap().into_owned();
+        let new = vec![0xA5u8; bs];
+        img.write_block(data, &new[..]).unwrap();
+        assert!(img.is_dirty());
+        assert_eq!(&*img.read_block(data).unwrap(), &new[..]);
+        img.validate().unwrap();
+        // Discarded, then written again.
+        assert!(img.discard_block(data));
+        assert!(!img.is_dirty());
+        assert_eq!(img.read_block(data).unwrap().into_owned(), before);
+        img.write_block(data, new.clone()).unwrap();
+        img.flush().unwrap();
+        assert!(!img.is_dirty());
+        drop(img);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[data as usize * bs..][..bs], &new[..]);
+        // Read-only images refuse.
+        let mut ro = Image::open(&path, OpenMode::ReadOnly).unwrap();
+        assert!(matches!(
+            ro.write_block(data, vec![0u8; bs]),
+            Err(Ext4Error::ReadOnly)
+        ));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -684,6 +684,16 @@ impl Image {
     /// superblock, descriptor-table blocks, block bitmaps, inode bitmaps,
     /// then the block cache's pending blocks.
     fn dirty_records(&self) -> Vec<Record> {
+        let mut out = self.metadata_records();
+        // The block cache's blocks last. They never overlap the records
+        // above: `write_block` refuses the superblock, descriptor-table and
+        // bitmap blocks, and `validate` checks it.
+        out.extend(self.pending_block_records());
+        out
+    }
+
+    /// The superblock, descriptor-table and bitmap records of a flush.
+    fn metadata_records(&self) -> Vec<Record> {
         let bs = u64::from(self.info.block_size);
         let mut out = Vec::new();
         if self.dirty_sb {
@@ -715,10 +725,6 @@ impl Image {
                 });
             }
         }
-        // The block cache's blocks last. They never overlap the records
-        // above: `write_block` refuses the superblock, descriptor-table and
-        // bitmap blocks, and `validate` checks it.
-        out.extend(self.pending_block_records());
         out
     }
 
