@@ -1077,27 +1077,6 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         }
     }
 
-    /// The last extent of the leaf before `path`'s leaf, with its path.
-    fn prev_extent(&mut self, path: &Path) -> Result<Option<(Path, Extent)>, Ext4Error> {
-        for l in (0..path.len().saturating_sub(1)).rev() {
-            if path[l].1 > 0 {
-                let mut p: Path = path[..=l].to_vec();
-                p[l].1 -= 1;
-                self.descend_edge(&mut p, true)?;
-                let &(leaf, n) = p.last().ok_or_else(internal)?;
-                if n == 0 {
-                    return Ok(None);
-                }
-                let e = self.extent(leaf, n - 1)?;
-                if let Some(last) = p.last_mut() {
-                    last.1 = n - 1;
-                }
-                return Ok(Some((p, e)));
-            }
-        }
-        Ok(None)
-    }
-
     /// The first extent of the leaf after `path`'s leaf, with its path.
     fn next_extent(&mut self, path: &Path) -> Result<Option<(Path, Extent)>, Ext4Error> {
         for l in (0..path.len().saturating_sub(1)).rev() {
@@ -1117,14 +1096,17 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         Ok(None)
     }
 
-    /// Lowers the index keys above a leaf whose first extent now starts at
-    /// `logical` (the kernel's `ext4_ext_correct_indexes`).
-    fn fix_keys(&mut self, path: &Path, logical: u32) -> Result<(), Ext4Error> {
-        for l in (0..path.len().saturating_sub(1)).rev() {
+    /// Sets the index keys above the node at `path[level]` to `key`, its
+    /// new first key: the key pointing at it, and above that as long as
+    /// the node is its parent's first child (the kernel's
+    /// `ext4_ext_correct_indexes`). spacekit keeps every index key equal to
+    /// the first key below it.
+    fn set_keys_above(&mut self, path: &Path, level: usize, key: u32) -> Result<(), Ext4Error> {
+        for l in (0..level).rev() {
             let (id, i) = path[l];
             let mut e = self.entry(id, i)?;
-            if le32(&e, 0) > logical {
-                put32(&mut e, 0, logical);
+            if le32(&e, 0) != key {
+                put32(&mut e, 0, key);
                 self.set_entry(id, i, e)?;
             }
             if i != 0 {
@@ -1139,6 +1121,11 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         let path = self.descend(new.logical)?;
         let &(leaf, p) = path.last().ok_or_else(internal)?;
         let n = usize::from(self.hdr(leaf)?.entries);
+        // With exact index keys the left neighbour is in this leaf (the
+        // descent took the last leaf starting at or before `new`); with a
+        // key below its leaf's first extent (not written by spacekit) a
+        // neighbour in the previous leaf is left unmerged rather than
+        // stretched past the key.
         let left = if p > 0 {
             let mut lp = path.clone();
             if let Some(l) = lp.last_mut() {
@@ -1146,7 +1133,7 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
             }
             Some((lp, self.extent(leaf, p - 1)?))
         } else {
-            self.prev_extent(&path)?
+            None
         };
         let right = if p < n {
             Some((path.clone(), self.extent(leaf, p)?))
@@ -1196,13 +1183,13 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
                 };
                 self.set_leaf_extent(&rp, m)?;
                 if rp.last().is_some_and(|l| l.1 == 0) {
-                    self.fix_keys(&rp, new.logical)?;
+                    self.set_keys_above(&rp, rp.len() - 1, new.logical)?;
                 }
                 Ok(true)
             }
             (None, None) => {
                 if p == 0 {
-                    self.fix_keys(&path, new.logical)?;
+                    self.set_keys_above(&path, path.len() - 1, new.logical)?;
                 }
                 let mut path = path;
                 let level = path.len() - 1;
@@ -1239,6 +1226,10 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
             let (id, i) = path[level];
             self.remove_entry(id, i)?;
             if self.hdr(id)?.entries > 0 {
+                if i == 0 {
+                    let k = self.first_key(id)?;
+                    self.set_keys_above(&path, level, k)?;
+                }
                 return Ok(());
             }
             match id {
