@@ -48,7 +48,6 @@
 //! # Ok::<(), spacekit::ext4::Ext4Error>(())
 //! ```
 
-use core::ops::Range;
 use std::vec;
 use std::vec::Vec;
 
@@ -533,25 +532,50 @@ fn check_name(name: &[u8]) -> Result<(), Ext4Error> {
     Ok(())
 }
 
-/// Edits `block` through `edit`, which changes only the bytes in `ranges`
-/// (disjoint, inside the checksummed part), and, with `csum`, moves the
-/// tail's checksum along by one [`crate::crc32c::splice`] per range.
+/// The largest region one edit changes: a record for a 255-byte name.
+const MAX_EDIT: usize = HEADER_LEN + MAX_NAME_LEN + 1;
+
+/// Edits `block` through `edit`, which changes only the bytes of the
+/// `(offset, len)` regions (disjoint, at most [`MAX_EDIT`] bytes each,
+/// inside the checksummed part), and, with `csum`, moves the tail's
+/// checksum along by one [`crate::crc32c::splice`] per region.
 fn edit_spliced<const N: usize>(
     block: &mut [u8],
     csum: bool,
-    ranges: [Range<usize>; N],
-    edit: impl FnOnce(&mut [u8]) -> Result<(), Ext4Error>,
+    regions: [(usize, usize); N],
+    edit: impl FnOnce(&mut [u8]),
 ) -> Result<(), Ext4Error> {
     if !csum {
-        return edit(block);
+        edit(block);
+        return Ok(());
     }
     let covered = block.len() - TAIL_LEN;
-    let old: [Vec<u8>; N] = ranges.clone().map(|r| block[r].to_vec());
-    edit(block)?;
+    if regions
+        .iter()
+        .any(|&(off, len)| len > MAX_EDIT || off + len > covered)
+    {
+        return Err(corrupt(
+            "rec_len",
+            None,
+            0,
+            "an edit would cross the checksum tail",
+        ));
+    }
+    let mut old = [[0u8; MAX_EDIT]; N];
+    for (o, &(off, len)) in old.iter_mut().zip(&regions) {
+        o[..len].copy_from_slice(&block[off..off + len]);
+    }
+    edit(block);
     let mut c = le32(block, covered + 8);
-    for (r, old) in ranges.into_iter().zip(old.iter()) {
-        c = crc32c::splice(c, covered as u64, r.start as u64, old, &block[r])
-            .map_err(|_| corrupt("rec_len", None, 0, "an edit crossed the checksum tail"))?;
+    for (o, &(off, len)) in old.iter().zip(&regions) {
+        c = crc32c::splice(
+            c,
+            covered as u64,
+            off as u64,
+            &o[..len],
+            &block[off..off + len],
+        )
+        .map_err(|_| corrupt("rec_len", None, 0, "an edit would cross the checksum tail"))?;
     }
     put32(block, covered + 8, c);
     Ok(())
@@ -624,26 +648,19 @@ pub fn add_entry(
     };
     let bs = block.len();
     if r.inode == 0 {
-        edit_spliced(block, csum, [r.offset..r.offset + need], |b| {
+        edit_spliced(block, csum, [(r.offset, need)], |b| {
             write_entry(b, r.offset, name, inode, file_type);
-            Ok(())
         })?;
     } else {
         let used = r.used();
         let new = r.offset + used;
         let kept = rec_len_to_disk(used, bs)?;
         let rest = rec_len_to_disk(r.rec_len - used, bs)?;
-        edit_spliced(
-            block,
-            csum,
-            [r.offset + 4..r.offset + 6, new..new + need],
-            |b| {
-                put16(b, r.offset + 4, kept);
-                put16(b, new + 4, rest);
-                write_entry(b, new, name, inode, file_type);
-                Ok(())
-            },
-        )?;
+        edit_spliced(block, csum, [(r.offset + 4, 2), (new, need)], |b| {
+            put16(b, r.offset + 4, kept);
+            put16(b, new + 4, rest);
+            write_entry(b, new, name, inode, file_type);
+        })?;
     }
     Ok(true)
 }
@@ -685,22 +702,15 @@ pub fn remove_entry(block: &mut [u8], name: &[u8], csum: bool) -> Result<Option<
     match prev {
         Some(p) => {
             let merged = rec_len_to_disk(p.rec_len + r.rec_len, bs)?;
-            edit_spliced(
-                block,
-                csum,
-                [p.offset + 4..p.offset + 6, r.offset..r.offset + used],
-                |b| {
-                    put16(b, p.offset + 4, merged);
-                    b[r.offset..r.offset + used].fill(0);
-                    Ok(())
-                },
-            )?;
+            edit_spliced(block, csum, [(p.offset + 4, 2), (r.offset, used)], |b| {
+                put16(b, p.offset + 4, merged);
+                b[r.offset..r.offset + used].fill(0);
+            })?;
         }
         None => {
-            edit_spliced(block, csum, [r.offset..r.offset + used], |b| {
+            edit_spliced(block, csum, [(r.offset, used)], |b| {
                 put32(b, r.offset, 0);
                 b[r.offset + 6..r.offset + used].fill(0);
-                Ok(())
             })?;
         }
     }
