@@ -19,10 +19,14 @@
 //! * index entry (`struct ext4_extent_idx`): `ei_block` (the lowest logical
 //!   block of the subtree), `ei_leaf_lo` (u32), `ei_leaf_hi` (u16), unused;
 //! * with `metadata_csum`, a block's tail (`struct ext4_extent_tail`) right
-//!   after its `eh_max` entries holds raw CRC-32C(`seed_i`, block[0 .. 12 + 12
-//!   * eh_max]), where `seed_i` is the inode's seed (raw CRC-32C of the file
-//!   system seed over `le32(inode number)` then `le32(i_generation)`). The
-//!   root in the inode has no tail: the inode checksum covers it.
+//!   after its `eh_max` entries holds raw CRC-32C(`seed_i`,
+//!   `block[0 .. 12 + 12 * eh_max]`), where `seed_i` is the inode's seed
+//!   (raw CRC-32C of the file system seed over `le32(inode number)` then
+//!   `le32(i_generation)`). The root in the inode has no tail: the inode
+//!   checksum covers it.
+//! * index keys: spacekit keeps each `ei_block` equal to the first logical
+//!   block below it (as the kernel's `ext4_ext_correct_indexes` does), and
+//!   reads trees whose keys are lower.
 //!
 //! # Atomicity
 //!
@@ -504,8 +508,9 @@ pub fn goal<S: ExtentStore + ?Sized>(
 /// neighbour is refused anyway).
 ///
 /// `new` is merged into its left neighbour, its right neighbour or both when
-/// [`Extent::can_merge`] allows (also across leaf boundaries), so the tree
-/// never holds two extents that could be one. Otherwise it takes an entry:
+/// [`Extent::can_merge`] allows (the right one also across a leaf boundary),
+/// so a tree written by spacekit never holds two neighbours that could be
+/// one. Otherwise it takes an entry:
 /// a full leaf is split (an append at the end of a leaf starts a new leaf
 /// holding just `new`, as the kernel does, so sequential writes fill their
 /// leaves; otherwise half the entries move), the new node's index entry goes
