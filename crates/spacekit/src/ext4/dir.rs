@@ -1355,34 +1355,53 @@ mod tests {
         assert!(add_entry(&mut b, b"abc", 11, FT_REG_FILE, true).unwrap());
         assert!(add_entry(&mut b, b"defgh", 12, FT_REG_FILE, true).unwrap());
         records(&b, true).unwrap();
-        let bad = |b: &[u8], field: &str| match records(b, true) {
-            Err(Ext4Error::Corrupt { field: f, .. }) => assert_eq!(f, field),
+        let bad = |b: &[u8], field: &str, why: &str| match records(b, true) {
+            Err(Ext4Error::Corrupt {
+                field: f, reason, ..
+            }) => {
+                assert_eq!(f, field);
+                assert!(reason.contains(why), "{reason}");
+            }
             other => panic!("expected Corrupt {field}, got {other:?}"),
         };
         // rec_len not a multiple of 4.
         let mut x = b.clone();
         put16(&mut x, 4, 14);
-        bad(&x, "rec_len");
+        bad(&x, "rec_len", "multiple of 4");
         // rec_len too small for the name.
         let mut x = b.clone();
         x[6] = 9;
-        bad(&x, "rec_len");
+        bad(&x, "rec_len", "name_len");
         // rec_len runs into the tail.
         let mut x = good.clone();
         put16(&mut x, 4, 1024);
-        bad(&x, "rec_len");
+        bad(&x, "rec_len", "past the end");
         // Live entry with an empty name.
         let mut x = b.clone();
         x[12 + 6] = 0;
-        bad(&x, "name_len");
+        bad(&x, "name_len", "empty name");
         // Damaged tail.
         let mut x = b.clone();
         x[1024 - 5] = 0;
-        bad(&x, "det_reserved_ft");
+        bad(&x, "det_reserved_ft", "tail");
         // A record shorter than 12 bytes.
         let mut x = b.clone();
         put16(&mut x, 12 + 4, 8);
-        bad(&x, "rec_len");
+        bad(&x, "rec_len", "smallest");
+        // The chain stops short of the tail: the last record 4 bytes short
+        // leaves a gap no record fits.
+        let mut x = b.clone();
+        let last = records(&b, true).unwrap()[1];
+        put16(&mut x, last.offset + 4, (last.rec_len - 4) as u16);
+        bad(&x, "rec_len", "do not reach");
+        // Bad buffers.
+        assert!(matches!(
+            records(&[0u8; 1000], false),
+            Err(Ext4Error::InvalidArgument {
+                what: "block_size",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -1418,6 +1437,137 @@ mod tests {
         assert!(!add_entry(&mut b, b"more", 9, 1, true).unwrap());
         assert_eq!(b, before);
         verify_tail(5, &b).unwrap();
+    }
+
+    /// A dx root for 1 KiB blocks with metadata_csum and the given
+    /// entries (hash of the first ignored), signed with `seed`.
+    fn dx_root(entries: &[(u32, u32)], seed: u32) -> Vec<u8> {
+        let mut b = vec![0u8; 1024];
+        put32(&mut b, 0, 12);
+        put16(&mut b, 4, 12);
+        b[6] = 1;
+        b[7] = FT_DIR;
+        b[8] = b'.';
+        put32(&mut b, 12, 2);
+        put16(&mut b, 16, 1012);
+        b[18] = 2;
+        b[19] = FT_DIR;
+        b[20..22].copy_from_slice(b"..");
+        b[24 + 4] = 1;
+        b[24 + 5] = 8;
+        put16(&mut b, 32, dx_limit(1024, true, true) as u16);
+        put16(&mut b, 34, entries.len() as u16);
+        for (i, &(h, blk)) in entries.iter().enumerate() {
+            if i > 0 {
+                put32(&mut b, 32 + 8 * i, h);
+            }
+            put32(&mut b, 36 + 8 * i, blk);
+        }
+        let c = dx_checksum(seed, &b).unwrap();
+        put32(&mut b, 1020, c);
+        b
+    }
+
+    #[test]
+    fn dx_root_parse_checks_and_lookup() {
+        let seed = 77;
+        let b = dx_root(&[(0, 1), (0x4000_0000, 2), (0x8000_0001, 3)], seed);
+        let r = parse_dx_root(&b, true).unwrap();
+        assert_eq!((r.dot, r.dotdot, r.hash_version, r.limit), (12, 2, 1, 123));
+        assert_eq!(
+            r.entries[2],
+            DxEntry {
+                hash: 0x8000_0001,
+                block: 3
+            }
+        );
+        verify_dx(seed, &b).unwrap();
+        assert_eq!(
+            stored_dx_checksum(&b).unwrap(),
+            dx_checksum(seed, &b).unwrap()
+        );
+        assert!(matches!(
+            verify_dx(seed + 1, &b),
+            Err(Ext4Error::BadChecksum { .. })
+        ));
+        // Without metadata_csum the limit is one more.
+        assert!(parse_dx_root(&b, false).is_err());
+        // Not a linear block under csum.
+        assert!(records(&b, true).is_err());
+        // The lookup picks the last entry whose hash is at most the name's.
+        let h = DxHash::for_dir(1, FLAGS_SIGNED_HASH, [0; 16]).unwrap();
+        for name in [&b"a"[..], b"bb", b"some-longer-name", b"x"] {
+            let (hash, _) = h.hash(name);
+            let want = if hash >= 0x8000_0001 {
+                3
+            } else if hash >= 0x4000_0000 {
+                2
+            } else {
+                1
+            };
+            let got = leaf_for(name, &b, FLAGS_SIGNED_HASH, [0; 16], Some(seed), |_| {
+                panic!("no nodes to read")
+            })
+            .unwrap();
+            assert_eq!(got, want, "{name:?} hash {hash:#x}");
+        }
+        // Damage, field by field.
+        let field = |b: &[u8]| match parse_dx_root(b, true) {
+            Err(Ext4Error::Corrupt { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let mut x = b.clone();
+        put16(&mut x, 34, 124);
+        assert_eq!(field(&x), "dx_countlimit.count");
+        put16(&mut x, 34, 0);
+        assert_eq!(field(&x), "dx_countlimit.count");
+        let mut x = b.clone();
+        put16(&mut x, 32, 122);
+        assert_eq!(field(&x), "dx_countlimit.limit");
+        let x = dx_root(&[(0, 1), (0x8000_0000, 2), (0x4000_0000, 3)], seed);
+        assert_eq!(field(&x), "dx_entry.hash");
+        let mut x = b.clone();
+        x[24 + 5] = 12;
+        assert_eq!(field(&x), "dx_root_info.info_length");
+        let mut x = b.clone();
+        x[24 + 6] = 3;
+        assert_eq!(field(&x), "dx_root_info.indirect_levels");
+        let mut x = b.clone();
+        x[24 + 4] = 4;
+        assert_eq!(field(&x), "dx_root_info.hash_version");
+        let mut x = b.clone();
+        put16(&mut x, 16, 12);
+        assert_eq!(field(&x), "rec_len");
+        // The top four bits of a dx block number are not part of it.
+        let x = dx_root(&[(0, 0xF000_0001)], seed);
+        assert_eq!(parse_dx_root(&x, true).unwrap().entries[0].block, 1);
+    }
+
+    #[test]
+    fn hash_variants_differ_only_on_high_bytes() {
+        for v in 0..3u8 {
+            let s = DxHash::new(v, [0; 16]).unwrap();
+            let u = DxHash::new(v + 3, [0; 16]).unwrap();
+            assert!(u.unsigned && !s.unsigned);
+            assert_eq!(s.hash(b"plain-ascii"), u.hash(b"plain-ascii"));
+            assert_ne!(
+                s.hash("caf\u{e9}".as_bytes()),
+                u.hash("caf\u{e9}".as_bytes())
+            );
+            assert_eq!(s.hash(b"x").0 & 1, 0);
+        }
+        assert!(
+            DxHash::for_dir(2, FLAGS_UNSIGNED_HASH, [0; 16])
+                .unwrap()
+                .unsigned
+        );
+        assert!(matches!(
+            DxHash::new(7, [0; 16]),
+            Err(Ext4Error::InvalidArgument {
+                what: "hash_version",
+                ..
+            })
+        ));
     }
 
     #[test]
