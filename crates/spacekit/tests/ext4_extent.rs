@@ -344,6 +344,9 @@ struct Params {
     hole: f64,
     /// Chance of a truncate.
     truncate: f64,
+    /// Chance that a truncate empties the tree (else it cuts up to 200
+    /// blocks off the end).
+    zero: f64,
     max_ops: usize,
 }
 
@@ -363,7 +366,7 @@ fn run_model(p: Params) -> usize {
         let n = m.pieces.len();
         if rng.random_bool(p.truncate) && n > 0 {
             let end = m.end();
-            let first = if rng.random_bool(0.05) {
+            let first = if rng.random_bool(p.zero) {
                 0
             } else {
                 end - rng.random_range(0..=end.min(200))
@@ -427,7 +430,12 @@ fn run_model(p: Params) -> usize {
                 .filter(|(l, v)| **l == logical + len && v.0 > len + 1_000_000)
                 .map(|(_, v)| v.0 - len)
                 .filter(|&ph| m.phys_free(ph, len));
-            let physical = match (rng.random_bool(p.adjacent), left, right) {
+            let (first, second) = if rng.random_bool(0.5) {
+                (left, right)
+            } else {
+                (right, left)
+            };
+            let physical = match (rng.random_bool(p.adjacent), first, second) {
                 (true, Some(ph), _) => ph,
                 (true, None, Some(ph)) => ph,
                 _ => {
@@ -514,6 +522,7 @@ fn model_1k_depth2_mixed() {
             adjacent: 0.3,
             hole: 0.3,
             truncate: 0.01,
+            zero: 0.05,
             max_ops: 100_000,
         });
     }
@@ -529,6 +538,7 @@ fn model_1k_depth3() {
         adjacent: 0.2,
         hole: 0.3,
         truncate: 0.002,
+        zero: 0.05,
         max_ops: 200_000,
     });
 }
@@ -543,6 +553,7 @@ fn model_4k_depth2_mixed() {
         adjacent: 0.3,
         hole: 0.3,
         truncate: 0.005,
+        zero: 0.05,
         max_ops: 100_000,
     });
 }
@@ -558,6 +569,7 @@ fn model_4k_depth3() {
         adjacent: 0.05,
         hole: 0.02,
         truncate: 0.0005,
+        zero: 0.0,
         max_ops: 1_000_000,
     });
 }
