@@ -1,5 +1,5 @@
 //! A process's address space from `/proc/PID/maps` text, in a
-//! [`RangeTree`](super::RangeTree) (feature `std`).
+//! [`RangeTree`] (feature `std`).
 //!
 //! Each line is `start-end perms offset dev inode [path]`: hexadecimal start
 //! (inclusive) and end (exclusive) addresses, permissions such as `r-xp`,
