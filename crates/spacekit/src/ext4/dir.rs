@@ -770,7 +770,7 @@ pub fn dx_limit(block_size: usize, root: bool, csum: bool) -> usize {
     } else {
         DX_NODE_COUNT_OFFSET
     };
-    (block_size - off) / DX_ENTRY_LEN - usize::from(csum)
+    (block_size.saturating_sub(off) / DX_ENTRY_LEN).saturating_sub(usize::from(csum))
 }
 
 /// Reads and checks the `dx_countlimit` at `off` and the entries after it.
