@@ -383,10 +383,24 @@ impl Guest {
             cmd_gpa: layout.params + param::CMD,
             ring,
         });
-        let mut threads = Vec::new();
+        // The guest exists before its vCPU threads: if a spawn fails, its
+        // `Drop` stops and joins the threads already started before the
+        // memory they run on is unmapped.
+        let mut guest = Guest {
+            config,
+            layout,
+            threads: Vec::new(),
+            shared,
+            vm,
+            _kvm: kvm,
+            memory,
+            host,
+            vmm_log,
+            tsc_khz,
+        };
         for (i, vcpu) in vcpus.into_iter().enumerate() {
-            let shared = Arc::clone(&shared);
-            let vm = Arc::clone(&vm);
+            let shared = Arc::clone(&guest.shared);
+            let vm = Arc::clone(&guest.vm);
             let handle = std::thread::Builder::new()
                 .name(format!("vcpu{i}"))
                 .spawn(move || {
@@ -399,20 +413,9 @@ impl Guest {
                 .map_err(|e| KvmError::BadConfig {
                     reason: format!("cannot start a vCPU thread: {e}"),
                 })?;
-            threads.push(handle);
+            guest.threads.push(handle);
         }
-        Ok(Guest {
-            config,
-            layout,
-            threads,
-            shared,
-            vm,
-            _kvm: kvm,
-            memory,
-            host,
-            vmm_log,
-            tsc_khz,
-        })
+        Ok(guest)
     }
 
     /// The configuration it was built with.
