@@ -78,8 +78,6 @@ impl Image {
     /// if `data` is not one block long, the block is outside the groups, or
     /// it holds metadata (a superblock copy, descriptors, reserved GDT
     /// blocks, a bitmap or an inode table).
-    // Used by the file operations of issue 16 (extent and directory blocks).
-    #[allow(dead_code)]
     pub(crate) fn write_block(
         &mut self,
         block: u64,
@@ -105,8 +103,6 @@ impl Image {
     /// Drops the pending version of `block`, if any (for a block freed
     /// before the flush, whose contents no longer matter); returns whether
     /// there was one.
-    // Used by the file operations of issue 16 (extent and directory blocks).
-    #[allow(dead_code)]
     pub(crate) fn discard_block(&mut self, block: u64) -> bool {
         self.pending_blocks.remove(&block).is_some()
     }

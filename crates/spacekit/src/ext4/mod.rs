@@ -98,6 +98,7 @@ mod blocks;
 pub mod dir;
 mod error;
 pub mod extent;
+pub mod files;
 mod group;
 pub(crate) mod hooks;
 mod image;
@@ -121,6 +122,7 @@ use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
 pub use error::Ext4Error;
+pub use files::{Stat, TreeEntry};
 pub use image::Image;
 pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};

@@ -32,6 +32,7 @@ mod alloc;
 mod arguments;
 mod crash;
 mod damage;
+mod files;
 mod inodes;
 mod inodes_read;
 mod read;

@@ -1,0 +1,1039 @@
+//! Files on an ext4 image: paths, directories, `stat`, and the operations
+//! that make spacekit an offline allocator whose results e2fsck accepts —
+//! [`Image::create`], [`Image::fallocate`], [`Image::truncate`] and
+//! [`Image::unlink`].
+//!
+//! Everything is built on the block cache ([`Image::flush`] writes it
+//! through the redo log), the extent trees of [`super::extent`] (through an
+//! [`ExtentStore`] over the image), the directory blocks of [`super::dir`],
+//! the inode patches of `inode.rs` (checksums by splice) and the block and
+//! inode allocators (bitmaps, counts and their checksums).
+//!
+//! # Errors
+//!
+//! Path and argument problems are [`Ext4Error::InvalidArgument`] with
+//! `what` naming the argument and one of these `reason`s, so callers can
+//! tell them apart: [`NOT_FOUND`], [`NOT_A_DIRECTORY`], [`NAME_TOO_LONG`],
+//! [`NOT_A_REGULAR_FILE`], [`EXISTS`], [`TOO_BIG`], [`NOT_ABSOLUTE`].
+//! No space is [`Ext4Error::NoSpace`], checked before anything changes.
+//!
+//! # Htree directories
+//!
+//! Names are looked up by scanning every leaf block (the dx root and dx
+//! node blocks are skipped). A new entry goes into the leaf the name's hash
+//! selects ([`dir::leaf_for`]); when that leaf is full the call fails with
+//! [`Ext4Error::Unsupported`] (`"htree leaf split"`) before anything
+//! changes. A full split would need: a new leaf block (allocated, mapped
+//! into the directory's extent tree, `i_size` and `i_blocks` grown), the
+//! old leaf's entries sorted by hash and the upper half moved to it (both
+//! blocks re-signed), a new dx entry `(hash of the first moved name, new
+//! block)` inserted in order into the dx node or root above (its dx tail
+//! checksum updated), and, when that index block is full too, a split of
+//! the dx node or a new index level (`indirect_levels` + 1, largedir
+//! beyond 2).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+use std::vec;
+use std::vec::Vec;
+
+use super::dir::{self, DirEntry};
+use super::error::{invalid, Ext4Error};
+use super::extent::{self, Extent, ExtentHeader, ExtentStore, ROOT_SIZE};
+use super::image::Image;
+use super::inode::off;
+use super::layout::{self, le16, le32, ChecksumKind};
+use super::AllocRequest;
+
+/// `reason` of a path component that does not exist.
+pub const NOT_FOUND: &str = "no such file or directory";
+/// `reason` of a path component (not the last) that is not a directory.
+pub const NOT_A_DIRECTORY: &str = "not a directory";
+/// `reason` of a path component longer than 255 bytes.
+pub const NAME_TOO_LONG: &str = "a name is at most 255 bytes";
+/// `reason` of an operation on something other than a regular file.
+pub const NOT_A_REGULAR_FILE: &str = "not a regular file";
+/// `reason` of a create whose name exists.
+pub const EXISTS: &str = "the name already exists";
+/// `reason` of a size past the maximum file size.
+pub const TOO_BIG: &str = "past the maximum file size ((2^32 - 1) blocks)";
+/// `reason` of a path that does not start with `/`.
+pub const NOT_ABSOLUTE: &str = "paths are absolute (start with '/')";
+
+/// `S_IFMT` and the types.
+const S_IFMT: u16 = 0xF000;
+const S_IFREG: u16 = 0x8000;
+const S_IFDIR: u16 = 0x4000;
+/// `EXT4_EXTENTS_FL`.
+pub const EXTENTS_FL: u32 = 0x8_0000;
+/// incompat `filetype`: directory entries carry the file type.
+const INCOMPAT_FILETYPE: u32 = 0x2;
+/// ro_compat `huge_file`.
+const RO_COMPAT_HUGE_FILE: u32 = 0x8;
+/// ro_compat `large_file`.
+const RO_COMPAT_LARGE_FILE: u32 = 0x2;
+/// Superblock `s_hash_seed` and `s_flags`.
+const SB_HASH_SEED: usize = 0xEC;
+const SB_FLAGS: usize = 0x160;
+/// Inode `i_crtime` and `i_crtime_extra`.
+const CRTIME: usize = 0x90;
+/// The root directory.
+pub const ROOT_INO: u32 = 2;
+
+/// What [`Image::stat`] reports about an inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// The inode number.
+    pub ino: u32,
+    /// `i_mode` (type and permissions).
+    pub mode: u16,
+    /// `i_size`.
+    pub size: u64,
+    /// `i_blocks` in 512-byte units (debugfs's "Blockcount").
+    pub blocks: u64,
+    /// `i_flags`.
+    pub flags: u32,
+    /// `i_links_count`.
+    pub links: u16,
+    /// The extent tree's depth (0 without extents).
+    pub depth: u16,
+    /// Every node entry of the extent tree, as `debugfs -R "ex"` lists
+    /// them (index entries and leaves, depth first).
+    pub tree: Vec<TreeEntry>,
+    /// The leaf extents in logical order.
+    pub extents: Vec<Extent>,
+}
+
+/// One line of `debugfs`'s `ex` listing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeEntry {
+    /// The node's level (0: the root) and the tree's depth.
+    pub level: u16,
+    /// The tree's depth.
+    pub depth: u16,
+    /// The entry's index in its node (from 0) and the node's entry count.
+    pub index: u16,
+    /// The node's entries.
+    pub entries: u16,
+    /// First logical block.
+    pub logical: u32,
+    /// Last logical block (inclusive): for an index entry, up to the next
+    /// entry's key minus one (or the parent's end).
+    pub logical_end: u32,
+    /// The child block (index) or first physical block (leaf).
+    pub physical: u64,
+    /// Blocks mapped (leaf) or 0 for an index entry.
+    pub len: u16,
+    /// Leaf entry, unwritten.
+    pub unwritten: bool,
+    /// Whether this is an index entry.
+    pub is_index: bool,
+}
+
+/// An [`ExtentStore`] over an image's block cache and allocator, counting
+/// the tree blocks it allocates and frees (for `i_blocks`).
+pub(crate) struct ImageStore<'a> {
+    img: &'a mut Image,
+    /// Tree blocks allocated (freed again on an aborted operation).
+    pub(crate) allocated: u64,
+    /// Tree blocks freed.
+    pub(crate) freed: u64,
+}
+
+impl<'a> ImageStore<'a> {
+    pub(crate) fn new(img: &'a mut Image) -> Self {
+        ImageStore {
+            img,
+            allocated: 0,
+            freed: 0,
+        }
+    }
+}
+
+impl ExtentStore for ImageStore<'_> {
+    fn block_size(&self) -> usize {
+        self.img.info.block_size as usize
+    }
+    fn read(&mut self, block: u64) -> Result<Vec<u8>, Ext4Error> {
+        Ok(self.img.read_block(block)?.into_owned())
+    }
+    fn write(&mut self, block: u64, data: Vec<u8>) -> Result<(), Ext4Error> {
+        self.img.write_block(block, data)
+    }
+    fn alloc_tree_block(&mut self, goal: u64) -> Result<u64, Ext4Error> {
+        let goal = (goal < self.img.info.blocks_count).then_some(goal);
+        let b = self.img.alloc_blocks(AllocRequest {
+            goal,
+            len: 1,
+            align: 1,
+        })?;
+        self.allocated += 1;
+        Ok(b)
+    }
+    fn free_tree_block(&mut self, block: u64) -> Result<(), Ext4Error> {
+        self.img.free_blocks(block, 1)?;
+        self.img.discard_block(block);
+        self.freed += 1;
+        Ok(())
+    }
+}
+
+/// The components of an absolute path (empty for `/`).
+fn components(path: &str) -> Result<Vec<&[u8]>, Ext4Error> {
+    if !path.starts_with('/') {
+        return Err(invalid("path", path.len() as u64, NOT_ABSOLUTE));
+    }
+    let mut out = Vec::new();
+    for c in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if c.len() > dir::MAX_NAME_LEN {
+            return Err(invalid("name", c.len() as u64, NAME_TOO_LONG));
+        }
+        out.push(c.as_bytes());
+    }
+    Ok(out)
+}
+
+/// Now, in seconds; `SOURCE_DATE_EPOCH` when set (reproducible images,
+/// as e2fsprogs' `E2FSPROGS_FAKE_TIME`).
+fn now() -> u32 {
+    if let Some(t) = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return t;
+    }
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+/// Where a directory entry lies: the directory's logical block and the
+/// physical block.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    physical: u64,
+}
+
+impl Image {
+    fn csum(&self) -> bool {
+        self.info.checksums == ChecksumKind::MetadataCsum
+    }
+
+    /// The seed of inode `ino`'s extent and directory block checksums, with
+    /// metadata_csum.
+    fn seed_of(&self, ino: u32, generation: u32) -> Option<u32> {
+        self.csum().then(|| self.inode_seed(ino, generation))
+    }
+
+    /// The largest file size: `(2^32 - 1)` blocks (extent files), capped
+    /// at 2^63 - 1.
+    pub fn max_file_size(&self) -> u64 {
+        ((1u64 << 32) - 1).saturating_mul(u64::from(self.info.block_size))
+    }
+
+    /// The inode's extent root, refusing inodes without `EXTENTS_FL`.
+    fn root_of(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
+        let inode = self.inode(ino)?;
+        if inode.flags & EXTENTS_FL == 0 {
+            return Err(Ext4Error::Unsupported {
+                feature: "block-mapped (non-extent) files",
+            });
+        }
+        let mut root = [0u8; ROOT_SIZE];
+        root.copy_from_slice(&inode.block);
+        Ok((root, inode))
+    }
+
+    /// The extents of inode `ino` (checked: headers and tail checksums).
+    fn extents_of(&mut self, ino: u32) -> Result<Vec<Extent>, Ext4Error> {
+        let (root, inode) = self.root_of(ino)?;
+        let seed = self.seed_of(ino, inode.generation);
+        extent::extents(&root, &mut ReadStore(self), seed)
+    }
+
+    /// The directory's blocks as `(logical, physical)`, leaf blocks only
+    /// (the dx root and dx nodes of an htree directory left out), and
+    /// whether it is an htree directory.
+    fn dir_blocks(&mut self, ino: u32) -> Result<(Vec<(u32, u64)>, bool), Ext4Error> {
+        let inode = self.inode(ino)?;
+        if !inode.is_dir() {
+            return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+        }
+        let exts = self.extents_of(ino)?;
+        let bs = u64::from(self.info.block_size);
+        let nblocks = inode.size.div_ceil(bs);
+        let mut blocks = Vec::new();
+        for e in &exts {
+            for i in 0..u64::from(e.len) {
+                let l = u64::from(e.logical) + i;
+                if l < nblocks {
+                    blocks.push((l as u32, e.physical + i));
+                }
+            }
+        }
+        let htree = inode.flags & dir::INDEX_FL != 0;
+        if htree {
+            let csum = self.csum();
+            let mut dx = vec![0u32];
+            if let Some(&(_, p0)) = blocks.iter().find(|b| b.0 == 0) {
+                let root = self.read_block(p0)?.into_owned();
+                let r = dir::parse_dx_root(&root, csum)?;
+                let mut level: Vec<u32> = r.entries.iter().map(|e| e.block).collect();
+                for _ in 0..r.indirect_levels {
+                    let mut next = Vec::new();
+                    for l in level {
+                        dx.push(l);
+                        if let Some(&(_, p)) = blocks.iter().find(|b| b.0 == l) {
+                            let node = self.read_block(p)?.into_owned();
+                            let n = dir::parse_dx_node(&node, csum)?;
+                            next.extend(n.entries.iter().map(|e| e.block));
+                        }
+                    }
+                    level = next;
+                }
+            }
+            blocks.retain(|b| !dx.contains(&b.0));
+        }
+        Ok((blocks, htree))
+    }
+
+    /// A directory leaf block, its tail checksum checked (metadata_csum).
+    fn dir_block(&self, dir_ino: u32, generation: u32, p: u64) -> Result<Vec<u8>, Ext4Error> {
+        let b = self.read_block(p)?.into_owned();
+        if let Some(seed) = self.seed_of(dir_ino, generation) {
+            dir::verify_tail(seed, &b)?;
+        }
+        Ok(b)
+    }
+
+    /// Finds `name` in directory `dir_ino`: the entry and the block holding
+    /// it.
+    fn find_entry(
+        &mut self,
+        dir_ino: u32,
+        name: &[u8],
+    ) -> Result<Option<(DirEntry, Slot)>, Ext4Error> {
+        let (blocks, _) = self.dir_blocks(dir_ino)?;
+        let generation = self.inode(dir_ino)?.generation;
+        let csum = self.csum();
+        for (_, p) in blocks {
+            let b = self.dir_block(dir_ino, generation, p)?;
+            if let Some(e) = dir::find(&b, csum, name)? {
+                return Ok(Some((e, Slot { physical: p })));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The inode an absolute path names (from the root directory, inode
+    /// 2), in linear and htree directories.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] (see the [module docs](self)):
+    /// [`NOT_ABSOLUTE`], [`NAME_TOO_LONG`] (`what: "name"`), [`NOT_FOUND`],
+    /// [`NOT_A_DIRECTORY`]; [`Ext4Error::BadChecksum`] /
+    /// [`Ext4Error::Corrupt`] for a directory or extent block that fails its
+    /// checks; [`Ext4Error::Io`].
+    pub fn lookup(&mut self, path: &str) -> Result<u32, Ext4Error> {
+        let mut ino = ROOT_INO;
+        for c in components(path)? {
+            if !self.inode(ino)?.is_dir() {
+                return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+            }
+            ino = match self.find_entry(ino, c)? {
+                Some((e, _)) => e.inode,
+                None => return Err(invalid("path", c.len() as u64, NOT_FOUND)),
+            };
+        }
+        Ok(ino)
+    }
+
+    /// The parent directory's inode and the last component of `path`.
+    fn parent_of<'p>(&mut self, path: &'p str) -> Result<(u32, &'p [u8]), Ext4Error> {
+        let comps = components(path)?;
+        let Some((&name, parents)) = comps.split_last() else {
+            return Err(invalid("path", 1, NOT_A_REGULAR_FILE));
+        };
+        let mut ino = ROOT_INO;
+        for c in parents {
+            if !self.inode(ino)?.is_dir() {
+                return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+            }
+            ino = match self.find_entry(ino, c)? {
+                Some((e, _)) => e.inode,
+                None => return Err(invalid("path", c.len() as u64, NOT_FOUND)),
+            };
+        }
+        if !self.inode(ino)?.is_dir() {
+            return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+        }
+        Ok((ino, name))
+    }
+
+    /// Every entry of directory `ino` (`.` and `..` included), block by
+    /// block in logical order.
+    ///
+    /// # Errors
+    /// [`NOT_A_DIRECTORY`]; as [`Image::lookup`] for bad blocks.
+    pub fn read_dir(&mut self, ino: u32) -> Result<Vec<DirEntry>, Ext4Error> {
+        let (blocks, htree) = self.dir_blocks(ino)?;
+        let generation = self.inode(ino)?.generation;
+        let csum = self.csum();
+        let mut out = Vec::new();
+        if htree {
+            let exts = self.extents_of(ino)?;
+            if let Some(e) = exts.iter().find(|e| e.logical == 0) {
+                let root = self.read_block(e.physical)?.into_owned();
+                let r = dir::parse_dx_root(&root, csum)?;
+                out.push(DirEntry {
+                    inode: r.dot,
+                    name: b".".to_vec(),
+                    file_type: root[7],
+                });
+                out.push(DirEntry {
+                    inode: r.dotdot,
+                    name: b"..".to_vec(),
+                    file_type: root[12 + 7],
+                });
+            }
+        }
+        for (_, p) in blocks {
+            let b = self.dir_block(ino, generation, p)?;
+            out.extend(dir::entries(&b, csum)?);
+        }
+        Ok(out)
+    }
+
+    /// Mode, size, block count, flags, links and the extent tree of inode
+    /// `ino`.
+    ///
+    /// # Errors
+    /// As [`Image::inode`]; [`Ext4Error::Corrupt`] /
+    /// [`Ext4Error::BadChecksum`] for a bad extent tree.
+    pub fn stat(&mut self, ino: u32) -> Result<Stat, Ext4Error> {
+        let inode = self.inode(ino)?;
+        let mut st = Stat {
+            ino,
+            mode: inode.mode,
+            size: inode.size,
+            blocks: inode.blocks,
+            flags: inode.flags,
+            links: inode.links_count,
+            depth: 0,
+            tree: Vec::new(),
+            extents: Vec::new(),
+        };
+        if inode.flags & EXTENTS_FL != 0 {
+            let mut root = [0u8; ROOT_SIZE];
+            root.copy_from_slice(&inode.block);
+            let seed = self.seed_of(ino, inode.generation);
+            st.extents = extent::extents(&root, &mut ReadStore(self), seed)?;
+            st.depth = extent::depth(&root)?;
+            self.tree_entries(&root, 0, st.depth, u32::MAX, &mut st.tree)?;
+        }
+        Ok(st)
+    }
+
+    /// `debugfs ex`'s lines for the node `node` at `level` (checked by
+    /// [`extent::extents`] before).
+    fn tree_entries(
+        &self,
+        node: &[u8],
+        level: u16,
+        depth: u16,
+        end: u32,
+        out: &mut Vec<TreeEntry>,
+    ) -> Result<(), Ext4Error> {
+        let h = ExtentHeader::parse(node)?;
+        for i in 0..h.entries {
+            let at = 12 + 12 * usize::from(i);
+            let logical = le32(node, at);
+            if h.depth == 0 {
+                let mut b = [0u8; 12];
+                b.copy_from_slice(&node[at..at + 12]);
+                let e = Extent::from_bytes(&b)?;
+                out.push(TreeEntry {
+                    level,
+                    depth,
+                    index: i,
+                    entries: h.entries,
+                    logical,
+                    logical_end: (e.end() - 1) as u32,
+                    physical: e.physical,
+                    len: e.len,
+                    unwritten: e.unwritten,
+                    is_index: false,
+                });
+            } else {
+                let child = u64::from(le32(node, at + 4)) | u64::from(le16(node, at + 8)) << 32;
+                let next_end = if i + 1 < h.entries {
+                    le32(node, at + 12).wrapping_sub(1)
+                } else {
+                    end
+                };
+                out.push(TreeEntry {
+                    level,
+                    depth,
+                    index: i,
+                    entries: h.entries,
+                    logical,
+                    logical_end: next_end,
+                    physical: child,
+                    len: 0,
+                    unwritten: false,
+                    is_index: true,
+                });
+                let b = self.read_block(child)?.into_owned();
+                self.tree_entries(&b, level + 1, depth, next_end, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes inode `ino`'s size, `i_blocks` (512-byte units) and extent
+    /// root, and its mtime and ctime.
+    fn write_file_fields(
+        &mut self,
+        ino: u32,
+        size: u64,
+        blocks512: u64,
+        root: &[u8; ROOT_SIZE],
+    ) -> Result<(), Ext4Error> {
+        let t = now().to_le_bytes();
+        let size_lo = (size as u32).to_le_bytes();
+        let size_hi = ((size >> 32) as u32).to_le_bytes();
+        let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
+        if blocks512 >> 32 != 0 && (!huge || blocks512 >> 48 != 0) {
+            return Err(invalid(
+                "size",
+                size,
+                "i_blocks would overflow (needs huge_file)",
+            ));
+        }
+        let blo = (blocks512 as u32).to_le_bytes();
+        let bhi = ((blocks512 >> 32) as u16).to_le_bytes();
+        let mut changes: Vec<(usize, &[u8])> = vec![
+            (off::SIZE_LO, &size_lo),
+            (off::SIZE_HIGH, &size_hi),
+            (off::BLOCKS_LO, &blo),
+            (off::BLOCK, root),
+            (off::MTIME, &t),
+            (off::CTIME, &t),
+        ];
+        if huge {
+            changes.push((off::BLOCKS_HIGH, &bhi));
+        }
+        self.write_inode_fields(ino, &changes)
+    }
+
+    /// Sets ro_compat `large_file` when a file grows past 2 GiB (as the
+    /// kernel does), keeping the superblock checksum.
+    fn note_large_file(&mut self, size: u64) {
+        if size < 1 << 31 {
+            return;
+        }
+        let ro = le32(&self.sb, layout::sb::RO_COMPAT);
+        if ro & RO_COMPAT_LARGE_FILE == 0 {
+            layout::put32(
+                &mut self.sb,
+                layout::sb::RO_COMPAT,
+                ro | RO_COMPAT_LARGE_FILE,
+            );
+            if self.csum() {
+                let c = layout::superblock_checksum(&self.sb);
+                layout::put32(&mut self.sb, layout::sb::CHECKSUM, c);
+            }
+            self.dirty_sb = true;
+        }
+    }
+
+    /// Creates an empty regular file at `path` with permission bits `mode`
+    /// (`mode & 0o7777`; a type other than regular is refused) and returns
+    /// its inode: allocated in the parent's group (or the next with a free
+    /// inode), with `links_count` 1, `EXTENTS_FL` and an empty extent root,
+    /// size 0, timestamps now, `i_extra_isize` 32 in large inodes, its
+    /// checksum; the entry goes into the parent: in a linear directory the
+    /// first block with room, else a new block appended to it; in an htree
+    /// directory the leaf the name's hash selects.
+    ///
+    /// # Errors
+    /// As [`Image::lookup`] for the parent; [`EXISTS`] (`what: "path"`);
+    /// [`NOT_A_REGULAR_FILE`] (`what: "mode"`) for a mode with another
+    /// type; [`Ext4Error::Unsupported`] (`"htree leaf split"`) when the
+    /// htree leaf is full; [`Ext4Error::NoFreeInodes`],
+    /// [`Ext4Error::NoSpace`]. Nothing changes on an error (checked before
+    /// the first change).
+    pub fn create(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
+        self.check_writable()?;
+        if mode & S_IFMT != 0 && mode & S_IFMT != S_IFREG {
+            return Err(invalid("mode", mode.into(), NOT_A_REGULAR_FILE));
+        }
+        let (parent, name) = self.parent_of(path)?;
+        if name.contains(&0) {
+            return Err(invalid("name", name.len() as u64, "a name holds no NUL"));
+        }
+        if self.find_entry(parent, name)?.is_some() {
+            return Err(invalid("path", name.len() as u64, EXISTS));
+        }
+        let pinode = self.inode(parent)?;
+        let csum = self.csum();
+        let pseed = self.seed_of(parent, pinode.generation);
+        let ft = if le32(&self.sb, layout::sb::INCOMPAT) & INCOMPAT_FILETYPE != 0 {
+            dir::FT_REG_FILE
+        } else {
+            dir::FT_UNKNOWN
+        };
+        // Where the entry goes, decided before any change.
+        let (blocks, htree) = self.dir_blocks(parent)?;
+        let mut target: Option<(u64, Vec<u8>)> = None;
+        if htree {
+            let exts = self.extents_of(parent)?;
+            let phys = |l: u32| {
+                exts.iter()
+                    .find(|e| e.logical <= l && u64::from(l) < e.end())
+                    .map(|e| e.physical + u64::from(l - e.logical))
+            };
+            let root_p = phys(0).ok_or_else(|| invalid("path", 0, NOT_FOUND))?;
+            let root = self.read_block(root_p)?.into_owned();
+            let mut seed16 = [0u8; 16];
+            seed16.copy_from_slice(&self.sb[SB_HASH_SEED..SB_HASH_SEED + 16]);
+            let s_flags = le32(&self.sb, SB_FLAGS);
+            let leaf = dir::leaf_for(name, &root, s_flags, seed16, pseed, |l| {
+                let p = phys(l).ok_or_else(|| invalid("block", l.into(), NOT_FOUND))?;
+                Ok(self.read_block(p)?.into_owned())
+            })?;
+            let p = phys(leaf).ok_or_else(|| invalid("block", leaf.into(), NOT_FOUND))?;
+            let mut b = self.dir_block(parent, pinode.generation, p)?;
+            if !dir::add_entry(&mut b, name, 1, ft, csum)? {
+                return Err(Ext4Error::Unsupported {
+                    feature: "htree leaf split",
+                });
+            }
+            target = Some((p, Vec::new()));
+        } else {
+            for &(_, p) in &blocks {
+                let mut b = self.dir_block(parent, pinode.generation, p)?;
+                if dir::add_entry(&mut b, name, 1, ft, csum)? {
+                    target = Some((p, Vec::new()));
+                    break;
+                }
+            }
+        }
+        // Space for an appended directory block and its tree blocks.
+        if target.is_none() && self.free_blocks_count() < 8 {
+            return Err(Ext4Error::NoSpace { len: 1, align: 1 });
+        }
+        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
+        let ino = self.alloc_inode(Some(pg), false)?;
+        if let Err(e) = self.init_file_inode(ino, mode) {
+            let _ = self.free_inode(ino, false);
+            return Err(e);
+        }
+        let res = match target {
+            Some((p, _)) => {
+                let mut b = self.dir_block(parent, pinode.generation, p)?;
+                dir::add_entry(&mut b, name, ino, ft, csum)?;
+                self.write_block(p, b)
+            }
+            None => self.append_dir_entry(parent, name, ino, ft),
+        };
+        if let Err(e) = res {
+            let _ = self.free_inode(ino, false);
+            return Err(e);
+        }
+        Ok(ino)
+    }
+
+    /// Writes a fresh regular-file inode into slot `ino`.
+    fn init_file_inode(&mut self, ino: u32, mode: u16) -> Result<(), Ext4Error> {
+        let old = self.inode_raw(ino)?;
+        let isz = old.len();
+        let mut raw = vec![0u8; isz];
+        let t = now();
+        layout::put16(&mut raw, off::MODE, S_IFREG | (mode & 0o7777));
+        layout::put16(&mut raw, off::LINKS_COUNT, 1);
+        layout::put32(&mut raw, off::FLAGS, EXTENTS_FL);
+        for f in [off::ATIME, off::CTIME, off::MTIME] {
+            layout::put32(&mut raw, f, t);
+        }
+        // Keep the slot's generation: the checksum seed stays, and a
+        // stale NFS handle to the old file is not our concern offline.
+        layout::put32(&mut raw, off::GENERATION, le32(&old, off::GENERATION));
+        let mut root = [0u8; ROOT_SIZE];
+        extent::init_root(&mut root);
+        raw[off::BLOCK..off::BLOCK + ROOT_SIZE].copy_from_slice(&root);
+        if isz > 128 {
+            let extra = 32.min(isz - 128) as u16;
+            layout::put16(&mut raw, off::EXTRA_ISIZE, extra);
+            if isz >= CRTIME + 4 && extra >= 24 {
+                layout::put32(&mut raw, CRTIME, t);
+            }
+        }
+        self.write_inode_fields(ino, &[(0, &raw)])
+    }
+
+    /// Appends a new block holding the entry to linear directory `parent`.
+    fn append_dir_entry(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<(), Ext4Error> {
+        let (mut root, pinode) = self.root_of(parent)?;
+        let seed = self.seed_of(parent, pinode.generation);
+        let bs = u64::from(self.info.block_size);
+        let logical = pinode.size.div_ceil(bs);
+        if logical >= u64::from(u32::MAX) {
+            return Err(invalid("size", pinode.size, TOO_BIG));
+        }
+        let goal = self.file_goal(parent, &root, seed)?;
+        let p = self.alloc_blocks(AllocRequest {
+            goal: Some(goal),
+            len: 1,
+            align: 1,
+        })?;
+        let mut b = dir::init_block(bs as usize, seed)?;
+        dir::add_entry(&mut b, name, ino, ft, seed.is_some())?;
+        let mut store = ImageStore::new(self);
+        let out = extent::insert(
+            &mut root,
+            &mut store,
+            seed,
+            Extent {
+                logical: logical as u32,
+                physical: p,
+                len: 1,
+                unwritten: false,
+            },
+        );
+        let added = match out {
+            Ok(o) => u64::from(o.tree_blocks_added),
+            Err(e) => {
+                let _ = self.free_blocks(p, 1);
+                return Err(e);
+            }
+        };
+        self.write_block(p, b)?;
+        let blocks = pinode.blocks + (1 + added) * (bs / 512);
+        self.write_file_fields(parent, (logical + 1) * bs, blocks, &root)
+    }
+
+    /// The allocation goal for inode `ino`'s next block: just past its last
+    /// physical block, else the first block of its group.
+    fn file_goal(
+        &mut self,
+        ino: u32,
+        root: &[u8; ROOT_SIZE],
+        seed: Option<u32>,
+    ) -> Result<u64, Ext4Error> {
+        let g = extent::goal(root, &mut ReadStore(self), seed)?;
+        let (ig, _) = self.info.group_of_inode(ino).unwrap_or_default();
+        Ok(match g {
+            Some(b) if b < self.info.blocks_count => b,
+            _ => self.info.group_first_block(ig),
+        })
+    }
+
+    /// Allocates unwritten blocks for bytes `[offset, offset + len)` of
+    /// regular file `ino` (`fallocate(2)` without `FALLOC_FL_ZERO_RANGE`):
+    /// logical blocks `offset / bs` up to `ceil((offset + len) / bs)`,
+    /// skipping those already mapped. Blocks come from the goal ext4 uses
+    /// (just past the file's last physical block, else the first block of
+    /// the inode's group) through [`Image::alloc_blocks`], as long runs as
+    /// the free space allows (each at most 32,767 blocks and one group), so
+    /// a request may take several extents and span groups. `i_blocks`
+    /// grows by the data and tree blocks added; the size becomes
+    /// `max(size, offset + len)` unless `keep_size`. Returns the data
+    /// blocks allocated.
+    ///
+    /// # Errors
+    /// [`NOT_A_REGULAR_FILE`] (`what: "ino"`); [`TOO_BIG`] (`what:
+    /// "size"`) for an end past [`Image::max_file_size`];
+    /// [`Ext4Error::NoSpace`] when the free blocks cannot cover the request
+    /// and its tree blocks (checked first: nothing changes). An error in
+    /// the middle (I/O, a corrupt tree block) may leave the blocks
+    /// allocated so far mapped, all counted: the image stays consistent.
+    pub fn fallocate(
+        &mut self,
+        ino: u32,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> Result<u64, Ext4Error> {
+        self.check_writable()?;
+        let (mut root, inode) = self.root_of_file(ino)?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.max_file_size())
+            .ok_or_else(|| invalid("size", offset.saturating_add(len), TOO_BIG))?;
+        if len == 0 {
+            return Err(invalid("len", 0, "must be at least 1"));
+        }
+        let bs = u64::from(self.info.block_size);
+        let first = offset / bs;
+        let last = end.div_ceil(bs);
+        let seed = self.seed_of(ino, inode.generation);
+        let exts = extent::extents(&root, &mut ReadStore(self), seed)?;
+        // The holes of [first, last).
+        let mut holes = Vec::new();
+        let mut at = first;
+        for e in &exts {
+            let (s, t) = (u64::from(e.logical), e.end());
+            if t <= at || s >= last {
+                continue;
+            }
+            if s > at {
+                holes.push((at, s));
+            }
+            at = at.max(t);
+        }
+        if at < last {
+            holes.push((at, last));
+        }
+        let need: u64 = holes.iter().map(|(a, b)| b - a).sum();
+        // Tree blocks: a new extent per MAX_UNWRITTEN_LEN at least, one
+        // more leaf per leaf's worth of entries, and a new path per level.
+        let per_leaf = u64::from(extent::node_capacity(bs as usize)).max(1);
+        let depth = u64::from(extent::depth(&root)?);
+        let est_extents = holes.len() as u64 + need / u64::from(extent::MAX_UNWRITTEN_LEN) + 1;
+        let margin = (est_extents / per_leaf + 1) * (depth + 2) + depth + 2;
+        if need > 0 && self.free_blocks_count() < need + margin {
+            return Err(Ext4Error::NoSpace {
+                len: need.min(u64::from(u32::MAX)) as u32,
+                align: 1,
+            });
+        }
+        let mut goal = self.file_goal(ino, &root, seed)?;
+        let mut data = 0u64;
+        let mut tree = 0u64;
+        let mut result = Ok(());
+        'holes: for (mut a, b) in holes {
+            while a < b {
+                let mut want = (b - a)
+                    .min(u64::from(extent::MAX_UNWRITTEN_LEN))
+                    .min(u64::from(self.info.blocks_per_group))
+                    as u32;
+                let p = loop {
+                    let g = (goal < self.info.blocks_count).then_some(goal);
+                    match self.alloc_blocks(AllocRequest {
+                        goal: g,
+                        len: want,
+                        align: 1,
+                    }) {
+                        Ok(p) => break p,
+                        Err(Ext4Error::NoSpace { .. }) if want > 1 => {
+                            want = self.largest_free_run().clamp(1, want - 1);
+                        }
+                        Err(e) => {
+                            result = Err(e);
+                            break 'holes;
+                        }
+                    }
+                };
+                let mut store = ImageStore::new(self);
+                let out = extent::insert(
+                    &mut root,
+                    &mut store,
+                    seed,
+                    Extent {
+                        logical: a as u32,
+                        physical: p,
+                        len: want as u16,
+                        unwritten: true,
+                    },
+                );
+                match out {
+                    Ok(o) => tree += u64::from(o.tree_blocks_added),
+                    Err(e) => {
+                        let _ = self.free_blocks(p, want.into());
+                        result = Err(e);
+                        break 'holes;
+                    }
+                }
+                data += u64::from(want);
+                a += u64::from(want);
+                goal = p + u64::from(want);
+            }
+        }
+        let size = if keep_size {
+            inode.size
+        } else {
+            inode.size.max(end)
+        };
+        if data + tree > 0 || size != inode.size {
+            let blocks = inode.blocks + (data + tree) * (bs / 512);
+            self.write_file_fields(ino, size, blocks, &root)?;
+            self.note_large_file(size);
+        }
+        result.map(|()| data)
+    }
+
+    /// The longest free run in one group (for shrinking an allocation that
+    /// found no run as long as asked).
+    fn largest_free_run(&self) -> u32 {
+        let mut best = 0u64;
+        for g in 0..self.info.group_count {
+            if let Ok(v) = self.free_extents(g) {
+                for (_, l) in v {
+                    best = best.max(l);
+                }
+            }
+        }
+        best.min(u64::from(u32::MAX)) as u32
+    }
+
+    /// The extent root of a regular file.
+    fn root_of_file(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
+        let inode = self.inode(ino)?;
+        if inode.mode & S_IFMT != S_IFREG {
+            return Err(invalid("ino", ino.into(), NOT_A_REGULAR_FILE));
+        }
+        self.root_of(ino)
+    }
+
+    /// Sets regular file `ino`'s size to `size`, freeing every whole block
+    /// past the new end (`ceil(size / bs)` on; an extent across it is
+    /// split) and the tree blocks left empty; `i_blocks` follows. A larger
+    /// size only changes `i_size` (a sparse tail).
+    ///
+    /// # Errors
+    /// [`NOT_A_REGULAR_FILE`]; [`TOO_BIG`]; as [`extent::truncate`].
+    pub fn truncate(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
+        self.check_writable()?;
+        let (mut root, inode) = self.root_of_file(ino)?;
+        if size > self.max_file_size() {
+            return Err(invalid("size", size, TOO_BIG));
+        }
+        let bs = u64::from(self.info.block_size);
+        let seed = self.seed_of(ino, inode.generation);
+        let first = size.div_ceil(bs) as u32;
+        let (freed, tree_freed) = self.truncate_tree(&mut root, seed, first)?;
+        let blocks = inode
+            .blocks
+            .saturating_sub((freed + tree_freed) * (bs / 512));
+        self.write_file_fields(ino, size, blocks, &root)?;
+        self.note_large_file(size);
+        Ok(())
+    }
+
+    /// [`extent::truncate`] from `first`, freeing the data blocks; returns
+    /// the data and tree blocks freed.
+    fn truncate_tree(
+        &mut self,
+        root: &mut [u8; ROOT_SIZE],
+        seed: Option<u32>,
+        first: u32,
+    ) -> Result<(u64, u64), Ext4Error> {
+        let mut store = ImageStore::new(self);
+        let ranges = extent::truncate(root, &mut store, seed, first)?;
+        let tree = store.freed;
+        let mut data = 0;
+        for (p, l) in ranges {
+            self.free_blocks(p, l)?;
+            for b in p..p + l {
+                self.discard_block(b);
+            }
+            data += l;
+        }
+        Ok((data, tree))
+    }
+
+    /// Removes the entry `path` (a regular file) from its directory and,
+    /// when that was its last link, frees every data and tree block and
+    /// the inode (`links_count` 0, `dtime` set, size and `i_blocks` 0).
+    ///
+    /// # Errors
+    /// As [`Image::lookup`]; [`NOT_A_REGULAR_FILE`] (`what: "path"`); bad
+    /// blocks as [`extent::truncate`]. Checked before the first change.
+    pub fn unlink(&mut self, path: &str) -> Result<(), Ext4Error> {
+        self.check_writable()?;
+        let (parent, name) = self.parent_of(path)?;
+        let Some((entry, slot)) = self.find_entry(parent, name)? else {
+            return Err(invalid("path", name.len() as u64, NOT_FOUND));
+        };
+        let ino = entry.inode;
+        let inode = self.inode(ino)?;
+        if inode.mode & S_IFMT != S_IFREG {
+            return Err(invalid("path", ino.into(), NOT_A_REGULAR_FILE));
+        }
+        let seed = self.seed_of(ino, inode.generation);
+        let mut root = [0u8; ROOT_SIZE];
+        root.copy_from_slice(&inode.block);
+        let has_extents = inode.flags & EXTENTS_FL != 0;
+        if has_extents {
+            // Check the whole tree before changing anything.
+            extent::extents(&root, &mut ReadStore(self), seed)?;
+        } else if inode.blocks != 0 {
+            return Err(Ext4Error::Unsupported {
+                feature: "block-mapped (non-extent) files",
+            });
+        }
+        let pgen = self.inode(parent)?.generation;
+        let mut b = self.dir_block(parent, pgen, slot.physical)?;
+        dir::remove_entry(&mut b, name, self.csum())?;
+        self.write_block(slot.physical, b)?;
+        if inode.links_count > 1 {
+            let l = (inode.links_count - 1).to_le_bytes();
+            return self.write_inode_fields(ino, &[(off::LINKS_COUNT, &l)]);
+        }
+        if has_extents {
+            self.truncate_tree(&mut root, seed, 0)?;
+        }
+        let t = now().to_le_bytes();
+        let zero4 = [0u8; 4];
+        let zero2 = [0u8; 2];
+        let mut changes: Vec<(usize, &[u8])> = vec![
+            (off::LINKS_COUNT, &zero2),
+            (off::DTIME, &t),
+            (off::CTIME, &t),
+            (off::SIZE_LO, &zero4),
+            (off::SIZE_HIGH, &zero4),
+            (off::BLOCKS_LO, &zero4),
+        ];
+        if has_extents {
+            changes.push((off::BLOCK, &root));
+        }
+        if le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0 {
+            changes.push((off::BLOCKS_HIGH, &zero2));
+        }
+        self.write_inode_fields(ino, &changes)?;
+        self.free_inode(ino, false)
+    }
+}
+
+/// A read-only [`ExtentStore`] for walking trees (writes and allocations
+/// refused).
+struct ReadStore<'a>(&'a Image);
+
+impl ExtentStore for ReadStore<'_> {
+    fn block_size(&self) -> usize {
+        self.0.info.block_size as usize
+    }
+    fn read(&mut self, block: u64) -> Result<Vec<u8>, Ext4Error> {
+        Ok(self.0.read_block(block)?.into_owned())
+    }
+    fn write(&mut self, _: u64, _: Vec<u8>) -> Result<(), Ext4Error> {
+        Err(Ext4Error::ReadOnly)
+    }
+    fn alloc_tree_block(&mut self, _: u64) -> Result<u64, Ext4Error> {
+        Err(Ext4Error::ReadOnly)
+    }
+    fn free_tree_block(&mut self, _: u64) -> Result<(), Ext4Error> {
+        Err(Ext4Error::ReadOnly)
+    }
+}
+
+/// `mode`'s file type as `ls -l` shows it.
+pub fn type_char(mode: u16) -> char {
+    match mode & S_IFMT {
+        S_IFREG => '-',
+        S_IFDIR => 'd',
+        0xA000 => 'l',
+        0x2000 => 'c',
+        0x6000 => 'b',
+        0x1000 => 'p',
+        0xC000 => 's',
+        _ => '?',
+    }
+}

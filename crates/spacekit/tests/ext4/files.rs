@@ -1,0 +1,587 @@
+//! Files: `lookup`, `read_dir`, `stat`, `create`, `fallocate`, `truncate`
+//! and `unlink` on real images, with e2fsprogs as the oracle: after every
+//! flush `e2fsck -fn` is clean, `debugfs stat` / `ex` / `ls -l` agree with
+//! spacekit, a debugfs fallocate allocates as many blocks, crashes at every
+//! flush step land on the before or after state, bad input changes nothing.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use spacekit::__testing::ext4::fail_write_after;
+use spacekit::ext4::files::{
+    NAME_TOO_LONG, NOT_A_DIRECTORY, NOT_A_REGULAR_FILE, NOT_FOUND, TOO_BIG,
+};
+use spacekit::ext4::{Ext4Error, Image, Stat};
+
+use crate::fixtures::*;
+use crate::oracles::*;
+
+/// The configurations of the file tests.
+const FILE_CONFIGS: &[Config] = &[
+    K1,
+    Config {
+        name: "4k",
+        size: "64M",
+        args: &[
+            "-b",
+            "4096",
+            "-g",
+            "2048",
+            "-N",
+            "512",
+            "-O",
+            "^has_journal,metadata_csum_seed",
+        ],
+    },
+    Config {
+        name: "2k-noflex",
+        size: "16M",
+        args: &[
+            "-b",
+            "2048",
+            "-g",
+            "1024",
+            "-N",
+            "256",
+            "-O",
+            "^has_journal,^flex_bg",
+        ],
+    },
+    Config {
+        name: "64k",
+        size: "64M",
+        args: &[
+            "-b",
+            "65536",
+            "-g",
+            "256",
+            "-N",
+            "512",
+            "-O",
+            "^has_journal",
+        ],
+    },
+    Config {
+        name: "1k-nocsum",
+        size: "8M",
+        args: &[
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-N",
+            "256",
+            "-O",
+            "^has_journal,^metadata_csum",
+        ],
+    },
+];
+
+/// A small deterministic generator.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn debugfs(path: &Path, cmd: &str) -> String {
+    let out = e2fs("debugfs")
+        .args(["-R", cmd])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn field(text: &str, key: &str) -> u64 {
+    let i = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key} in {text}"));
+    text[i + key.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `debugfs ex`'s leaf lines: (logical, physical, len, uninit).
+fn debugfs_extents(path: &Path, file: &str) -> Vec<(u32, u64, u16, bool)> {
+    let text = debugfs(path, &format!("ex {file}"));
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        // " 0/ 0   1/  4     0 -     0    80 -    80      1 Uninit"
+        let spaced = line.replace('/', " / ");
+        let t: Vec<&str> = spaced.split_whitespace().collect();
+        if t.len() < 13 || t[1] != "/" {
+            continue;
+        }
+        if t[0] != t[2] {
+            continue; // an index line
+        }
+        let n = |i: usize| -> u64 { t[i].parse().unwrap() };
+        out.push((n(6) as u32, n(9), n(12) as u16, line.contains("Uninit")));
+    }
+    out
+}
+
+/// debugfs agrees with `stat` on size, block count and extents.
+fn check_file(path: &Path, file: &str, st: &Stat) {
+    let text = debugfs(path, &format!("stat {file}"));
+    assert_eq!(field(&text, "Size: "), st.size, "{file}: size: {text}");
+    assert_eq!(
+        field(&text, "Blockcount: "),
+        st.blocks,
+        "{file}: blockcount"
+    );
+    let ours: Vec<_> = st
+        .extents
+        .iter()
+        .map(|e| (e.logical, e.physical, e.len, e.unwritten))
+        .collect();
+    assert_eq!(debugfs_extents(path, file), ours, "{file}: extents");
+}
+
+/// e2fsck clean, every file's stat as debugfs sees it, `ls -l /` lists
+/// exactly the model's names (plus what mkfs made).
+fn check_all(path: &Path, model: &BTreeMap<String, u32>, what: &str) {
+    assert_fsck_clean(path, what);
+    let mut img = open_ro(path);
+    assert_verify_clean(&img, what);
+    let ls = debugfs(path, "ls -l /");
+    for (name, &ino) in model {
+        let p = format!("/{name}");
+        assert_eq!(img.lookup(&p).unwrap(), ino, "{what}: lookup {p}");
+        let st = img.stat(ino).unwrap();
+        check_file(path, &p, &st);
+        assert!(
+            ls.lines()
+                .any(|l| l.split_whitespace().next() == Some(&ino.to_string())
+                    && l.trim_end().ends_with(&format!(" {name}"))),
+            "{what}: ls -l / lacks {name}: {ls}"
+        );
+    }
+    let names: Vec<String> = img
+        .read_dir(2)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8(e.name).unwrap())
+        .filter(|n| n != "." && n != ".." && n != "lost+found")
+        .collect();
+    let mut want: Vec<String> = model.keys().cloned().collect();
+    let mut got = names;
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "{what}: read_dir");
+}
+
+#[test]
+fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
+    require_e2fsprogs!();
+    for cfg in FILE_CONFIGS {
+        let dir = TempDir::new("files-random");
+        let path = mkfs(&dir, cfg);
+        let bs = u64::from(open_ro(&path).info().block_size);
+        let total = open_ro(&path).info().blocks_count;
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ bs);
+        let mut model: BTreeMap<String, u32> = BTreeMap::new();
+        for step in 0..14 {
+            let mut img = open_rw(&path);
+            let op = rng.below(6);
+            let what = format!("{}: step {step} op {op}", cfg.name);
+            if model.is_empty() || op == 0 {
+                let name = format!("f{step}");
+                let ino = img.create(&format!("/{name}"), 0o644).unwrap();
+                let len = (1 + rng.below(40)) * bs;
+                img.fallocate(ino, rng.below(4) * bs, len, rng.below(2) == 0)
+                    .unwrap();
+                model.insert(name, ino);
+            } else {
+                let keys: Vec<String> = model.keys().cloned().collect();
+                let name = keys[rng.below(keys.len() as u64) as usize].clone();
+                let ino = model[&name];
+                match op {
+                    1 => {
+                        // Large: spanning groups.
+                        let free = img.free_blocks_count();
+                        let n = (free / 3).min(total / 4).max(1);
+                        img.fallocate(ino, rng.below(100) * bs, n * bs, false)
+                            .unwrap();
+                    }
+                    2 => {
+                        let size = img.stat(ino).unwrap().size;
+                        img.truncate(ino, rng.below(size + 1)).unwrap();
+                    }
+                    3 => {
+                        img.unlink(&format!("/{name}")).unwrap();
+                        model.remove(&name);
+                    }
+                    _ => {
+                        let off = rng.below(200) * bs + rng.below(bs);
+                        img.fallocate(ino, off, 1 + rng.below(20 * bs), true)
+                            .unwrap();
+                    }
+                }
+            }
+            img.flush().unwrap();
+            drop(img);
+            check_all(&path, &model, &what);
+        }
+    }
+}
+
+/// Every other block, many small fallocates with gaps: the tree grows to
+/// depth 2; then truncate and unlink bring it back.
+#[test]
+fn gapped_fallocates_grow_a_depth_two_tree() {
+    require_e2fsprogs!();
+    for cfg in [FILE_CONFIGS[0], FILE_CONFIGS[4]] {
+        let dir = TempDir::new("files-depth");
+        let path = mkfs(&dir, &cfg);
+        let mut img = open_rw(&path);
+        let bs = u64::from(img.info().block_size);
+        let ino = img.create("/deep", 0o600).unwrap();
+        let mut model = BTreeMap::new();
+        model.insert("deep".to_string(), ino);
+        // A 1 KiB leaf holds 84 extents, an index block 84 entries: more
+        // than 4 * 84 extents force depth 2.
+        let n = 4 * 84 + 20;
+        for i in 0..n {
+            img.fallocate(ino, 2 * i * bs, bs, false).unwrap();
+        }
+        let st = img.stat(ino).unwrap();
+        assert_eq!(st.extents.len() as u64, n);
+        assert_eq!(st.depth, 2, "{}", cfg.name);
+        img.flush().unwrap();
+        drop(img);
+        check_all(&path, &model, "depth 2");
+        let mut img = open_rw(&path);
+        img.truncate(ino, 300 * bs + 5).unwrap();
+        img.flush().unwrap();
+        drop(img);
+        check_all(&path, &model, "truncated");
+        let mut img = open_rw(&path);
+        img.unlink("/deep").unwrap();
+        img.flush().unwrap();
+        drop(img);
+        model.clear();
+        check_all(&path, &model, "unlinked");
+    }
+}
+
+/// A new file in a full linear directory appends a block; in an htree
+/// directory the leaf the hash picks takes it; names in both are found.
+#[test]
+fn mkfs_d_linear_and_htree_directories() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("files-mkfsd");
+    let src = dir.path("src");
+    fs::create_dir_all(src.join("small")).unwrap();
+    fs::create_dir_all(src.join("big")).unwrap();
+    for i in 0..10 {
+        fs::write(src.join("small").join(format!("s{i}")), b"x").unwrap();
+    }
+    for i in 0..600 {
+        fs::write(src.join("big").join(format!("entry-{i:05}")), b"").unwrap();
+    }
+    let img_path = dir.path("d.img");
+    let out = e2fs("mkfs.ext4")
+        .args([
+            "-F",
+            "-q",
+            "-b",
+            "1024",
+            "-N",
+            "1024",
+            "-O",
+            "^has_journal",
+            "-U",
+            UUID,
+            "-E",
+        ])
+        .arg(format!("hash_seed={UUID}"))
+        .arg("-d")
+        .arg(&src)
+        .arg(&img_path)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Make "big" an htree directory.
+    let fsck = e2fs("e2fsck")
+        .args(["-fyD"])
+        .arg(&img_path)
+        .output()
+        .unwrap();
+    assert!(fsck.status.code().unwrap_or(8) <= 1);
+    assert_fsck_clean(&img_path, "mkfs -d");
+    let mut img = open_rw(&img_path);
+    let big = img.lookup("/big").unwrap();
+    assert!(
+        img.inode(big).unwrap().flags & 0x1000 != 0,
+        "big is not htree"
+    );
+    assert_eq!(img.read_dir(big).unwrap().len(), 602);
+    let e = img.lookup("/big/entry-00377").unwrap();
+    assert!(img.inode(e).unwrap().is_file());
+    let small = img.lookup("/small").unwrap();
+    assert_eq!(img.read_dir(small).unwrap().len(), 12);
+    assert!(
+        img.inode(small).unwrap().flags & 0x1000 == 0,
+        "small is htree"
+    );
+    let small_size = img.inode(small).unwrap().size;
+    // Linear: enough names to need a new block.
+    let mut made = Vec::new();
+    for i in 0..40 {
+        let p = format!("/small/new-name-that-is-quite-long-{i:04}");
+        let ino = img.create(&p, 0o644).unwrap();
+        img.fallocate(ino, 0, 3 * 1024, false).unwrap();
+        made.push((p, ino));
+    }
+    assert!(img.inode(small).unwrap().size > small_size);
+    // Htree: a few names into the leaves the hash picks.
+    let mut in_big = 0;
+    for i in 0..5 {
+        let p = format!("/big/added-{i}");
+        match img.create(&p, 0o644) {
+            Ok(ino) => {
+                made.push((p, ino));
+                in_big += 1;
+            }
+            Err(Ext4Error::Unsupported { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(in_big > 0, "no htree leaf had room");
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&img_path, "after creates");
+    let mut img = open_ro(&img_path);
+    for (p, ino) in &made {
+        assert_eq!(img.lookup(p).unwrap(), *ino, "{p}");
+        let st = img.stat(*ino).unwrap();
+        check_file(&img_path, p, &st);
+    }
+    assert_eq!(img.read_dir(big).unwrap().len(), 602 + in_big);
+    let ls = debugfs(&img_path, "ls -l /small");
+    for (p, _) in made.iter().filter(|(p, _)| p.starts_with("/small/")) {
+        assert!(ls.contains(p.trim_start_matches("/small/")), "{p}");
+    }
+    drop(img);
+    // And remove them all again.
+    let mut img = open_rw(&img_path);
+    for (p, _) in &made {
+        img.unlink(p).unwrap();
+    }
+    img.unlink("/big/entry-00377").unwrap();
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&img_path, "after unlinks");
+    let mut img = open_ro(&img_path);
+    assert!(img.lookup("/big/entry-00377").is_err());
+    assert_eq!(img.read_dir(big).unwrap().len(), 601);
+}
+
+/// The same fallocate by spacekit and by debugfs: both clean, same blocks.
+#[test]
+fn same_block_count_as_debugfs_fallocate() {
+    require_e2fsprogs!();
+    for cfg in FILE_CONFIGS {
+        let dir = TempDir::new("files-vs-debugfs");
+        let base = mkfs(&dir, cfg);
+        debugfs_w(&base, &dir, "write /dev/null f");
+        let ours = copy(&base, &dir, "ours.img");
+        let theirs = copy(&base, &dir, "theirs.img");
+        let mut img = open_rw(&ours);
+        let bs = u64::from(img.info().block_size);
+        let free = img.free_blocks_count();
+        let n = (free / 2).min(5000);
+        let ino = img.lookup("/f").unwrap();
+        img.fallocate(ino, 0, n * bs, true).unwrap();
+        img.flush().unwrap();
+        let used_ours = free - img.free_blocks_count();
+        drop(img);
+        debugfs_w(&theirs, &dir, &format!("fallocate /f 0 {}", n - 1));
+        let used_theirs = free - open_ro(&theirs).free_blocks_count();
+        assert_fsck_clean(&ours, "spacekit fallocate");
+        assert_fsck_clean(&theirs, "debugfs fallocate");
+        let a = open_rw(&ours).stat(ino).unwrap();
+        let b = open_rw(&theirs).stat(ino).unwrap();
+        // The same data blocks; the tree may differ by a leaf (debugfs
+        // splits its extents differently).
+        let data = |s: &Stat| s.extents.iter().map(|e| u64::from(e.len)).sum::<u64>();
+        assert_eq!(data(&a), data(&b), "{}: data blocks", cfg.name);
+        assert_eq!(data(&a), n, "{}: data blocks", cfg.name);
+        let per = bs / 512;
+        assert!(
+            a.blocks <= b.blocks + per && b.blocks <= a.blocks + per,
+            "{}: i_blocks {} vs {}",
+            cfg.name,
+            a.blocks,
+            b.blocks
+        );
+        assert!(
+            used_ours.abs_diff(used_theirs) <= 1,
+            "{}: blocks used {used_ours} vs {used_theirs}",
+            cfg.name
+        );
+        check_file(&ours, "/f", &a);
+    }
+}
+
+type Txn = fn(&mut Image);
+
+fn txn_create(img: &mut Image) {
+    let ino = img.create("/new", 0o644).unwrap();
+    let bs = u64::from(img.info().block_size);
+    for i in 0..8 {
+        img.fallocate(ino, 3 * i * bs, 2 * bs, false).unwrap();
+    }
+}
+
+fn txn_rm(img: &mut Image) {
+    img.unlink("/old").unwrap();
+}
+
+fn crash_every_step(base: &Path, dir: &TempDir, txn: Txn, what: &str) {
+    let before = fs::read(base).unwrap();
+    let reference = copy(base, dir, "reference.img");
+    let mut img = open_rw(&reference);
+    txn(&mut img);
+    img.flush().unwrap();
+    drop(img);
+    let after = fs::read(&reference).unwrap();
+    assert_ne!(before, after);
+    assert_fsck_clean(&reference, what);
+    let mut step = 0;
+    loop {
+        let p = copy(base, dir, &format!("crash{step}.img"));
+        let mut img = open_rw(&p);
+        txn(&mut img);
+        fail_write_after(&mut img, step);
+        let failed = img.flush().is_err();
+        drop(img);
+        drop(open_rw(&p)); // replays or discards the log
+        let now = fs::read(&p).unwrap();
+        assert!(
+            now == before || now == after || !failed && now.len() == after.len(),
+            "{what}: step {step}: neither before nor after"
+        );
+        if failed {
+            // Timestamps differ between runs: compare all but inode tables
+            // through e2fsck and the allocation state.
+            assert_fsck_clean(&p, &format!("{what}: step {step}"));
+        }
+        fs::remove_file(&p).unwrap();
+        if !failed {
+            break;
+        }
+        step += 1;
+    }
+    assert!(step > 4, "{what}: only {step} steps");
+}
+
+#[test]
+fn crash_at_every_flush_step() {
+    require_e2fsprogs!();
+    // The same timestamps in the reference run and the crashed ones.
+    std::env::set_var("SOURCE_DATE_EPOCH", FAKE_TIME);
+    for cfg in [FILE_CONFIGS[0], FILE_CONFIGS[1]] {
+        let dir = TempDir::new("files-crash");
+        let base = mkfs(&dir, &cfg);
+        crash_every_step(&base, &dir, txn_create, "create+fallocate");
+        let mut img = open_rw(&base);
+        let ino = img.create("/old", 0o644).unwrap();
+        let bs = u64::from(img.info().block_size);
+        for i in 0..10 {
+            img.fallocate(ino, 2 * i * bs, bs, false).unwrap();
+        }
+        img.flush().unwrap();
+        drop(img);
+        crash_every_step(&base, &dir, txn_rm, "rm");
+    }
+}
+
+fn reason(e: &Ext4Error) -> &'static str {
+    match e {
+        Ext4Error::InvalidArgument { reason, .. } => reason,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_is_refused_and_nothing_written() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("files-bad");
+    let path = mkfs(&dir, &K1);
+    {
+        let mut img = open_rw(&path);
+        let ino = img.create("/f", 0o644).unwrap();
+        img.fallocate(ino, 0, 4096, false).unwrap();
+        img.flush().unwrap();
+    }
+    let bytes = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let f = img.lookup("/f").unwrap();
+    assert_eq!(reason(&img.lookup("/nope").unwrap_err()), NOT_FOUND);
+    assert_eq!(reason(&img.lookup("/f/x").unwrap_err()), NOT_A_DIRECTORY);
+    let long = format!("/{}", "a".repeat(256));
+    assert_eq!(reason(&img.lookup(&long).unwrap_err()), NAME_TOO_LONG);
+    assert_eq!(
+        reason(&img.create(&long, 0o644).unwrap_err()),
+        NAME_TOO_LONG
+    );
+    assert_eq!(
+        reason(&img.create("/nope/x", 0o644).unwrap_err()),
+        NOT_FOUND
+    );
+    assert!(img.create("/f", 0o644).is_err());
+    assert_eq!(
+        reason(&img.create("/d", 0o040755).unwrap_err()),
+        NOT_A_REGULAR_FILE
+    );
+    let lf = img.lookup("/lost+found").unwrap();
+    assert_eq!(
+        reason(&img.fallocate(lf, 0, 1024, false).unwrap_err()),
+        NOT_A_REGULAR_FILE
+    );
+    assert_eq!(
+        reason(&img.truncate(lf, 0).unwrap_err()),
+        NOT_A_REGULAR_FILE
+    );
+    assert_eq!(
+        reason(&img.unlink("/lost+found").unwrap_err()),
+        NOT_A_REGULAR_FILE
+    );
+    assert_eq!(reason(&img.unlink("/nope").unwrap_err()), NOT_FOUND);
+    let max = img.max_file_size();
+    assert_eq!(
+        reason(&img.fallocate(f, max, 1, false).unwrap_err()),
+        TOO_BIG
+    );
+    assert_eq!(reason(&img.truncate(f, max + 1).unwrap_err()), TOO_BIG);
+    let free = img.free_blocks_count();
+    let bs = u64::from(img.info().block_size);
+    assert!(matches!(
+        img.fallocate(f, 0, (free + 1) * bs, false).unwrap_err(),
+        Ext4Error::NoSpace { .. }
+    ));
+    assert!(!img.is_dirty(), "a refused call changed something");
+    img.flush().unwrap();
+    drop(img);
+    assert_eq!(fs::read(&path).unwrap(), bytes);
+    assert_fsck_clean(&path, "after refusals");
+}
