@@ -1,10 +1,12 @@
 //! `spacekit ext4`: look at and change the block groups of a real ext4
-//! image: `info`, `verify`, `free-extents`, `alloc`, `free`.
+//! image: `info`, `verify`, `free-extents`, `alloc`, `free`; and its files:
+//! `ls`, `stat`, `fallocate`, `truncate`, `rm`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use spacekit::ext4::files::{parse_size, type_char};
 use spacekit::ext4::{AllocRequest, Image, OpenMode};
 
 use crate::dirty::parse_u64;
@@ -35,13 +37,59 @@ enum Ext4Command {
     /// bitmap, bitmap checksum (updated incrementally), group and
     /// superblock free counts and checksums; a BLOCK_UNINIT group's bitmap
     /// is materialised. Written through a redo log (crash-safe). Prints the
-    /// first block. The blocks belong to no inode: e2fsck will report them
-    /// as a leak until freed.
+    /// first block. Low-level: the blocks belong to no file, so e2fsck
+    /// reports them as a leak ("Block bitmap differences") until they are
+    /// freed; use `fallocate` to give blocks to a file.
     Alloc(AllocArgs),
     /// Free the blocks START..START+LEN with full accounting (the reverse of
     /// alloc). Freeing a block that is already free is an error and
-    /// changes nothing.
+    /// changes nothing. Low-level: freeing a block a file uses makes
+    /// e2fsck report the file's blocks as claimed but free; use `rm` or
+    /// `truncate` for files.
     Free(FreeArgs),
+    /// List a directory (default `/`) as `debugfs ls -l`: inode, mode,
+    /// links, size, name.
+    Ls(LsArgs),
+    /// A file's inode: mode, size, block count (512-byte units), flags,
+    /// links and its extent tree as `debugfs ex` lists it.
+    Stat(PathArgs),
+    /// Allocate unwritten blocks for bytes 0..SIZE of PATH (created if
+    /// missing), from the goal ext4 uses, skipping blocks already mapped;
+    /// e2fsck-clean, written through the redo log.
+    Fallocate(SizeArgs),
+    /// Set PATH's size, freeing whole blocks past the new end.
+    Truncate(SizeArgs),
+    /// Remove the regular file PATH and free its blocks and inode.
+    Rm(PathArgs),
+}
+
+#[derive(Args, Debug)]
+struct LsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The directory (absolute path).
+    #[arg(default_value = "/")]
+    dir: String,
+}
+
+#[derive(Args, Debug)]
+struct PathArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The file (absolute path in the image).
+    path: String,
+}
+
+#[derive(Args, Debug)]
+struct SizeArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// The size in bytes (suffixes K, M, G, T: powers of 1024).
+    #[arg(long, value_parser = parse_size)]
+    size: u64,
+    /// fallocate only: leave the file's size as it is.
+    #[arg(long)]
+    keep_size: bool,
 }
 
 #[derive(Args, Debug)]
@@ -106,6 +154,11 @@ pub fn run(args: &Ext4Args) -> Result<(), String> {
         Ext4Command::FreeExtents(a) => free_extents(a),
         Ext4Command::Alloc(a) => alloc(a),
         Ext4Command::Free(a) => free(a),
+        Ext4Command::Ls(a) => ls(a),
+        Ext4Command::Stat(a) => stat(a, None),
+        Ext4Command::Fallocate(a) => change(a, true),
+        Ext4Command::Truncate(a) => change(a, false),
+        Ext4Command::Rm(a) => rm(a),
     }
 }
 
@@ -315,6 +368,119 @@ fn free(a: &FreeArgs) -> Result<(), String> {
             "freed blocks {}..+{}; {} blocks free",
             a.start,
             a.len,
+            img.free_blocks_count()
+        );
+    }
+    Ok(())
+}
+
+fn ls(a: &LsArgs) -> Result<(), String> {
+    let c = &a.common;
+    let mut img = open(c, OpenMode::ReadOnly)?;
+    let err = |e| format!("{}: {}: {e}", c.image.display(), a.dir);
+    let ino = img.lookup(&a.dir).map_err(err)?;
+    let mut rows = Vec::new();
+    for e in img.read_dir(ino).map_err(err)? {
+        let i = img.inode(e.inode).map_err(err)?;
+        let name = String::from_utf8_lossy(&e.name).into_owned();
+        rows.push(json!({"inode": e.inode, "mode": i.mode, "links": i.links_count, "size": i.size, "name": name}));
+    }
+    if c.json {
+        print_json(&json!({"image": c.image.display().to_string(), "dir": a.dir, "entries": rows}));
+        return Ok(());
+    }
+    for r in &rows {
+        let mode = r["mode"].as_u64().unwrap_or(0) as u16;
+        let t = type_char(mode);
+        println!(
+            "{:>8} {t}{:04o} {:>3} {:>12} {}",
+            r["inode"].as_u64().unwrap_or(0),
+            mode & 0o7777,
+            r["links"].as_u64().unwrap_or(0),
+            r["size"].as_u64().unwrap_or(0),
+            r["name"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// Prints PATH's stat; `img` is the image already open (after a change).
+fn stat(a: &PathArgs, img: Option<Image>) -> Result<(), String> {
+    let c = &a.common;
+    let mut img = match img {
+        Some(i) => i,
+        None => open(c, OpenMode::ReadOnly)?,
+    };
+    let err = |e| format!("{}: {}: {e}", c.image.display(), a.path);
+    let ino = img.lookup(&a.path).map_err(err)?;
+    let st = img.stat(ino).map_err(err)?;
+    if c.json {
+        let tree: Vec<Value> = st
+            .tree
+            .iter()
+            .map(|e| {
+                json!({
+            "level": e.level, "depth": e.depth, "index": e.index, "entries": e.entries,
+            "logical": e.logical, "logical_end": e.logical_end, "physical": e.physical,
+            "len": e.len, "unwritten": e.unwritten, "is_index": e.is_index})
+            })
+            .collect();
+        print_json(&json!({
+            "image": c.image.display().to_string(), "path": a.path, "inode": ino, "mode": st.mode,
+            "size": st.size, "blocks": st.blocks, "flags": st.flags, "links": st.links,
+            "depth": st.depth, "extents": tree, "free_blocks": img.free_blocks_count()}));
+        return Ok(());
+    }
+    println!(
+        "Inode: {ino}   Type: {}   Mode: {:04o}   Flags: {:#x}",
+        type_char(st.mode),
+        st.mode & 0o7777,
+        st.flags
+    );
+    println!(
+        "Links: {}   Size: {}   Blockcount: {}",
+        st.links, st.size, st.blocks
+    );
+    println!("Level Entries       Logical      Physical Length Flags");
+    for e in &st.tree {
+        println!("{e}");
+    }
+    Ok(())
+}
+
+/// `fallocate` (`alloc`) or `truncate`, then one flush, then the stat.
+fn change(a: &SizeArgs, alloc: bool) -> Result<(), String> {
+    let c = &a.file.common;
+    let mut img = open(c, OpenMode::ReadWrite)?;
+    let err = |e| format!("{}: {}: {e}", c.image.display(), a.file.path);
+    let ino = match img.lookup(&a.file.path) {
+        Ok(i) => i,
+        Err(_) if alloc => img.create(&a.file.path, 0o644).map_err(err)?,
+        Err(e) => return Err(err(e)),
+    };
+    if !alloc {
+        img.truncate(ino, a.size).map_err(err)?;
+    } else if a.size > 0 {
+        img.fallocate(ino, 0, a.size, a.keep_size).map_err(err)?;
+    }
+    img.flush().map_err(err)?;
+    stat(&a.file, Some(img))
+}
+
+fn rm(a: &PathArgs) -> Result<(), String> {
+    let c = &a.common;
+    let mut img = open(c, OpenMode::ReadWrite)?;
+    let err = |e| format!("{}: {}: {e}", c.image.display(), a.path);
+    img.unlink(&a.path).map_err(err)?;
+    img.flush().map_err(err)?;
+    if c.json {
+        print_json(
+            &json!({"image": c.image.display().to_string(), "removed": a.path, "free_blocks": img.free_blocks_count()}),
+        );
+    } else {
+        eprintln!(
+            "removed {}; {} blocks free",
+            a.path,
             img.free_blocks_count()
         );
     }

@@ -32,6 +32,7 @@
 //! the dx node or a new index level (`indirect_levels` + 1, largedir
 //! beyond 2).
 
+use std::string::String;
 use std::time::{SystemTime, UNIX_EPOCH};
 use std::vec;
 use std::vec::Vec;
@@ -1035,5 +1036,58 @@ pub fn type_char(mode: u16) -> char {
         0x1000 => 'p',
         0xC000 => 's',
         _ => '?',
+    }
+}
+
+/// Parses a size: bytes, or a number with a binary suffix `K`, `M`, `G`,
+/// `T` (optionally followed by `iB` or `B`), as `fallocate -l` takes it.
+///
+/// # Errors
+/// A message naming the text for anything else or an overflow.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| std::format!("`{s}` is not a size"))?;
+    let shift = match unit.trim_end_matches("iB").trim_end_matches('B') {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" | "m" => 20,
+        "G" | "g" => 30,
+        "T" | "t" => 40,
+        _ => return Err(std::format!("`{s}`: unknown unit (K, M, G, T)")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| std::format!("`{s}`: too large"))
+}
+
+/// One line as `debugfs -R "ex PATH"` prints it: level/depth, entry/count,
+/// logical range, physical range (an index entry: the child block and the
+/// range's length), length and `Uninit`.
+impl core::fmt::Display for TreeEntry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{:>2}/{:>2} {:>3}/{:>3} {:>5} - {:>5} ",
+            self.level,
+            self.depth,
+            self.index + 1,
+            self.entries,
+            self.logical,
+            self.logical_end
+        )?;
+        if self.is_index {
+            let n = u64::from(self.logical_end) + 1 - u64::from(self.logical);
+            write!(f, "{:>5}{:>16}", self.physical, n)
+        } else {
+            let last = self.physical + u64::from(self.len) - 1;
+            write!(f, "{:>5} - {:>5} {:>6}", self.physical, last, self.len)?;
+            if self.unwritten {
+                f.write_str(" Uninit")?;
+            }
+            Ok(())
+        }
     }
 }

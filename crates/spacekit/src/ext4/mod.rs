@@ -24,6 +24,16 @@
 //! [`Ext4Error::Corrupt`] naming the field. An image that gives an error when
 //! opened is never written.
 //!
+//! # Files
+//!
+//! [`files`] makes spacekit an offline allocator whose results e2fsck
+//! accepts: [`Image::lookup`], [`Image::read_dir`], [`Image::stat`],
+//! [`Image::create`], [`Image::fallocate`] (unwritten extents from the goal
+//! ext4 uses), [`Image::truncate`] and [`Image::unlink`], over the extent
+//! trees of [`extent`] and the directory blocks of [`dir`]. Blocks taken
+//! with [`Image::alloc_blocks`] directly belong to no file: e2fsck reports
+//! them as a leak.
+//!
 //! # Reading
 //!
 //! [`Image::open`] reads the superblock and the whole descriptor table and
@@ -122,7 +132,6 @@ use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
 pub use error::Ext4Error;
-pub use files::{Stat, TreeEntry};
 pub use image::Image;
 pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};

@@ -9,10 +9,11 @@ use std::fs;
 use std::path::Path;
 
 use spacekit::__testing::ext4::fail_write_after;
+use spacekit::ext4::files::Stat;
 use spacekit::ext4::files::{
     NAME_TOO_LONG, NOT_A_DIRECTORY, NOT_A_REGULAR_FILE, NOT_FOUND, TOO_BIG,
 };
-use spacekit::ext4::{Ext4Error, Image, Stat};
+use spacekit::ext4::{Ext4Error, Image};
 
 use crate::fixtures::*;
 use crate::oracles::*;
