@@ -117,9 +117,11 @@ pub struct TreeEntry {
     pub entries: u16,
     /// First logical block.
     pub logical: u32,
-    /// Last logical block (inclusive): for an index entry, up to the next
-    /// entry's key minus one (or the parent's end).
-    pub logical_end: u32,
+    /// Last logical block (inclusive). For an index entry as libext2fs
+    /// (and so `debugfs ex`) reports it: up to the next entry's key minus
+    /// one, or the parent's end (for the root, `i_size` in blocks), the
+    /// length taken mod 2^32.
+    pub logical_end: u64,
     /// The child block (index) or first physical block (leaf).
     pub physical: u64,
     /// Blocks mapped (leaf) or 0 for an index entry.
@@ -430,7 +432,8 @@ impl Image {
             let seed = self.seed_of(ino, inode.generation);
             st.extents = extent::extents(&root, &mut ReadStore(self), seed)?;
             st.depth = extent::depth(&root)?;
-            self.tree_entries(&root, 0, st.depth, u32::MAX, &mut st.tree)?;
+            let end = inode.size.div_ceil(u64::from(self.info.block_size));
+            self.tree_entries(&root, 0, st.depth, end, &mut st.tree)?;
         }
         Ok(st)
     }
@@ -442,7 +445,7 @@ impl Image {
         node: &[u8],
         level: u16,
         depth: u16,
-        end: u32,
+        end: u64,
         out: &mut Vec<TreeEntry>,
     ) -> Result<(), Ext4Error> {
         let h = ExtentHeader::parse(node)?;
@@ -459,7 +462,7 @@ impl Image {
                     index: i,
                     entries: h.entries,
                     logical,
-                    logical_end: (e.end() - 1) as u32,
+                    logical_end: e.end() - 1,
                     physical: e.physical,
                     len: e.len,
                     unwritten: e.unwritten,
@@ -467,18 +470,22 @@ impl Image {
                 });
             } else {
                 let child = u64::from(le32(node, at + 4)) | u64::from(le16(node, at + 8)) << 32;
+                // As libext2fs's ext2fs_extent_get: the entry reaches the
+                // next entry's key, or the parent's end (for the root:
+                // i_size in blocks), its length taken mod 2^32.
                 let next_end = if i + 1 < h.entries {
-                    le32(node, at + 12).wrapping_sub(1)
+                    u64::from(le32(node, at + 12))
                 } else {
                     end
                 };
+                let len = next_end.wrapping_sub(u64::from(logical)) as u32;
                 out.push(TreeEntry {
                     level,
                     depth,
                     index: i,
                     entries: h.entries,
                     logical,
-                    logical_end: next_end,
+                    logical_end: (u64::from(logical) + u64::from(len)).wrapping_sub(1),
                     physical: child,
                     len: 0,
                     unwritten: false,
@@ -1079,8 +1086,11 @@ impl core::fmt::Display for TreeEntry {
             self.logical_end
         )?;
         if self.is_index {
-            let n = u64::from(self.logical_end) + 1 - u64::from(self.logical);
-            write!(f, "{:>5}{:>16}", self.physical, n)
+            let n = self
+                .logical_end
+                .wrapping_add(1)
+                .wrapping_sub(u64::from(self.logical));
+            write!(f, "{:>5}{:>15}", self.physical, n)
         } else {
             let last = self.physical + u64::from(self.len) - 1;
             write!(f, "{:>5} - {:>5} {:>6}", self.physical, last, self.len)?;

@@ -149,6 +149,16 @@ fn check_file(path: &Path, file: &str, st: &Stat) {
         .map(|e| (e.logical, e.physical, e.len, e.unwritten))
         .collect();
     assert_eq!(debugfs_extents(path, file), ours, "{file}: extents");
+    // The whole listing, index entries included, as debugfs prints it.
+    let norm = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    let theirs: Vec<String> = debugfs(path, &format!("ex {file}"))
+        .lines()
+        .skip(1)
+        .map(norm)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let ours: Vec<String> = st.tree.iter().map(|e| norm(&e.to_string())).collect();
+    assert_eq!(theirs, ours, "{file}: ex listing");
 }
 
 /// e2fsck clean, every file's stat as debugfs sees it, `ls -l /` lists
