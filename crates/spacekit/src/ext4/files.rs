@@ -124,8 +124,9 @@ pub struct TreeEntry {
     pub logical_end: u64,
     /// The child block (index) or first physical block (leaf).
     pub physical: u64,
-    /// Blocks mapped (leaf) or 0 for an index entry.
-    pub len: u16,
+    /// Blocks mapped (leaf), or the index entry's length as libext2fs
+    /// reports it (mod 2^32).
+    pub len: u32,
     /// Leaf entry, unwritten.
     pub unwritten: bool,
     /// Whether this is an index entry.
@@ -464,7 +465,7 @@ impl Image {
                     logical,
                     logical_end: e.end() - 1,
                     physical: e.physical,
-                    len: e.len,
+                    len: e.len.into(),
                     unwritten: e.unwritten,
                     is_index: false,
                 });
@@ -485,9 +486,9 @@ impl Image {
                     index: i,
                     entries: h.entries,
                     logical,
-                    logical_end: (u64::from(logical) + u64::from(len)).wrapping_sub(1),
+                    logical_end: u64::from(logical) + u64::from(len.wrapping_sub(1)),
                     physical: child,
-                    len: 0,
+                    len,
                     unwritten: false,
                     is_index: true,
                 });
@@ -1086,13 +1087,9 @@ impl core::fmt::Display for TreeEntry {
             self.logical_end
         )?;
         if self.is_index {
-            let n = self
-                .logical_end
-                .wrapping_add(1)
-                .wrapping_sub(u64::from(self.logical));
-            write!(f, "{:>5}{:>15}", self.physical, n)
+            write!(f, "{:>5}{:>15}", self.physical, self.len)
         } else {
-            let last = self.physical + u64::from(self.len) - 1;
+            let last = (self.physical + u64::from(self.len)).saturating_sub(1);
             write!(f, "{:>5} - {:>5} {:>6}", self.physical, last, self.len)?;
             if self.unwritten {
                 f.write_str(" Uninit")?;

@@ -596,3 +596,58 @@ fn bad_input_is_refused_and_nothing_written() {
     assert_eq!(fs::read(&path).unwrap(), bytes);
     assert_fsck_clean(&path, "after refusals");
 }
+
+/// A fallocate larger than a group takes several extents in several
+/// groups; one that nearly fills the file system works; one past the free
+/// space is refused with nothing changed.
+#[test]
+fn large_fallocates_span_groups_and_fill_the_file_system() {
+    require_e2fsprogs!();
+    for cfg in [FILE_CONFIGS[0], FILE_CONFIGS[2], FILE_CONFIGS[3]] {
+        let dir = TempDir::new("files-large");
+        let path = mkfs(&dir, &cfg);
+        let mut img = open_rw(&path);
+        let bs = u64::from(img.info().block_size);
+        let bpg = u64::from(img.info().blocks_per_group);
+        let ino = img.create("/big", 0o644).unwrap();
+        let n = 2 * bpg + bpg / 2;
+        assert_eq!(img.fallocate(ino, 0, n * bs, false).unwrap(), n);
+        let st = img.stat(ino).unwrap();
+        let groups: std::collections::BTreeSet<u64> =
+            st.extents.iter().map(|e| e.physical / bpg).collect();
+        assert!(groups.len() >= 3, "{}: {:?}", cfg.name, st.extents);
+        assert_eq!(st.size, n * bs);
+        img.flush().unwrap();
+        drop(img);
+        let mut model = BTreeMap::new();
+        model.insert("big".to_string(), ino);
+        check_all(&path, &model, cfg.name);
+        // Nearly everything that is left, to a second file.
+        let mut img = open_rw(&path);
+        let f2 = img.create("/rest", 0o600).unwrap();
+        let free = img.free_blocks_count();
+        let want = free - 16;
+        assert_eq!(img.fallocate(f2, 0, want * bs, true).unwrap(), want);
+        img.flush().unwrap();
+        model.insert("rest".to_string(), f2);
+        // More than is left: refused, nothing changed.
+        let free = img.free_blocks_count();
+        let end = img.stat(f2).unwrap().extents.last().unwrap().end();
+        let e = img
+            .fallocate(f2, end * bs, (free + 1) * bs, false)
+            .unwrap_err();
+        assert!(matches!(e, Ext4Error::NoSpace { .. }), "{e:?}");
+        assert!(!img.is_dirty());
+        drop(img);
+        check_all(&path, &model, "nearly full");
+        // And free it all again.
+        let mut img = open_rw(&path);
+        img.unlink("/rest").unwrap();
+        img.truncate(ino, 0).unwrap();
+        assert_eq!(img.stat(ino).unwrap().blocks, 0);
+        img.flush().unwrap();
+        drop(img);
+        model.remove("rest");
+        check_all(&path, &model, "emptied");
+    }
+}
