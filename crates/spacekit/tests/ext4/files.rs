@@ -651,3 +651,107 @@ fn large_fallocates_span_groups_and_fill_the_file_system() {
         check_all(&path, &model, "emptied");
     }
 }
+
+/// Names go into an htree directory until the leaf a name hashes to is
+/// full: that create is refused with `Unsupported` and changes nothing;
+/// every create before it is e2fsck-clean and found again.
+#[test]
+fn full_htree_leaf_is_refused_without_a_change() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("files-htree-full");
+    let src = dir.path("src");
+    fs::create_dir_all(src.join("big")).unwrap();
+    for i in 0..400 {
+        fs::write(src.join("big").join(format!("entry-{i:05}")), b"").unwrap();
+    }
+    let img_path = dir.path("h.img");
+    let out = e2fs("mkfs.ext4")
+        .args([
+            "-F",
+            "-q",
+            "-b",
+            "1024",
+            "-N",
+            "2048",
+            "-O",
+            "^has_journal",
+            "-U",
+            UUID,
+        ])
+        .arg("-d")
+        .arg(&src)
+        .arg(&img_path)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let fsck = e2fs("e2fsck")
+        .args(["-fyD"])
+        .arg(&img_path)
+        .output()
+        .unwrap();
+    assert!(fsck.status.code().unwrap_or(8) <= 1);
+    let mut img = open_rw(&img_path);
+    let big = img.lookup("/big").unwrap();
+    assert!(img.inode(big).unwrap().flags & 0x1000 != 0);
+    let mut made = Vec::new();
+    let mut refused = false;
+    for i in 0..1500 {
+        img.flush().unwrap();
+        let before = (img.free_inodes_count(), img.free_blocks_count());
+        let p = format!("/big/a-much-longer-name-to-fill-leaves-{i:05}");
+        match img.create(&p, 0o644) {
+            Ok(ino) => made.push((p, ino)),
+            Err(Ext4Error::Unsupported { feature }) => {
+                assert_eq!(feature, "htree leaf split");
+                assert!(!img.is_dirty(), "a refused create changed something");
+                assert_eq!((img.free_inodes_count(), img.free_blocks_count()), before);
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused, "no leaf filled up");
+    drop(img);
+    assert_fsck_clean(&img_path, "htree creates");
+    let mut img = open_ro(&img_path);
+    for (p, ino) in &made {
+        assert_eq!(img.lookup(p).unwrap(), *ino);
+    }
+    assert_eq!(img.read_dir(big).unwrap().len(), 402 + made.len());
+}
+
+/// A damaged extent block (bad checksum, bad header) is refused by every
+/// operation that would read it, and nothing is written.
+#[test]
+fn corrupt_extent_blocks_are_refused() {
+    require_e2fsprogs!();
+    for (damage, what) in [(12 + 12 * 84, "checksum"), (0, "magic")] {
+        let dir = TempDir::new("files-corrupt");
+        let path = mkfs(&dir, &K1);
+        let mut img = open_rw(&path);
+        let bs = u64::from(img.info().block_size);
+        let ino = img.create("/f", 0o644).unwrap();
+        for i in 0..10 {
+            img.fallocate(ino, 2 * i * bs, bs, false).unwrap();
+        }
+        let st = img.stat(ino).unwrap();
+        assert_eq!(st.depth, 1);
+        let leaf = st.tree[0].physical;
+        img.flush().unwrap();
+        drop(img);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[(leaf * bs) as usize + damage] ^= 0x55;
+        fs::write(&path, &bytes).unwrap();
+        let mut img = open_rw(&path);
+        assert!(img.stat(ino).is_err(), "{what}: stat");
+        assert!(img.fallocate(ino, 100 * bs, bs, false).is_err(), "{what}");
+        assert!(img.truncate(ino, bs).is_err(), "{what}");
+        assert!(img.unlink("/f").is_err(), "{what}");
+        assert!(!img.is_dirty(), "{what}: something changed");
+        img.flush().unwrap();
+        drop(img);
+        assert_eq!(fs::read(&path).unwrap(), bytes, "{what}: written");
+    }
+}
