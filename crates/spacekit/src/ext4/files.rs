@@ -70,6 +70,8 @@ pub const EXTENTS_FL: u32 = 0x8_0000;
 const INCOMPAT_FILETYPE: u32 = 0x2;
 /// ro_compat `huge_file`.
 const RO_COMPAT_HUGE_FILE: u32 = 0x8;
+/// `i_flags`: `i_blocks` counts file-system blocks.
+const HUGE_FILE_FL: u32 = 0x4_0000;
 /// ro_compat `large_file`.
 const RO_COMPAT_LARGE_FILE: u32 = 0x2;
 /// Superblock `s_hash_seed` and `s_flags`.
@@ -813,6 +815,17 @@ impl Image {
                 align: 1,
             });
         }
+        // i_blocks must hold the result (48 bits with huge_file, else 32):
+        // checked before the first change.
+        let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
+        let blocks_after = inode.blocks + (need + margin) * (bs / 512);
+        if blocks_after >> if huge { 48 } else { 32 } != 0 {
+            return Err(invalid(
+                "len",
+                len,
+                "i_blocks would overflow (needs huge_file)",
+            ));
+        }
         let mut goal = self.file_goal(ino, &root, seed)?;
         let mut data = 0u64;
         let mut tree = 0u64;
@@ -897,6 +910,11 @@ impl Image {
         let inode = self.inode(ino)?;
         if inode.mode & S_IFMT != S_IFREG {
             return Err(invalid("ino", ino.into(), NOT_A_REGULAR_FILE));
+        }
+        if inode.flags & HUGE_FILE_FL != 0 {
+            return Err(Ext4Error::Unsupported {
+                feature: "HUGE_FILE_FL (i_blocks in file-system blocks)",
+            });
         }
         self.root_of(ino)
     }
