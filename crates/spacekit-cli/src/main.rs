@@ -31,8 +31,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Dirty-page logs: turn a VM's dirty bitmap into memory ranges.
     Dirty(dirty::DirtyArgs),
-    /// ext4 images: geometry, checksum verification, free extents, and
-    /// crash-safe block allocation and freeing with full accounting.
+    /// ext4 images: geometry, checksums, free extents, and files (ls, stat,
+    /// fallocate, truncate, rm) written crash-safely with full accounting.
     Ext4(ext4::Ext4Args),
     /// Process address spaces: load a /proc/PID/maps into a range tree, list
     /// its gaps, find an unmapped area top-down like mmap, time its dup.
@@ -44,6 +44,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args),
@@ -59,4 +60,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `spacekit ... | head` closes stdout early: exit quietly with the status a
+/// SIGPIPE death would give (141) instead of printing a panic.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
