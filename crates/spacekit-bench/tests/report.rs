@@ -36,7 +36,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         ],
     ),
     ("dirty-mark", &["spacekit", "vm-memory"]),
-    ("ext4-fallocate", &["before", "flip", "spacekit"]),
+    ("ext4-fallocate", &["before", "flip", "splice", "spacekit"]),
     ("migrate", &["before", "seed", "spacekit"]),
 ];
 
