@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use spacekit::ext4::files::{parse_size, type_char};
-use spacekit::ext4::{AllocRequest, Image, OpenMode};
+use spacekit::ext4::{AllocRequest, Ext4Error, Image, OpenMode};
 
 use crate::dirty::parse_u64;
 
@@ -455,7 +455,7 @@ fn change(a: &SizeArgs, alloc: bool) -> Result<(), String> {
     let err = |e| format!("{}: {}: {e}", c.image.display(), a.file.path);
     let ino = match img.lookup(&a.file.path) {
         Ok(i) => i,
-        Err(_) if alloc => img.create(&a.file.path, 0o644).map_err(err)?,
+        Err(Ext4Error::NotFound { .. }) if alloc => img.create(&a.file.path, 0o644).map_err(err)?,
         Err(e) => return Err(err(e)),
     };
     if !alloc {

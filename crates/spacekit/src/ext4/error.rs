@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::string::String;
 
 use crate::bitmap::BitmapError;
 
@@ -90,6 +91,47 @@ pub enum Ext4Error {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// A path that does not start with `/` (paths in the image are
+    /// absolute).
+    NotAbsolute {
+        /// The path given.
+        path: String,
+    },
+    /// A path component that does not exist.
+    NotFound {
+        /// The path up to and including the missing component.
+        path: String,
+    },
+    /// A path component, other than the last, that is not a directory (or
+    /// a directory operation on something else).
+    NotADirectory {
+        /// The path up to and including that component.
+        path: String,
+    },
+    /// A path component longer than 255 bytes.
+    NameTooLong {
+        /// The component's length in bytes.
+        len: usize,
+    },
+    /// A file operation (`fallocate`, `truncate`, `unlink`) on something
+    /// other than a regular file.
+    NotARegularFile {
+        /// The inode.
+        ino: u32,
+    },
+    /// A create whose name already exists.
+    Exists {
+        /// The path given.
+        path: String,
+    },
+    /// A size or end offset past the largest file size ((2^32 - 1)
+    /// blocks).
+    FileTooBig {
+        /// The size asked for, in bytes.
+        size: u64,
+        /// The largest file size, in bytes.
+        max: u64,
+    },
     /// No group has `len` free blocks in a row at the asked alignment.
     NoSpace {
         /// Blocks asked for.
@@ -161,6 +203,26 @@ impl fmt::Display for Ext4Error {
                 value,
                 reason,
             } => write!(f, "ext4: invalid {what} {value}: {reason}"),
+            Ext4Error::NotAbsolute { path } => write!(
+                f,
+                "ext4: `{path}` is not an absolute path (paths start with '/')"
+            ),
+            Ext4Error::NotFound { path } => {
+                write!(f, "ext4: {path}: no such file or directory")
+            }
+            Ext4Error::NotADirectory { path } => write!(f, "ext4: {path}: not a directory"),
+            Ext4Error::NameTooLong { len } => write!(
+                f,
+                "ext4: a name of {len} bytes is too long (at most 255 bytes)"
+            ),
+            Ext4Error::NotARegularFile { ino } => {
+                write!(f, "ext4: inode {ino} is not a regular file")
+            }
+            Ext4Error::Exists { path } => write!(f, "ext4: {path}: already exists"),
+            Ext4Error::FileTooBig { size, max } => write!(
+                f,
+                "ext4: a size of {size} bytes is past the largest file size ({max} bytes)"
+            ),
             Ext4Error::NoSpace { len, align } => write!(
                 f,
                 "ext4: no group has {len} free blocks in a row aligned to {align}"

@@ -11,11 +11,13 @@
 //!
 //! # Errors
 //!
-//! Path and argument problems are [`Ext4Error::InvalidArgument`] with
-//! `what` naming the argument and one of these `reason`s, so callers can
-//! tell them apart: [`NOT_FOUND`], [`NOT_A_DIRECTORY`], [`NAME_TOO_LONG`],
-//! [`NOT_A_REGULAR_FILE`], [`EXISTS`], [`TOO_BIG`], [`NOT_ABSOLUTE`].
-//! No space is [`Ext4Error::NoSpace`], checked before anything changes.
+//! Path and argument problems have their own variants, so callers can
+//! match on them: [`Ext4Error::NotAbsolute`], [`Ext4Error::NotFound`],
+//! [`Ext4Error::NotADirectory`], [`Ext4Error::NameTooLong`],
+//! [`Ext4Error::NotARegularFile`], [`Ext4Error::Exists`],
+//! [`Ext4Error::FileTooBig`]. Other bad arguments (a zero length, a mode
+//! of another file type) are [`Ext4Error::InvalidArgument`]. No space is
+//! [`Ext4Error::NoSpace`], checked before anything changes.
 //!
 //! # Htree directories
 //!
@@ -38,27 +40,12 @@ use std::vec;
 use std::vec::Vec;
 
 use super::dir::{self, DirEntry};
-use super::error::{invalid, Ext4Error};
+use super::error::{corrupt, invalid, Ext4Error};
 use super::extent::{self, Extent, ExtentHeader, ExtentStore, ROOT_SIZE};
 use super::image::Image;
 use super::inode::off;
 use super::layout::{self, le16, le32, ChecksumKind};
 use super::AllocRequest;
-
-/// `reason` of a path component that does not exist.
-pub const NOT_FOUND: &str = "no such file or directory";
-/// `reason` of a path component (not the last) that is not a directory.
-pub const NOT_A_DIRECTORY: &str = "not a directory";
-/// `reason` of a path component longer than 255 bytes.
-pub const NAME_TOO_LONG: &str = "a name is at most 255 bytes";
-/// `reason` of an operation on something other than a regular file.
-pub const NOT_A_REGULAR_FILE: &str = "not a regular file";
-/// `reason` of a create whose name exists.
-pub const EXISTS: &str = "the name already exists";
-/// `reason` of a size past the maximum file size.
-pub const TOO_BIG: &str = "past the maximum file size ((2^32 - 1) blocks)";
-/// `reason` of a path that does not start with `/`.
-pub const NOT_ABSOLUTE: &str = "paths are absolute (start with '/')";
 
 /// `S_IFMT` and the types.
 const S_IFMT: u16 = 0xF000;
@@ -186,12 +173,12 @@ impl ExtentStore for ImageStore<'_> {
 /// The components of an absolute path (empty for `/`).
 fn components(path: &str) -> Result<Vec<&[u8]>, Ext4Error> {
     if !path.starts_with('/') {
-        return Err(invalid("path", path.len() as u64, NOT_ABSOLUTE));
+        return Err(Ext4Error::NotAbsolute { path: path.into() });
     }
     let mut out = Vec::new();
     for c in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
         if c.len() > dir::MAX_NAME_LEN {
-            return Err(invalid("name", c.len() as u64, NAME_TOO_LONG));
+            return Err(Ext4Error::NameTooLong { len: c.len() });
         }
         out.push(c.as_bytes());
     }
@@ -263,7 +250,9 @@ impl Image {
     fn dir_blocks(&mut self, ino: u32) -> Result<(Vec<(u32, u64)>, bool), Ext4Error> {
         let inode = self.inode(ino)?;
         if !inode.is_dir() {
-            return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+            return Err(Ext4Error::NotADirectory {
+                path: std::format!("inode {ino}"),
+            });
         }
         let exts = self.extents_of(ino)?;
         let bs = u64::from(self.info.block_size);
@@ -335,20 +324,28 @@ impl Image {
     /// 2), in linear and htree directories.
     ///
     /// # Errors
-    /// [`Ext4Error::InvalidArgument`] (see the [module docs](self)):
-    /// [`NOT_ABSOLUTE`], [`NAME_TOO_LONG`] (`what: "name"`), [`NOT_FOUND`],
-    /// [`NOT_A_DIRECTORY`]; [`Ext4Error::BadChecksum`] /
+    /// [`Ext4Error::NotAbsolute`], [`Ext4Error::NameTooLong`],
+    /// [`Ext4Error::NotFound`], [`Ext4Error::NotADirectory`] (each naming
+    /// the path up to the component at fault); [`Ext4Error::BadChecksum`] /
     /// [`Ext4Error::Corrupt`] for a directory or extent block that fails its
     /// checks; [`Ext4Error::Io`].
     pub fn lookup(&mut self, path: &str) -> Result<u32, Ext4Error> {
+        self.walk(&components(path)?)
+    }
+
+    /// The inode the components name, from the root directory.
+    fn walk(&mut self, comps: &[&[u8]]) -> Result<u32, Ext4Error> {
         let mut ino = ROOT_INO;
-        for c in components(path)? {
+        let mut at = String::new();
+        for c in comps {
             if !self.inode(ino)?.is_dir() {
-                return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+                return Err(Ext4Error::NotADirectory { path: at });
             }
+            at.push('/');
+            at.push_str(&String::from_utf8_lossy(c));
             ino = match self.find_entry(ino, c)? {
                 Some((e, _)) => e.inode,
-                None => return Err(invalid("path", c.len() as u64, NOT_FOUND)),
+                None => return Err(Ext4Error::NotFound { path: at }),
             };
         }
         Ok(ino)
@@ -358,20 +355,16 @@ impl Image {
     fn parent_of<'p>(&mut self, path: &'p str) -> Result<(u32, &'p [u8]), Ext4Error> {
         let comps = components(path)?;
         let Some((&name, parents)) = comps.split_last() else {
-            return Err(invalid("path", 1, NOT_A_REGULAR_FILE));
+            return Err(Ext4Error::NotARegularFile { ino: ROOT_INO });
         };
-        let mut ino = ROOT_INO;
-        for c in parents {
-            if !self.inode(ino)?.is_dir() {
-                return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
-            }
-            ino = match self.find_entry(ino, c)? {
-                Some((e, _)) => e.inode,
-                None => return Err(invalid("path", c.len() as u64, NOT_FOUND)),
-            };
-        }
+        let ino = self.walk(parents)?;
         if !self.inode(ino)?.is_dir() {
-            return Err(invalid("path", ino.into(), NOT_A_DIRECTORY));
+            let mut at = String::new();
+            for c in parents {
+                at.push('/');
+                at.push_str(&String::from_utf8_lossy(c));
+            }
+            return Err(Ext4Error::NotADirectory { path: at });
         }
         Ok((ino, name))
     }
@@ -380,7 +373,8 @@ impl Image {
     /// block in logical order.
     ///
     /// # Errors
-    /// [`NOT_A_DIRECTORY`]; as [`Image::lookup`] for bad blocks.
+    /// [`Ext4Error::NotADirectory`] (`path: "inode N"`); as
+    /// [`Image::lookup`] for bad blocks.
     pub fn read_dir(&mut self, ino: u32) -> Result<Vec<DirEntry>, Ext4Error> {
         let (blocks, htree) = self.dir_blocks(ino)?;
         let generation = self.inode(ino)?.generation;
@@ -568,23 +562,27 @@ impl Image {
     /// directory the leaf the name's hash selects.
     ///
     /// # Errors
-    /// As [`Image::lookup`] for the parent; [`EXISTS`] (`what: "path"`);
-    /// [`NOT_A_REGULAR_FILE`] (`what: "mode"`) for a mode with another
-    /// type; [`Ext4Error::Unsupported`] (`"htree leaf split"`) when the
+    /// As [`Image::lookup`] for the parent; [`Ext4Error::Exists`];
+    /// [`Ext4Error::InvalidArgument`] (`what: "mode"`) for a mode with
+    /// another type; [`Ext4Error::Unsupported`] (`"htree leaf split"`) when the
     /// htree leaf is full; [`Ext4Error::NoFreeInodes`],
     /// [`Ext4Error::NoSpace`]. Nothing changes on an error (checked before
     /// the first change).
     pub fn create(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.check_writable()?;
         if mode & S_IFMT != 0 && mode & S_IFMT != S_IFREG {
-            return Err(invalid("mode", mode.into(), NOT_A_REGULAR_FILE));
+            return Err(invalid(
+                "mode",
+                mode.into(),
+                "only regular files can be created",
+            ));
         }
         let (parent, name) = self.parent_of(path)?;
         if name.contains(&0) {
             return Err(invalid("name", name.len() as u64, "a name holds no NUL"));
         }
         if self.find_entry(parent, name)?.is_some() {
-            return Err(invalid("path", name.len() as u64, EXISTS));
+            return Err(Ext4Error::Exists { path: path.into() });
         }
         let pinode = self.inode(parent)?;
         let csum = self.csum();
@@ -604,16 +602,18 @@ impl Image {
                     .find(|e| e.logical <= l && u64::from(l) < e.end())
                     .map(|e| e.physical + u64::from(l - e.logical))
             };
-            let root_p = phys(0).ok_or_else(|| invalid("path", 0, NOT_FOUND))?;
+            let unmapped =
+                |l: u32| corrupt("i_block", None, l.into(), "directory block not mapped");
+            let root_p = phys(0).ok_or_else(|| unmapped(0))?;
             let root = self.read_block(root_p)?.into_owned();
             let mut seed16 = [0u8; 16];
             seed16.copy_from_slice(&self.sb[SB_HASH_SEED..SB_HASH_SEED + 16]);
             let s_flags = le32(&self.sb, SB_FLAGS);
             let leaf = dir::leaf_for(name, &root, s_flags, seed16, pseed, |l| {
-                let p = phys(l).ok_or_else(|| invalid("block", l.into(), NOT_FOUND))?;
+                let p = phys(l).ok_or_else(|| unmapped(l))?;
                 Ok(self.read_block(p)?.into_owned())
             })?;
-            let p = phys(leaf).ok_or_else(|| invalid("block", leaf.into(), NOT_FOUND))?;
+            let p = phys(leaf).ok_or_else(|| unmapped(leaf))?;
             let mut b = self.dir_block(parent, pinode.generation, p)?;
             if !dir::add_entry(&mut b, name, 1, ft, csum)? {
                 return Err(Ext4Error::Unsupported {
@@ -696,7 +696,10 @@ impl Image {
         let bs = u64::from(self.info.block_size);
         let logical = pinode.size.div_ceil(bs);
         if logical >= u64::from(u32::MAX) {
-            return Err(invalid("size", pinode.size, TOO_BIG));
+            return Err(Ext4Error::FileTooBig {
+                size: pinode.size + bs,
+                max: self.max_file_size(),
+            });
         }
         let goal = self.file_goal(parent, &root, seed)?;
         let p = self.alloc_blocks(AllocRequest {
@@ -759,8 +762,8 @@ impl Image {
     /// blocks allocated.
     ///
     /// # Errors
-    /// [`NOT_A_REGULAR_FILE`] (`what: "ino"`); [`TOO_BIG`] (`what:
-    /// "size"`) for an end past [`Image::max_file_size`];
+    /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`] for an
+    /// end past [`Image::max_file_size`];
     /// [`Ext4Error::NoSpace`] when the free blocks cannot cover the request
     /// and its tree blocks (checked first: nothing changes). An error in
     /// the middle (I/O, a corrupt tree block) may leave the blocks
@@ -774,10 +777,14 @@ impl Image {
     ) -> Result<u64, Ext4Error> {
         self.check_writable()?;
         let (mut root, inode) = self.root_of_file(ino)?;
+        let max = self.max_file_size();
         let end = offset
             .checked_add(len)
-            .filter(|&e| e <= self.max_file_size())
-            .ok_or_else(|| invalid("size", offset.saturating_add(len), TOO_BIG))?;
+            .filter(|&e| e <= max)
+            .ok_or(Ext4Error::FileTooBig {
+                size: offset.saturating_add(len),
+                max,
+            })?;
         if len == 0 {
             return Err(invalid("len", 0, "must be at least 1"));
         }
@@ -909,7 +916,7 @@ impl Image {
     fn root_of_file(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
         let inode = self.inode(ino)?;
         if inode.mode & S_IFMT != S_IFREG {
-            return Err(invalid("ino", ino.into(), NOT_A_REGULAR_FILE));
+            return Err(Ext4Error::NotARegularFile { ino });
         }
         if inode.flags & HUGE_FILE_FL != 0 {
             return Err(Ext4Error::Unsupported {
@@ -925,12 +932,14 @@ impl Image {
     /// size only changes `i_size` (a sparse tail).
     ///
     /// # Errors
-    /// [`NOT_A_REGULAR_FILE`]; [`TOO_BIG`]; as [`extent::truncate`].
+    /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`]; as
+    /// [`extent::truncate`].
     pub fn truncate(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
         self.check_writable()?;
         let (mut root, inode) = self.root_of_file(ino)?;
-        if size > self.max_file_size() {
-            return Err(invalid("size", size, TOO_BIG));
+        let max = self.max_file_size();
+        if size > max {
+            return Err(Ext4Error::FileTooBig { size, max });
         }
         let bs = u64::from(self.info.block_size);
         let seed = self.seed_of(ino, inode.generation);
@@ -971,18 +980,18 @@ impl Image {
     /// the inode (`links_count` 0, `dtime` set, size and `i_blocks` 0).
     ///
     /// # Errors
-    /// As [`Image::lookup`]; [`NOT_A_REGULAR_FILE`] (`what: "path"`); bad
+    /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`]; bad
     /// blocks as [`extent::truncate`]. Checked before the first change.
     pub fn unlink(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.check_writable()?;
         let (parent, name) = self.parent_of(path)?;
         let Some((entry, slot)) = self.find_entry(parent, name)? else {
-            return Err(invalid("path", name.len() as u64, NOT_FOUND));
+            return Err(Ext4Error::NotFound { path: path.into() });
         };
         let ino = entry.inode;
         let inode = self.inode(ino)?;
         if inode.mode & S_IFMT != S_IFREG {
-            return Err(invalid("path", ino.into(), NOT_A_REGULAR_FILE));
+            return Err(Ext4Error::NotARegularFile { ino });
         }
         let seed = self.seed_of(ino, inode.generation);
         let mut root = [0u8; ROOT_SIZE];

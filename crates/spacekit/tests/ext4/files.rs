@@ -10,9 +10,6 @@ use std::path::Path;
 
 use spacekit::__testing::ext4::fail_write_after;
 use spacekit::ext4::files::Stat;
-use spacekit::ext4::files::{
-    NAME_TOO_LONG, NOT_A_DIRECTORY, NOT_A_REGULAR_FILE, NOT_FOUND, TOO_BIG,
-};
 use spacekit::ext4::{Ext4Error, Image};
 
 use crate::fixtures::*;
@@ -526,13 +523,6 @@ fn crash_at_every_flush_step() {
     }
 }
 
-fn reason(e: &Ext4Error) -> &'static str {
-    match e {
-        Ext4Error::InvalidArgument { reason, .. } => reason,
-        other => panic!("expected InvalidArgument, got {other:?}"),
-    }
-}
-
 #[test]
 fn bad_input_is_refused_and_nothing_written() {
     require_e2fsprogs!();
@@ -547,43 +537,76 @@ fn bad_input_is_refused_and_nothing_written() {
     let bytes = fs::read(&path).unwrap();
     let mut img = open_rw(&path);
     let f = img.lookup("/f").unwrap();
-    assert_eq!(reason(&img.lookup("/nope").unwrap_err()), NOT_FOUND);
-    assert_eq!(reason(&img.lookup("/f/x").unwrap_err()), NOT_A_DIRECTORY);
+    let not_found = |e: Ext4Error, want: &str| match e {
+        Ext4Error::NotFound { ref path } if path == want => {}
+        other => panic!("expected NotFound {{ {want} }}, got {other:?}"),
+    };
+    not_found(img.lookup("/nope").unwrap_err(), "/nope");
+    not_found(
+        img.lookup("/lost+found/nope/x").unwrap_err(),
+        "/lost+found/nope",
+    );
+    match img.lookup("/f/x").unwrap_err() {
+        Ext4Error::NotADirectory { path } => assert_eq!(path, "/f"),
+        other => panic!("expected NotADirectory, got {other:?}"),
+    }
+    match img.lookup("f").unwrap_err() {
+        Ext4Error::NotAbsolute { path } => assert_eq!(path, "f"),
+        other => panic!("expected NotAbsolute, got {other:?}"),
+    }
     let long = format!("/{}", "a".repeat(256));
-    assert_eq!(reason(&img.lookup(&long).unwrap_err()), NAME_TOO_LONG);
-    assert_eq!(
-        reason(&img.create(&long, 0o644).unwrap_err()),
-        NAME_TOO_LONG
-    );
-    assert_eq!(
-        reason(&img.create("/nope/x", 0o644).unwrap_err()),
-        NOT_FOUND
-    );
-    assert!(img.create("/f", 0o644).is_err());
-    assert_eq!(
-        reason(&img.create("/d", 0o040755).unwrap_err()),
-        NOT_A_REGULAR_FILE
-    );
+    for e in [
+        img.lookup(&long).unwrap_err(),
+        img.create(&long, 0o644).unwrap_err(),
+    ] {
+        assert!(matches!(e, Ext4Error::NameTooLong { len: 256 }), "{e:?}");
+    }
+    not_found(img.create("/nope/x", 0o644).unwrap_err(), "/nope");
+    match img.create("/f", 0o644).unwrap_err() {
+        Ext4Error::Exists { path } => assert_eq!(path, "/f"),
+        other => panic!("expected Exists, got {other:?}"),
+    }
+    assert!(matches!(
+        img.create("/f/x", 0o644).unwrap_err(),
+        Ext4Error::NotADirectory { .. }
+    ));
+    assert!(matches!(
+        img.create("/d", 0o040755).unwrap_err(),
+        Ext4Error::InvalidArgument { what: "mode", .. }
+    ));
     let lf = img.lookup("/lost+found").unwrap();
-    assert_eq!(
-        reason(&img.fallocate(lf, 0, 1024, false).unwrap_err()),
-        NOT_A_REGULAR_FILE
-    );
-    assert_eq!(
-        reason(&img.truncate(lf, 0).unwrap_err()),
-        NOT_A_REGULAR_FILE
-    );
-    assert_eq!(
-        reason(&img.unlink("/lost+found").unwrap_err()),
-        NOT_A_REGULAR_FILE
-    );
-    assert_eq!(reason(&img.unlink("/nope").unwrap_err()), NOT_FOUND);
+    for e in [
+        img.fallocate(lf, 0, 1024, false).unwrap_err(),
+        img.truncate(lf, 0).unwrap_err(),
+        img.unlink("/lost+found").unwrap_err(),
+    ] {
+        match e {
+            Ext4Error::NotARegularFile { ino } => assert_eq!(ino, lf),
+            other => panic!("expected NotARegularFile, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        img.unlink("/").unwrap_err(),
+        Ext4Error::NotARegularFile { ino: 2 }
+    ));
+    assert!(matches!(
+        img.read_dir(f).unwrap_err(),
+        Ext4Error::NotADirectory { .. }
+    ));
+    not_found(img.unlink("/nope").unwrap_err(), "/nope");
     let max = img.max_file_size();
-    assert_eq!(
-        reason(&img.fallocate(f, max, 1, false).unwrap_err()),
-        TOO_BIG
-    );
-    assert_eq!(reason(&img.truncate(f, max + 1).unwrap_err()), TOO_BIG);
+    match img.fallocate(f, max, 1, false).unwrap_err() {
+        Ext4Error::FileTooBig { size, max: m } => assert_eq!((size, m), (max + 1, max)),
+        other => panic!("expected FileTooBig, got {other:?}"),
+    }
+    match img.truncate(f, max + 1).unwrap_err() {
+        e @ Ext4Error::FileTooBig { .. } => {
+            let text = e.to_string();
+            assert!(text.contains("largest file size"), "{text}");
+            assert!(!text.contains('\n'), "{text}");
+        }
+        other => panic!("expected FileTooBig, got {other:?}"),
+    }
     let free = img.free_blocks_count();
     let bs = u64::from(img.info().block_size);
     assert!(matches!(
