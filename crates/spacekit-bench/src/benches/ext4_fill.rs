@@ -473,9 +473,8 @@ impl State {
 
     fn update_inode(&mut self, added_leaf: Option<u64>, splice: bool) {
         let mut crc = inode_stored(&self.inode);
-        let c = splice.then_some(&mut crc);
+        let mut c = splice.then_some(&mut crc);
         let inode = &mut self.inode;
-        let mut c = c;
         let bs = self.block_size as u64;
         let old_blocks = u64::from(le32(inode, ino::BLOCKS_LO))
             | (u64::from(le16(inode, ino::BLOCKS_HIGH)) << 32);
@@ -521,7 +520,7 @@ impl State {
         );
         write(
             inode,
-            c.as_deref_mut(),
+            c,
             INODE_SIZE,
             ino::SIZE_HIGH,
             &((size >> 32) as u32).to_le_bytes(),
@@ -565,7 +564,7 @@ impl State {
         );
         write(
             desc,
-            c.as_deref_mut(),
+            c,
             DESC_SIZE,
             bg::BITMAP_CSUM_HI,
             &((bcsum >> 16) as u16).to_le_bytes(),
@@ -587,7 +586,7 @@ impl State {
         );
         write(
             sbk,
-            c.as_deref_mut(),
+            c,
             sb::CSUM,
             sb::FREE_HI,
             &((free >> 32) as u32).to_le_bytes(),
