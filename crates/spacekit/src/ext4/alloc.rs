@@ -80,6 +80,76 @@ impl Image {
         Err(Ext4Error::NoSpace { len, align })
     }
 
+    /// Allocates the free run at or after `goal`, as ext4 extends a file:
+    /// the first free block at or after the goal (in the goal's group from
+    /// the goal's block, then each following group from its first block,
+    /// wrapping through all of them, and last the goal's group before the
+    /// goal) and the free blocks that follow it, up to `max` blocks and the
+    /// end of its group. Returns the first block and the length.
+    ///
+    /// Unlike [`Image::alloc_blocks`] no group is skipped for holding a
+    /// shorter free run than asked, so successive calls with the goal just
+    /// past the previous run fill the groups in order. Groups without free
+    /// blocks, or whose descriptor or block bitmap fails its checksum, are
+    /// skipped. Accounting as [`Image::alloc_blocks`].
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for a zero `max` or a goal outside
+    /// the file system; [`Ext4Error::NoSpace`] when no block is free; as
+    /// [`Image::alloc_blocks`] otherwise.
+    pub(crate) fn alloc_run_from(
+        &mut self,
+        goal: Option<u64>,
+        max: u32,
+    ) -> Result<(u64, u32), Ext4Error> {
+        self.check_writable()?;
+        if max == 0 {
+            return Err(invalid("len", 0, "must be at least 1"));
+        }
+        let (g0, bit0) = match goal {
+            None => (0, 0),
+            Some(b) => {
+                self.info
+                    .group_of_block(b)
+                    .ok_or(invalid("goal", b, "outside the file system"))?
+            }
+        };
+        let groups = self.info.group_count;
+        for i in 0..=groups {
+            let g = (g0 + i) % groups;
+            let n = self.info.blocks_in_group(g);
+            // The goal's group from the goal first, before it last.
+            let (from, to) = match i {
+                0 => (bit0, n),
+                _ if i == groups => (0, bit0),
+                _ => (0, n),
+            };
+            if from >= to || !self.desc_csum_ok[g as usize] || self.desc(g).free_blocks() == 0 {
+                continue;
+            }
+            let l = self.block_bitmap(g)?;
+            if !l.csum_ok() {
+                continue;
+            }
+            let view = l.view(n as usize)?;
+            let Some(start) = view
+                .find_next_clear(from as usize)
+                .filter(|&s| s < to as usize)
+            else {
+                continue;
+            };
+            let end = view
+                .find_next_set(start)
+                .unwrap_or(n as usize)
+                .min(n as usize)
+                .min(start + max as usize);
+            let (start, len) = (start as u32, (end - start) as u32);
+            self.mark_blocks(g, start, len, true)?;
+            return Ok((self.info.group_first_block(g) + u64::from(start), len));
+        }
+        Err(Ext4Error::NoSpace { len: max, align: 1 })
+    }
+
     /// Frees blocks `[start, start + len)`, which may span groups: clears
     /// their bits and adds them back to the group and superblock counts, with
     /// every checksum updated (e2fsprogs' `ext2fs_block_alloc_stats_range`

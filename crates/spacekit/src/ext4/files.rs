@@ -754,8 +754,12 @@ impl Image {
     /// logical blocks `offset / bs` up to `ceil((offset + len) / bs)`,
     /// skipping those already mapped. Blocks come from the goal ext4 uses
     /// (just past the file's last physical block, else the first block of
-    /// the inode's group) through [`Image::alloc_blocks`], as long runs as
-    /// the free space allows (each at most 32,767 blocks and one group), so
+    /// the inode's group), as ext4 extends a file: each step takes the
+    /// free run at or after the goal (the first free block from the goal
+    /// on, wrapping through the groups, and the free blocks after it), at
+    /// most 32,767 blocks (an unwritten extent) and the rest of its group,
+    /// and the next goal is just past it. So the data fills the free space
+    /// in order from the goal, skipping only blocks in use (metadata), and
     /// a request may take several extents and span groups. `i_blocks`
     /// grows by the data and tree blocks added; the size becomes
     /// `max(size, offset + len)` unless `keep_size`. Returns the data
@@ -839,25 +843,13 @@ impl Image {
         let mut result = Ok(());
         'holes: for (mut a, b) in holes {
             while a < b {
-                let mut want = (b - a)
-                    .min(u64::from(extent::MAX_UNWRITTEN_LEN))
-                    .min(u64::from(self.info.blocks_per_group))
-                    as u32;
-                let p = loop {
-                    let g = (goal < self.info.blocks_count).then_some(goal);
-                    match self.alloc_blocks(AllocRequest {
-                        goal: g,
-                        len: want,
-                        align: 1,
-                    }) {
-                        Ok(p) => break p,
-                        Err(Ext4Error::NoSpace { .. }) if want > 1 => {
-                            want = self.largest_free_run().clamp(1, want - 1);
-                        }
-                        Err(e) => {
-                            result = Err(e);
-                            break 'holes;
-                        }
+                let max = (b - a).min(u64::from(extent::MAX_UNWRITTEN_LEN)) as u32;
+                let g = (goal < self.info.blocks_count).then_some(goal);
+                let (p, want) = match self.alloc_run_from(g, max) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        result = Err(e);
+                        break 'holes;
                     }
                 };
                 let mut store = ImageStore::new(self);
@@ -896,20 +888,6 @@ impl Image {
             self.note_large_file(size);
         }
         result.map(|()| data)
-    }
-
-    /// The longest free run in one group (for shrinking an allocation that
-    /// found no run as long as asked).
-    fn largest_free_run(&self) -> u32 {
-        let mut best = 0u64;
-        for g in 0..self.info.group_count {
-            if let Ok(v) = self.free_extents(g) {
-                for (_, l) in v {
-                    best = best.max(l);
-                }
-            }
-        }
-        best.min(u64::from(u32::MAX)) as u32
     }
 
     /// The extent root of a regular file.
