@@ -152,6 +152,74 @@ fn write(buf: &mut [u8], crc: Option<&mut u32>, len: usize, at: usize, new: &[u8
     buf[at..at + new.len()].copy_from_slice(new);
 }
 
+/// The longest region an [`Edit`] splices (the superblock's free count:
+/// 0x0C to 0x15C).
+const SPAN: usize = 384;
+static ZEROS: [u8; SPAN] = [0; SPAN];
+
+/// Field writes to one small checksummed buffer (inode, descriptor,
+/// superblock), spliced into its checksum as one region: from the first
+/// changed byte to the last, the XOR of old and new (bytes that did not
+/// change drop out, so one splice covers every field: one shift instead of
+/// one per field).
+struct Edit<'a> {
+    buf: &'a mut [u8],
+    /// `old ^ new` from `base` on.
+    xor: [u8; SPAN],
+    base: usize,
+    lo: usize,
+    hi: usize,
+    track: bool,
+}
+
+impl<'a> Edit<'a> {
+    /// Edits of `buf` at offsets from `base` on; `track` records them for
+    /// [`Edit::splice`].
+    fn new(buf: &'a mut [u8], base: usize, track: bool) -> Edit<'a> {
+        Edit {
+            buf,
+            xor: [0; SPAN],
+            base,
+            lo: usize::MAX,
+            hi: 0,
+            track,
+        }
+    }
+
+    fn write(&mut self, at: usize, new: &[u8]) {
+        let old = &mut self.buf[at..at + new.len()];
+        if old == new {
+            return;
+        }
+        if self.track {
+            let x = &mut self.xor[at - self.base..at - self.base + new.len()];
+            for ((x, o), n) in x.iter_mut().zip(old.iter()).zip(new) {
+                *x ^= o ^ n;
+            }
+            self.lo = self.lo.min(at);
+            self.hi = self.hi.max(at + new.len());
+        }
+        old.copy_from_slice(new);
+    }
+
+    /// `crc` (of the buffer's first `len` bytes) after the writes:
+    /// `crc32c::splice` over the changed region.
+    fn splice(&self, crc: u32, len: usize) -> u32 {
+        if self.lo >= self.hi {
+            return crc;
+        }
+        let (a, b) = (self.lo - self.base, self.hi - self.base);
+        crc32c::splice(
+            crc,
+            len as u64,
+            self.lo as u64,
+            &self.xor[a..b],
+            &ZEROS[..b - a],
+        )
+        .expect("a region inside the buffer")
+    }
+}
+
 /// The inode's checksum seed (`ext4_inode_csum_seed`).
 fn inode_seed() -> u32 {
     let s = crc32c::raw(FS_SEED, &INO.to_le_bytes());
@@ -472,127 +540,66 @@ impl State {
     }
 
     fn update_inode(&mut self, added_leaf: Option<u64>, splice: bool) {
-        let mut crc = inode_stored(&self.inode);
-        let mut c = splice.then_some(&mut crc);
-        let inode = &mut self.inode;
         let bs = self.block_size as u64;
-        let old_blocks = u64::from(le32(inode, ino::BLOCKS_LO))
-            | (u64::from(le16(inode, ino::BLOCKS_HIGH)) << 32);
+        let lblk = self.lblk;
+        let mut ed = Edit::new(&mut self.inode, 0, splice);
+        let old_blocks = u64::from(le32(ed.buf, ino::BLOCKS_LO))
+            | (u64::from(le16(ed.buf, ino::BLOCKS_HIGH)) << 32);
         let mut blocks = old_blocks + REQ as u64 * bs / 512;
         if let Some(b) = added_leaf {
             blocks += bs / 512;
-            let k = usize::from(le16(inode, ino::BLOCK + 2));
-            let at = ino::BLOCK + 12 + 12 * k;
+            let k = usize::from(le16(ed.buf, ino::BLOCK + 2));
             let mut idx = [0u8; 12];
-            put32(&mut idx, 0, self.lblk - REQ as u32);
+            put32(&mut idx, 0, lblk - REQ as u32);
             put32(&mut idx, 4, b as u32);
             put16(&mut idx, 8, (b >> 32) as u16);
-            write(inode, c.as_deref_mut(), INODE_SIZE, at, &idx);
-            write(
-                inode,
-                c.as_deref_mut(),
-                INODE_SIZE,
-                ino::BLOCK + 2,
-                &((k + 1) as u16).to_le_bytes(),
-            );
+            ed.write(ino::BLOCK + 12 + 12 * k, &idx);
+            ed.write(ino::BLOCK + 2, &((k + 1) as u16).to_le_bytes());
         }
-        let size = u64::from(self.lblk) * bs;
-        write(
-            inode,
-            c.as_deref_mut(),
-            INODE_SIZE,
-            ino::BLOCKS_LO,
-            &(blocks as u32).to_le_bytes(),
-        );
-        write(
-            inode,
-            c.as_deref_mut(),
-            INODE_SIZE,
-            ino::BLOCKS_HIGH,
-            &((blocks >> 32) as u16).to_le_bytes(),
-        );
-        write(
-            inode,
-            c.as_deref_mut(),
-            INODE_SIZE,
-            ino::SIZE_LO,
-            &(size as u32).to_le_bytes(),
-        );
-        write(
-            inode,
-            c,
-            INODE_SIZE,
-            ino::SIZE_HIGH,
-            &((size >> 32) as u32).to_le_bytes(),
-        );
+        let size = u64::from(lblk) * bs;
+        ed.write(ino::BLOCKS_LO, &(blocks as u32).to_le_bytes());
+        ed.write(ino::BLOCKS_HIGH, &((blocks >> 32) as u16).to_le_bytes());
+        ed.write(ino::SIZE_LO, &(size as u32).to_le_bytes());
+        ed.write(ino::SIZE_HIGH, &((size >> 32) as u32).to_le_bytes());
         let crc = if splice {
-            crc
+            ed.splice(inode_stored(ed.buf), INODE_SIZE)
         } else {
-            inode_crc(self.seed_i, inode)
+            inode_crc(self.seed_i, ed.buf)
         };
-        inode_store(inode, crc);
+        inode_store(&mut self.inode, crc);
     }
 
     fn update_counts(&mut self, bcsum: u32, splice: bool) {
         // Descriptor: free count and the bitmap's checksum.
-        let desc = &mut self.desc;
-        let mut crc = u32::from(le16(desc, bg::CSUM));
-        let mut c = splice.then_some(&mut crc);
-        let free = (u32::from(le16(desc, bg::FREE_LO))
-            | (u32::from(le16(desc, bg::FREE_HI)) << 16))
+        let mut ed = Edit::new(&mut self.desc, bg::FREE_LO, splice);
+        let free = (u32::from(le16(ed.buf, bg::FREE_LO))
+            | (u32::from(le16(ed.buf, bg::FREE_HI)) << 16))
             - REQ as u32;
-        write(
-            desc,
-            c.as_deref_mut(),
-            DESC_SIZE,
-            bg::FREE_LO,
-            &(free as u16).to_le_bytes(),
-        );
-        write(
-            desc,
-            c.as_deref_mut(),
-            DESC_SIZE,
-            bg::FREE_HI,
-            &((free >> 16) as u16).to_le_bytes(),
-        );
-        write(
-            desc,
-            c.as_deref_mut(),
-            DESC_SIZE,
-            bg::BITMAP_CSUM_LO,
-            &(bcsum as u16).to_le_bytes(),
-        );
-        write(
-            desc,
-            c,
-            DESC_SIZE,
-            bg::BITMAP_CSUM_HI,
-            &((bcsum >> 16) as u16).to_le_bytes(),
-        );
-        let crc = if splice { crc as u16 } else { desc_crc(desc) };
-        put16(desc, bg::CSUM, crc);
+        ed.write(bg::FREE_LO, &(free as u16).to_le_bytes());
+        ed.write(bg::FREE_HI, &((free >> 16) as u16).to_le_bytes());
+        ed.write(bg::BITMAP_CSUM_LO, &(bcsum as u16).to_le_bytes());
+        ed.write(bg::BITMAP_CSUM_HI, &((bcsum >> 16) as u16).to_le_bytes());
+        // bg_checksum lies inside the span but is the same before and after
+        // (it is stored below), so it drops out of the splice.
+        let crc = if splice {
+            ed.splice(u32::from(le16(ed.buf, bg::CSUM)), DESC_SIZE) as u16
+        } else {
+            desc_crc(ed.buf)
+        };
+        put16(&mut self.desc, bg::CSUM, crc);
         // Superblock: free count.
-        let sbk = &mut self.sb;
-        let mut crc = le32(sbk, sb::CSUM);
-        let mut c = splice.then_some(&mut crc);
-        let free = (u64::from(le32(sbk, sb::FREE_LO)) | (u64::from(le32(sbk, sb::FREE_HI)) << 32))
+        let mut ed = Edit::new(&mut self.sb, sb::FREE_LO, splice);
+        let free = (u64::from(le32(ed.buf, sb::FREE_LO))
+            | (u64::from(le32(ed.buf, sb::FREE_HI)) << 32))
             - REQ as u64;
-        write(
-            sbk,
-            c.as_deref_mut(),
-            sb::CSUM,
-            sb::FREE_LO,
-            &(free as u32).to_le_bytes(),
-        );
-        write(
-            sbk,
-            c,
-            sb::CSUM,
-            sb::FREE_HI,
-            &((free >> 32) as u32).to_le_bytes(),
-        );
-        let crc = if splice { crc } else { sb_crc(sbk) };
-        put32(sbk, sb::CSUM, crc);
+        ed.write(sb::FREE_LO, &(free as u32).to_le_bytes());
+        ed.write(sb::FREE_HI, &((free >> 32) as u32).to_le_bytes());
+        let crc = if splice {
+            ed.splice(le32(ed.buf, sb::CSUM), sb::CSUM)
+        } else {
+            sb_crc(ed.buf)
+        };
+        put32(&mut self.sb, sb::CSUM, crc);
     }
 
     /// Fills the group with requests until none fits.
