@@ -85,8 +85,8 @@ struct SizeArgs {
     #[command(flatten)]
     file: PathArgs,
     /// The size in bytes (suffixes K, M, G, T: powers of 1024).
-    #[arg(long, value_parser = parse_size)]
-    size: u64,
+    #[arg(long)]
+    size: String,
     /// fallocate only: leave the file's size as it is.
     #[arg(long)]
     keep_size: bool,
@@ -407,10 +407,7 @@ fn ls(a: &LsArgs) -> Result<(), String> {
 /// Prints PATH's stat; `img` is the image already open (after a change).
 fn stat(a: &PathArgs, img: Option<Image>) -> Result<(), String> {
     let c = &a.common;
-    let mut img = match img {
-        Some(i) => i,
-        None => open(c, OpenMode::ReadOnly)?,
-    };
+    let mut img = img.map_or_else(|| open(c, OpenMode::ReadOnly), Ok)?;
     let err = |e| format!("{}: {}: {e}", c.image.display(), a.path);
     let ino = img.lookup(&a.path).map_err(err)?;
     let st = img.stat(ino).map_err(err)?;
@@ -451,6 +448,7 @@ fn stat(a: &PathArgs, img: Option<Image>) -> Result<(), String> {
 /// `fallocate` (`alloc`) or `truncate`, then one flush, then the stat.
 fn change(a: &SizeArgs, alloc: bool) -> Result<(), String> {
     let c = &a.file.common;
+    let size = parse_size(&a.size).map_err(|e| format!("--size: {e}"))?;
     let mut img = open(c, OpenMode::ReadWrite)?;
     let err = |e| format!("{}: {}: {e}", c.image.display(), a.file.path);
     let ino = match img.lookup(&a.file.path) {
@@ -459,9 +457,9 @@ fn change(a: &SizeArgs, alloc: bool) -> Result<(), String> {
         Err(e) => return Err(err(e)),
     };
     if !alloc {
-        img.truncate(ino, a.size).map_err(err)?;
-    } else if a.size > 0 {
-        img.fallocate(ino, 0, a.size, a.keep_size).map_err(err)?;
+        img.truncate(ino, size).map_err(err)?;
+    } else if size > 0 {
+        img.fallocate(ino, 0, size, a.keep_size).map_err(err)?;
     }
     img.flush().map_err(err)?;
     stat(&a.file, Some(img))

@@ -1017,3 +1017,278 @@ fn ext4_rejects_a_file_that_is_not_ext4_and_reports_a_flipped_bit() {
     assert!(checks.contains(&"BlockBitmapChecksum"), "{v}");
     let _ = std::fs::remove_file(&img);
 }
+
+/// `debugfs -R CMD IMAGE`'s standard output, or `None` without debugfs.
+fn debugfs(img: &std::path::Path, cmd: &str) -> Option<String> {
+    let out = Command::new("debugfs")
+        .args(["-R", cmd])
+        .arg(img)
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The number after `key` in debugfs's text.
+fn debugfs_field(text: &str, key: &str) -> u64 {
+    let i = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key} in {text}"));
+    text[i + key.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `spacekit ext4 CMD IMAGE ARGS...`.
+fn ext4_cmd(cmd: &str, img: &std::path::Path, args: &[&str]) -> std::process::Output {
+    spacekit()
+        .args(["ext4", cmd])
+        .arg(img)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Success, with standard output parsed as JSON.
+fn ext4_json(cmd: &str, img: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = ext4_cmd(cmd, img, &all);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{cmd} {args:?}: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Success, with standard output as text.
+fn ext4_text(cmd: &str, img: &std::path::Path, args: &[&str]) -> String {
+    let out = ext4_cmd(cmd, img, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// debugfs's size and block count of PATH equal `size` and `blocks`, and
+/// `e2fsck -fn` finds nothing to fix.
+fn assert_debugfs_stat(img: &std::path::Path, path: &str, size: u64, blocks: u64, what: &str) {
+    if let Some(text) = debugfs(img, &format!("stat {path}")) {
+        assert_eq!(debugfs_field(&text, "Size: "), size, "{what}: {text}");
+        assert_eq!(
+            debugfs_field(&text, "Blockcount: "),
+            blocks,
+            "{what}: {text}"
+        );
+    }
+    if let Some(code) = e2fsck_exit(img) {
+        assert_eq!(code, 0, "{what}: e2fsck -fn");
+    }
+}
+
+/// The text `stat`: `Size: N   Blockcount: M`, and the extent lines.
+fn text_stat(text: &str) -> (u64, u64, usize) {
+    let size = debugfs_field(text, "Size: ");
+    let blocks = debugfs_field(text, "Blockcount: ");
+    let leaves = text
+        .lines()
+        .filter(|l| l.contains('/') && l.contains(" - "))
+        .count();
+    (size, blocks, leaves)
+}
+
+#[test]
+fn ext4_file_commands_agree_with_debugfs_and_keep_the_image_clean() {
+    let Some(img) = ext4_image("ext4-files.img") else {
+        return;
+    };
+    // fallocate --json creates /a: 1 MiB of unwritten blocks.
+    let a = ext4_json("fallocate", &img, &["/a", "--size", "1M"]);
+    assert_eq!(a["path"], "/a");
+    assert_eq!(a["size"], 1 << 20);
+    assert_eq!(a["blocks"], (1 << 20) / 512);
+    let exts = a["extents"].as_array().unwrap();
+    let mapped: u64 = exts
+        .iter()
+        .filter(|e| e["is_index"] == false)
+        .map(|e| e["len"].as_u64().unwrap())
+        .sum();
+    assert_eq!(mapped, 256);
+    assert!(exts.iter().all(|e| e["unwritten"] == true), "{a}");
+    let ino_a = a["inode"].as_u64().unwrap();
+    assert_debugfs_stat(&img, "/a", 1 << 20, 2048, "fallocate --json");
+    // fallocate as text creates /b; --keep-size leaves the size at 0.
+    let t = ext4_text("fallocate", &img, &["/b", "--size", "10M"]);
+    let (size, blocks, leaves) = text_stat(&t);
+    assert_eq!((size, blocks), (10 << 20, (10 << 20) / 512), "{t}");
+    assert!(leaves >= 1, "{t}");
+    assert!(t.contains("Uninit"), "{t}");
+    assert_debugfs_stat(&img, "/b", 10 << 20, (10 << 20) / 512, "fallocate");
+    let k = ext4_json("fallocate", &img, &["/k", "--size", "64K", "--keep-size"]);
+    assert_eq!(
+        (k["size"].as_u64(), k["blocks"].as_u64()),
+        (Some(0), Some(128))
+    );
+    assert_debugfs_stat(&img, "/k", 0, 128, "fallocate --keep-size");
+    // stat, both ways, says what fallocate said.
+    let s = ext4_json("stat", &img, &["/a"]);
+    assert_eq!(s["inode"], ino_a);
+    assert_eq!(
+        (s["size"].clone(), s["blocks"].clone()),
+        (a["size"].clone(), a["blocks"].clone())
+    );
+    assert_eq!(s["extents"], a["extents"]);
+    let t = ext4_text("stat", &img, &["/b"]);
+    assert_eq!(text_stat(&t), (size, blocks, leaves));
+    assert!(t.starts_with("Inode: "), "{t}");
+    // ls, both ways: the root's entries with their inodes and sizes.
+    let l = ext4_json("ls", &img, &[]);
+    assert_eq!(l["dir"], "/");
+    let entries = l["entries"].as_array().unwrap();
+    let entry = |name: &str| {
+        entries
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {l}"))
+    };
+    for n in [".", "..", "lost+found", "a", "b", "k"] {
+        entry(n);
+    }
+    assert_eq!(entry("a")["inode"], ino_a);
+    assert_eq!(entry("a")["size"], 1 << 20);
+    assert_eq!(entry("b")["size"], 10 << 20);
+    assert_eq!(entry("..")["inode"], 2);
+    let t = ext4_text("ls", &img, &["/"]);
+    let line = t
+        .lines()
+        .find(|l| l.ends_with(" b"))
+        .unwrap_or_else(|| panic!("no b in {t}"));
+    assert!(
+        line.contains(" -0644 ") && line.contains(" 10485760 "),
+        "{line}"
+    );
+    if let Some(d) = debugfs(&img, "ls -l /") {
+        let names: Vec<&str> = d
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .collect();
+        for n in ["a", "b", "k", "lost+found"] {
+            assert!(names.contains(&n), "debugfs ls: {d}");
+        }
+    }
+    let t = ext4_text("ls", &img, &["/lost+found"]);
+    assert_eq!(t.lines().count(), 2, "{t}");
+    // truncate, both ways: shrinking frees the blocks past the end.
+    let tr = ext4_json("truncate", &img, &["/b", "--size", "4K"]);
+    assert_eq!(
+        (tr["size"].as_u64(), tr["blocks"].as_u64()),
+        (Some(4096), Some(8))
+    );
+    assert_debugfs_stat(&img, "/b", 4096, 8, "truncate --json");
+    let t = ext4_text("truncate", &img, &["/a", "--size", "6000"]);
+    assert_eq!(text_stat(&t), (6000, 16, 1), "{t}");
+    assert_debugfs_stat(&img, "/a", 6000, 16, "truncate");
+    // Growing only sets the size (a sparse tail).
+    let tr = ext4_json("truncate", &img, &["/b", "--size", "1G"]);
+    assert_eq!(
+        (tr["size"].as_u64(), tr["blocks"].as_u64()),
+        (Some(1 << 30), Some(8))
+    );
+    assert_debugfs_stat(&img, "/b", 1 << 30, 8, "truncate up");
+    // rm, both ways: gone from ls and from debugfs, blocks back.
+    let before = ext4_json("info", &img, &[])["free_blocks"]
+        .as_u64()
+        .unwrap();
+    let r = ext4_json("rm", &img, &["/a"]);
+    assert_eq!(r["removed"], "/a");
+    assert_eq!(r["free_blocks"].as_u64().unwrap(), before + 2);
+    let out = ext4_cmd("rm", &img, &["/b"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("removed /b"));
+    let l = ext4_json("ls", &img, &[]);
+    let names: Vec<&str> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.contains(&"a") && !names.contains(&"b") && names.contains(&"k"),
+        "{l}"
+    );
+    if let Some(d) = debugfs(&img, "ls -l /") {
+        let names: Vec<&str> = d
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .collect();
+        assert!(!names.contains(&"a") && !names.contains(&"b"), "{d}");
+        assert!(names.contains(&"k"), "{d}");
+    }
+    if let Some(code) = e2fsck_exit(&img) {
+        assert_eq!(code, 0, "after rm");
+    }
+    assert!(ext4_cmd("verify", &img, &[]).status.success());
+    let _ = std::fs::remove_file(&img);
+}
+
+#[test]
+fn ext4_file_command_errors_exit_1_with_one_line_and_change_nothing() {
+    let Some(img) = ext4_image("ext4-file-errors.img") else {
+        return;
+    };
+    ext4_json("fallocate", &img, &["/f", "--size", "8K"]);
+    let bytes = std::fs::read(&img).unwrap();
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("rm", &["/nope"], "no such file"),
+        ("stat", &["/nope"], "no such file"),
+        ("stat", &["/nope", "--json"], "no such file"),
+        ("stat", &["nope"], "absolute"),
+        ("stat", &["/f/x"], "not a directory"),
+        ("ls", &["/nope"], "no such file"),
+        ("ls", &["/f"], "not a directory"),
+        ("rm", &["/lost+found"], "not a regular file"),
+        ("rm", &["/nope/x"], "no such file"),
+        ("truncate", &["/nope", "--size", "1K"], "no such file"),
+        ("fallocate", &["/f", "--size", "12Q"], "unknown unit"),
+        ("fallocate", &["/g", "--size", "lots"], "not a size"),
+        ("truncate", &["/f", "--size=-1"], "not a size"),
+        ("truncate", &["/f", "--size", "99999999999T"], "too large"),
+        ("truncate", &["/f", "--size", "100T"], "largest file size"),
+        (
+            "fallocate",
+            &["/f", "--size", "1T"],
+            "not enough free space",
+        ),
+        (
+            "fallocate",
+            &["/lost+found", "--size", "1K"],
+            "not a regular file",
+        ),
+    ];
+    for (cmd, args, want) in cases {
+        let out = ext4_cmd(cmd, &img, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd} {args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{cmd} {args:?}: {err}");
+        assert!(err.contains(want), "{cmd} {args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{cmd} {args:?}");
+        assert!(
+            std::fs::read(&img).unwrap() == bytes,
+            "{cmd} {args:?} changed the image"
+        );
+    }
+    if let Some(code) = e2fsck_exit(&img) {
+        assert_eq!(code, 0);
+    }
+    let _ = std::fs::remove_file(&img);
+}

@@ -132,7 +132,10 @@ pub enum Ext4Error {
         /// The largest file size, in bytes.
         max: u64,
     },
-    /// No group has `len` free blocks in a row at the asked alignment.
+    /// Not enough free space: from [`Image::alloc_blocks`](super::Image::alloc_blocks),
+    /// no group has `len` free blocks in a row at the asked alignment; from
+    /// [`Image::fallocate`](super::Image::fallocate), fewer free blocks
+    /// than the `len` data blocks and their extent tree blocks need.
     NoSpace {
         /// Blocks asked for.
         len: u32,
@@ -223,6 +226,9 @@ impl fmt::Display for Ext4Error {
                 f,
                 "ext4: a size of {size} bytes is past the largest file size ({max} bytes)"
             ),
+            Ext4Error::NoSpace { len, align: 1 } => {
+                write!(f, "ext4: not enough free space for {len} blocks")
+            }
             Ext4Error::NoSpace { len, align } => write!(
                 f,
                 "ext4: no group has {len} free blocks in a row aligned to {align}"
