@@ -814,13 +814,25 @@ impl Image {
             holes.push((at, last));
         }
         let need: u64 = holes.iter().map(|(a, b)| b - a).sum();
-        // Tree blocks: a new extent per MAX_UNWRITTEN_LEN at least, one
-        // more leaf per leaf's worth of entries, and a new path per level.
+        // Tree blocks: a new extent per hole and per MAX_UNWRITTEN_LEN, and
+        // one per free run the data comes from; one more leaf per leaf's
+        // worth of entries, and a new path per level.
         let per_leaf = u64::from(extent::node_capacity(bs as usize)).max(1);
         let depth = u64::from(extent::depth(&root)?);
+        let margin_for = |extents: u64| (extents / per_leaf + 1) * (depth + 2) + depth + 2;
         let est_extents = holes.len() as u64 + need / u64::from(extent::MAX_UNWRITTEN_LEN) + 1;
-        let margin = (est_extents / per_leaf + 1) * (depth + 2) + depth + 2;
-        if need > 0 && self.free_blocks_count() < need + margin {
+        let free = self.free_blocks_count();
+        let mut margin = margin_for(est_extents);
+        if need > 0 && free < need + margin_for(est_extents + need) {
+            // Tight: bound the extents by the free runs the data can come
+            // from (counted only here, near full).
+            let mut runs = 0u64;
+            for g in 0..self.info.group_count {
+                runs += self.free_extents(g)?.len() as u64;
+            }
+            margin = margin_for(est_extents + runs.min(need));
+        }
+        if need > 0 && free < need + margin {
             return Err(Ext4Error::NoSpace {
                 len: need.min(u64::from(u32::MAX)) as u32,
                 align: 1,

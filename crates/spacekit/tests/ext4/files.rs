@@ -10,7 +10,7 @@ use std::path::Path;
 
 use spacekit::__testing::ext4::fail_write_after;
 use spacekit::ext4::files::Stat;
-use spacekit::ext4::{Ext4Error, Image};
+use spacekit::ext4::{AllocRequest, Ext4Error, Image};
 
 use crate::fixtures::*;
 use crate::oracles::*;
@@ -526,6 +526,56 @@ fn large_fallocate_fills_the_free_space_in_order() {
         "blocks used {used_ours} vs {used_theirs}"
     );
     check_file(&ours, "/f", &a);
+}
+
+/// Free space in single blocks (every other block in use): a fallocate
+/// that would need more tree blocks than are left over is refused before
+/// any change, one that fits takes every hole in order.
+#[test]
+fn fragmented_free_space_is_counted_before_any_change() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("files-fragmented");
+    let path = mkfs(&dir, &K1);
+    {
+        let mut img = open_rw(&path);
+        let mut taken = Vec::new();
+        while let Ok(b) = img.alloc_blocks(AllocRequest {
+            goal: None,
+            len: 1,
+            align: 1,
+        }) {
+            taken.push(b);
+        }
+        for b in taken.iter().step_by(2) {
+            img.free_blocks(*b, 1).unwrap();
+        }
+        img.create("/f", 0o644).unwrap();
+        img.flush().unwrap();
+    }
+    let bytes = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let ino = img.lookup("/f").unwrap();
+    let bs = u64::from(img.info().block_size);
+    let free = img.free_blocks_count();
+    let e = img.fallocate(ino, 0, (free - 8) * bs, false).unwrap_err();
+    assert!(matches!(e, Ext4Error::NoSpace { .. }), "{e:?}");
+    assert!(!img.is_dirty(), "a refused fallocate changed something");
+    drop(img);
+    assert_eq!(fs::read(&path).unwrap(), bytes);
+    let mut img = open_rw(&path);
+    let n = free / 2;
+    assert_eq!(img.fallocate(ino, 0, n * bs, false).unwrap(), n);
+    let st = img.stat(ino).unwrap();
+    assert!(
+        st.extents.len() as u64 > n / 2,
+        "{} extents",
+        st.extents.len()
+    );
+    for w in st.extents.windows(2) {
+        assert!(w[1].physical > w[0].physical, "out of order");
+    }
+    img.flush().unwrap();
+    assert_verify_clean(&img, "fragmented fallocate");
 }
 
 type Txn = fn(&mut Image);
