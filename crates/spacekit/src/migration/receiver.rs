@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use super::command::{Command, Status};
 use super::error::MigrationError;
 use super::source::page_count;
-use super::wire::{decode_range, read_full, write_all, Request, Response};
+use super::wire::{check_range, decode_range, read_full, write_all, Request, Response};
 use crate::crc32c;
 use crate::dirty::WIRE_RANGE_BYTES;
 
@@ -267,19 +267,7 @@ impl<'m> Receiver<'m> {
         }
         let memory_size = self.memory.len() as u64;
         for (index, entry) in self.table.chunks_exact(WIRE_RANGE_BYTES).enumerate() {
-            let r = decode_range(entry);
-            let end = r
-                .gpa
-                .checked_add(r.length)
-                .ok_or(MigrationError::RangeOverflow { index })?;
-            if end > memory_size {
-                return Err(MigrationError::RangeOutsideMemory {
-                    index,
-                    gpa: r.gpa,
-                    length: r.length,
-                    memory_size,
-                });
-            }
+            check_range(index, decode_range(entry), memory_size)?;
         }
         for entry in self.table.chunks_exact(WIRE_RANGE_BYTES) {
             let r = decode_range(entry);

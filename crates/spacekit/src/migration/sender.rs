@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use super::command::{Command, Status};
 use super::error::MigrationError;
 use super::source::MemorySource;
-use super::wire::{read_full, write_all, Request, Response, REQUEST_BYTES};
+use super::wire::{check_range, read_full, write_all, Request, Response, REQUEST_BYTES};
 use crate::dirty::{MemoryRangeTable, WIRE_RANGE_BYTES};
 
 /// The default bounce buffer of a [`Sender`]: 1 MiB.
@@ -126,18 +126,7 @@ impl Sender {
     {
         let memory_size = source.size();
         for (index, r) in table.ranges().iter().enumerate() {
-            let end = r
-                .gpa
-                .checked_add(r.length)
-                .ok_or(MigrationError::RangeOverflow { index })?;
-            if end > memory_size {
-                return Err(MigrationError::RangeOutsideMemory {
-                    index,
-                    gpa: r.gpa,
-                    length: r.length,
-                    memory_size,
-                });
-            }
+            check_range(index, *r, memory_size)?;
         }
         let table_bytes = (table.len() * WIRE_RANGE_BYTES) as u64;
         let mut stats = SendStats {

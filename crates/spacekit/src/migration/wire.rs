@@ -258,6 +258,32 @@ pub(crate) fn read_full<R: Read + ?Sized>(
     Ok(())
 }
 
+/// Checks that range `index` of a table, `[gpa, gpa + length)`, lies
+/// inside memory of `memory_size` bytes (what both the sender and the
+/// receiver check before any byte of memory moves).
+///
+/// # Errors
+/// [`MigrationError::RangeOverflow`] or [`MigrationError::RangeOutsideMemory`].
+pub(crate) fn check_range(
+    index: usize,
+    r: MemoryRange,
+    memory_size: u64,
+) -> Result<(), MigrationError> {
+    let end = r
+        .gpa
+        .checked_add(r.length)
+        .ok_or(MigrationError::RangeOverflow { index })?;
+    if end > memory_size {
+        return Err(MigrationError::RangeOutsideMemory {
+            index,
+            gpa: r.gpa,
+            length: r.length,
+            memory_size,
+        });
+    }
+    Ok(())
+}
+
 /// Writes all of `bytes` to `stream`.
 ///
 /// # Errors
