@@ -20,13 +20,16 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::crc32c;
 use spacekit::ext4::extent::{self, Extent, ExtentStore};
 use spacekit::ext4::{Ext4Error, Image, OpenMode};
+
+#[path = "common/e2fs.rs"]
+mod e2fs;
+use e2fs::{tool, TempDir};
 
 // ---------------------------------------------------------------------------
 // In-memory store
@@ -756,53 +759,6 @@ fn corrupt_blocks_are_refused_and_not_written() {
 // Real trees from e2fsprogs
 // ---------------------------------------------------------------------------
 
-fn tool(name: &str) -> PathBuf {
-    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from(name))
-}
-
-fn have_e2fsprogs() -> bool {
-    let ok = ["mkfs.ext4", "debugfs", "e2fsck"]
-        .iter()
-        .all(|t| Command::new(tool(t)).arg("-V").output().is_ok());
-    assert!(
-        ok || std::env::var_os("CI").is_none(),
-        "CI is set but e2fsprogs is missing"
-    );
-    if !ok {
-        eprintln!("skipping: e2fsprogs (mkfs.ext4, debugfs, e2fsck) not found");
-    }
-    ok
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "spacekit-extent-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 fn debugfs(img: &Path, args: &[&str]) -> String {
     let out = Command::new(tool("debugfs"))
         .args(args)
@@ -945,10 +901,10 @@ fn debugfs_ex(img: &Path, name: &str) -> (Vec<Extent>, BTreeSet<u64>, u16) {
 
 #[test]
 fn real_trees_match_debugfs() {
-    if !have_e2fsprogs() {
+    if !e2fs::have_e2fsprogs(&["mkfs.ext4", "debugfs", "e2fsck"]) {
         return;
     }
-    let dir = TempDir::new("real");
+    let dir = TempDir::new("extent", "real");
     let img = fragmented_image(&dir);
     let bs = 1024;
     let mut depths = Vec::new();
@@ -997,10 +953,10 @@ fn real_trees_match_debugfs() {
 
 #[test]
 fn real_tree_with_a_flipped_byte_is_refused() {
-    if !have_e2fsprogs() {
+    if !e2fs::have_e2fsprogs(&["mkfs.ext4", "debugfs", "e2fsck"]) {
         return;
     }
-    let dir = TempDir::new("flip");
+    let dir = TempDir::new("extent", "flip");
     let img = fragmented_image(&dir);
     let (root, seed) = inode_root(&img, "/f");
     let file = fs::OpenOptions::new()
