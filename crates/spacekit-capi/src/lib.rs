@@ -1,0 +1,1 @@
+//! C ABI for spacekit (issue 17): under construction.
