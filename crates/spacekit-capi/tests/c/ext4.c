@@ -1,0 +1,187 @@
+/* ext4 images: open, verify, free extents, files. Usage: ext4 IMAGE DIR
+ * (IMAGE: a fresh mkfs.ext4 image; DIR: a scratch directory). The test
+ * driver runs e2fsck -fn on IMAGE afterwards. */
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+
+static void path_in(char *out, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    CHECK(n > 0 && (size_t)n < cap);
+}
+
+int main(int argc, char **argv) {
+    spacekit_ext4 *img = NULL;
+    spacekit_ext4_geometry geo;
+    spacekit_ext4_block_range ranges[64];
+    spacekit_ext4_inode_stat st;
+    spacekit_ext4_extent ext[8];
+    size_t mismatches = 99, count = 0;
+    uint32_t ino = 0, keep = 0, again = 0;
+    uint64_t blocks = 0, free_before = 0;
+    char path[4096], long_name[300];
+    FILE *f;
+
+    CHECK(argc == 3);
+
+    /* bad opens */
+    EXPECT(spacekit_ext4_open(NULL, false, &img), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_open(argv[1], false, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_open("/nonexistent/fs.img", false, &img), SPACEKIT_ERROR_IO);
+    EXPECT(spacekit_ext4_open("/tmp/\xff\xfe.img", false, &img), SPACEKIT_ERROR_INVALID_UTF8);
+    path_in(path, sizeof path, argv[2], "zeros.img");
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    {
+        static char zeros[65536];
+        CHECK(fwrite(zeros, 1, sizeof zeros, f) == sizeof zeros);
+    }
+    CHECK(fclose(f) == 0);
+    EXPECT(spacekit_ext4_open(path, false, &img), SPACEKIT_ERROR_CORRUPT);
+    CHECK(img == NULL);
+
+    /* read-only: look, change nothing */
+    OK(spacekit_ext4_open(argv[1], false, &img));
+    OK(spacekit_ext4_info(img, &geo));
+    CHECK(geo.block_size == 1024 && geo.blocks_count == 8192 && geo.group_count == 1);
+    CHECK(geo.free_blocks > 0 && geo.free_blocks < geo.blocks_count);
+    CHECK(geo.inodes_count > 0 && geo.free_inodes > 0 && geo.inodes_per_group > 0);
+    CHECK(geo.blocks_per_group == 8192);
+    free_before = geo.free_blocks;
+    EXPECT(spacekit_ext4_info(img, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    OK(spacekit_ext4_verify(img, &mismatches));
+    CHECK(mismatches == 0);
+    EXPECT(spacekit_ext4_verify(img, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_free_extents(img, 0, NULL, 0, &count), SPACEKIT_ERROR_BUFFER_TOO_SMALL);
+    CHECK(count >= 1 && count <= 64);
+    OK(spacekit_ext4_free_extents(img, 0, ranges, 64, &count));
+    {
+        uint64_t sum = 0;
+        size_t i;
+        for (i = 0; i < count; i++) {
+            CHECK(ranges[i].first <= ranges[i].last);
+            sum += ranges[i].last - ranges[i].first + 1;
+        }
+        CHECK(sum == free_before);
+    }
+    EXPECT(spacekit_ext4_free_extents(img, 1, ranges, 64, &count),
+           SPACEKIT_ERROR_INVALID_ARGUMENT);
+    EXPECT(spacekit_ext4_free_extents(img, 0, ranges, 64, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    OK(spacekit_ext4_lookup(img, "/", &ino));
+    CHECK(ino == 2);
+    OK(spacekit_ext4_lookup(img, "/lost+found", &ino));
+    CHECK(ino == 11);
+    EXPECT(spacekit_ext4_create(img, "/ro.bin", 0644, &ino), SPACEKIT_ERROR_READ_ONLY);
+    EXPECT(spacekit_ext4_fallocate(img, 11, 0, 1024, false, NULL), SPACEKIT_ERROR_READ_ONLY);
+    EXPECT(spacekit_ext4_truncate(img, 11, 0), SPACEKIT_ERROR_READ_ONLY);
+    EXPECT(spacekit_ext4_unlink(img, "/lost+found"), SPACEKIT_ERROR_READ_ONLY);
+    OK(spacekit_ext4_flush(img)); /* nothing to write */
+    OK(spacekit_ext4_close(img));
+    OK(spacekit_ext4_close(NULL));
+    img = NULL;
+
+    /* read-write: files */
+    OK(spacekit_ext4_open(argv[1], true, &img));
+    OK(spacekit_ext4_create(img, "/a.bin", 0644, &ino));
+    CHECK(ino > 11);
+    EXPECT(spacekit_ext4_create(img, "/a.bin", 0644, &again), SPACEKIT_ERROR_EXISTS);
+    EXPECT(spacekit_ext4_create(img, "rel.bin", 0644, &again), SPACEKIT_ERROR_NOT_ABSOLUTE);
+    EXPECT(spacekit_ext4_create(img, "/dir.bin", 0040755, &again),
+           SPACEKIT_ERROR_INVALID_ARGUMENT);
+    EXPECT(spacekit_ext4_create(img, "/x/\xff", 0644, &again), SPACEKIT_ERROR_INVALID_UTF8);
+    EXPECT(spacekit_ext4_create(img, NULL, 0644, &again), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_create(img, "/b.bin", 0644, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    OK(spacekit_ext4_lookup(img, "/a.bin", &again));
+    CHECK(again == ino);
+    EXPECT(spacekit_ext4_lookup(img, "/nope", &again), SPACEKIT_ERROR_NO_ENTRY);
+    EXPECT(spacekit_ext4_lookup(img, "/a.bin/x", &again), SPACEKIT_ERROR_NOT_A_DIRECTORY);
+    EXPECT(spacekit_ext4_lookup(img, "a.bin", &again), SPACEKIT_ERROR_NOT_ABSOLUTE);
+    memset(long_name, 'n', sizeof long_name);
+    long_name[0] = '/';
+    long_name[sizeof long_name - 1] = '\0';
+    EXPECT(spacekit_ext4_lookup(img, long_name, &again), SPACEKIT_ERROR_NAME_TOO_LONG);
+    EXPECT(spacekit_ext4_lookup(img, "/a.bin", NULL), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_lookup(NULL, "/a.bin", &again), SPACEKIT_ERROR_NULL_POINTER);
+
+    /* fallocate 1 MiB, then stat */
+    OK(spacekit_ext4_fallocate(img, ino, 0, 1 << 20, false, &blocks));
+    CHECK(blocks == 1024);
+    OK(spacekit_ext4_stat(img, ino, &st, ext, 8));
+    CHECK(st.ino == ino && st.size == 1 << 20 && (st.mode & 0170000) == 0100000);
+    CHECK((st.mode & 0777) == 0644 && st.links == 1);
+    CHECK(st.extent_count >= 1 && st.extent_count <= 8);
+    CHECK(ext[0].logical == 0 && ext[0].unwritten);
+    {
+        uint64_t mapped = 0;
+        size_t i;
+        for (i = 0; i < st.extent_count; i++)
+            mapped += ext[i].len;
+        CHECK(mapped == 1024);
+        CHECK(st.blocks >= 2048);
+    }
+    OK(spacekit_ext4_stat(img, ino, &st, NULL, 0)); /* counts only */
+    CHECK(st.extent_count >= 1);
+    EXPECT(spacekit_ext4_stat(img, ino, NULL, NULL, 0), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_stat(img, ino, &st, NULL, 4), SPACEKIT_ERROR_NULL_POINTER);
+    EXPECT(spacekit_ext4_stat(img, 0, &st, NULL, 0), SPACEKIT_ERROR_INVALID_ARGUMENT);
+
+    EXPECT(spacekit_ext4_fallocate(img, ino, 0, 0, false, NULL), SPACEKIT_ERROR_INVALID_ARGUMENT);
+    EXPECT(spacekit_ext4_fallocate(img, ino, UINT64_MAX - 10, 100, false, NULL),
+           SPACEKIT_ERROR_FILE_TOO_BIG);
+    EXPECT(spacekit_ext4_fallocate(img, 2, 0, 1024, false, NULL),
+           SPACEKIT_ERROR_NOT_A_REGULAR_FILE);
+    EXPECT(spacekit_ext4_fallocate(img, ino, 1 << 20, (uint64_t)100 << 20, false, NULL),
+           SPACEKIT_ERROR_NO_SPACE);
+    EXPECT(spacekit_ext4_fallocate(NULL, ino, 0, 1, false, NULL), SPACEKIT_ERROR_NULL_POINTER);
+
+    /* truncate to 4 KiB: the tail is freed */
+    OK(spacekit_ext4_truncate(img, ino, 4096));
+    OK(spacekit_ext4_stat(img, ino, &st, ext, 8));
+    CHECK(st.size == 4096 && st.extent_count >= 1 && st.extent_count <= 4);
+    {
+        unsigned mapped = 0;
+        size_t i;
+        for (i = 0; i < st.extent_count; i++)
+            mapped += ext[i].len;
+        CHECK(mapped == 4);
+    }
+    EXPECT(spacekit_ext4_truncate(img, ino, UINT64_MAX), SPACEKIT_ERROR_FILE_TOO_BIG);
+    EXPECT(spacekit_ext4_truncate(img, 2, 0), SPACEKIT_ERROR_NOT_A_REGULAR_FILE);
+    EXPECT(spacekit_ext4_truncate(NULL, ino, 0), SPACEKIT_ERROR_NULL_POINTER);
+
+    /* a second file kept, the first removed */
+    OK(spacekit_ext4_create(img, "/keep.bin", 0600, &keep));
+    OK(spacekit_ext4_fallocate(img, keep, 0, 64 << 10, true, &blocks));
+    CHECK(blocks == 64);
+    OK(spacekit_ext4_stat(img, keep, &st, NULL, 0));
+    CHECK(st.size == 0); /* keep_size */
+    OK(spacekit_ext4_unlink(img, "/a.bin"));
+    EXPECT(spacekit_ext4_unlink(img, "/a.bin"), SPACEKIT_ERROR_NO_ENTRY);
+    EXPECT(spacekit_ext4_unlink(img, "/lost+found"), SPACEKIT_ERROR_NOT_A_REGULAR_FILE);
+    EXPECT(spacekit_ext4_unlink(img, "rel"), SPACEKIT_ERROR_NOT_ABSOLUTE);
+    EXPECT(spacekit_ext4_unlink(img, NULL), SPACEKIT_ERROR_NULL_POINTER);
+
+    OK(spacekit_ext4_verify(img, &mismatches));
+    CHECK(mismatches == 0);
+    OK(spacekit_ext4_flush(img));
+    EXPECT(spacekit_ext4_flush(NULL), SPACEKIT_ERROR_NULL_POINTER);
+    OK(spacekit_ext4_info(img, &geo));
+    CHECK(geo.free_blocks == free_before - 64);
+    OK(spacekit_ext4_close(img));
+    img = NULL;
+
+    /* what was flushed is there on reopen */
+    OK(spacekit_ext4_open(argv[1], false, &img));
+    OK(spacekit_ext4_lookup(img, "/keep.bin", &again));
+    CHECK(again == keep);
+    EXPECT(spacekit_ext4_lookup(img, "/a.bin", &again), SPACEKIT_ERROR_NO_ENTRY);
+    OK(spacekit_ext4_stat(img, keep, &st, ext, 8));
+    CHECK(st.extent_count >= 1 && st.extent_count <= 8 && ext[0].unwritten);
+    OK(spacekit_ext4_verify(img, &mismatches));
+    CHECK(mismatches == 0);
+    OK(spacekit_ext4_close(img));
+
+    printf("ext4: ok\n");
+    return 0;
+}
