@@ -1,0 +1,38 @@
+//! The checks of every fuzz target, shared by the cargo-fuzz targets
+//! (`fuzz/fuzz_targets/*.rs`) and the stable replay test
+//! (`crates/spacekit/tests/fuzz_replay.rs`), which both include this
+//! directory with `#[path]`. Each `run(&[u8])` decodes its input with the
+//! tiny reader in `input.rs` (no `arbitrary`, no libFuzzer) and panics when
+//! an invariant breaks.
+
+#![allow(dead_code)]
+
+pub mod bitmap;
+pub mod buddy;
+pub mod crc;
+pub mod dirty;
+#[cfg(any(fuzzing, feature = "ext4"))]
+pub mod ext4;
+pub mod freespace;
+pub mod input;
+pub mod maps;
+pub mod rangetree;
+pub mod wire;
+
+/// Every target: its name (the directory under `fuzz/corpus/` and
+/// `fuzz/regressions/`, and the file under `fuzz/fuzz_targets/`) and its
+/// check.
+pub type Check = fn(&[u8]);
+
+pub const TARGETS: &[(&str, Check)] = &[
+    #[cfg(any(fuzzing, feature = "ext4"))]
+    ("ext4", ext4::run),
+    ("dirty", dirty::run),
+    ("migration_wire", wire::run),
+    ("proc_maps", maps::run),
+    ("rangetree", rangetree::run),
+    ("buddy", buddy::run),
+    ("freespace", freespace::run),
+    ("bitmap", bitmap::run),
+    ("crc32c", crc::run),
+];
