@@ -40,10 +40,11 @@
 //!   [`DirtyBitmap::len`] counts bytes (`AtomicBitmap::byte_size()`).
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::DirtyError;
 use super::geometry::Geometry;
+// core's atomics, or loom's under `--cfg loom` (tests/loom_dirty.rs).
+use super::sync::{AtomicU64, Ordering};
 
 /// Words the harvest checks together with plain loads (one cache line).
 const CHUNK: usize = 8;
@@ -292,6 +293,16 @@ impl DirtyBitmap {
         }
         dirty += take_words(o, w, &v);
         Ok(dirty)
+    }
+
+    /// The atomic words themselves, under `--cfg loom` only: the hook
+    /// through which `tests/loom_dirty.rs` runs a deliberately broken
+    /// harvest (a load then a store of 0 instead of a swap) on a real
+    /// bitmap, to show that its model catches the lost mark.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn loom_words(&self) -> &[AtomicU64] {
+        &self.words
     }
 
     /// [`DirtyBitmap::harvest_into`] a new vector: what vm-memory's

@@ -59,6 +59,7 @@ mod memory_range;
 mod opts;
 mod ring;
 mod scan;
+mod sync;
 mod table;
 #[cfg(feature = "vm-memory")]
 mod vmm;
