@@ -6,8 +6,10 @@
 //! function the header declares is called by at least one C test.
 //!
 //! This crate is only a `cdylib` + `staticlib`, so the tests cannot link it
-//! as Rust: they find the `libspacekit.a` cargo built next to the test
-//! executable (`target/<profile>/deps/..`).
+//! as Rust: they link the `libspacekit.a` that `common::lib_dir` builds in
+//! `target/<profile>`.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,21 +18,9 @@ fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>/libspacekit.a`, which cargo builds (and uplifts) for
-/// this crate before running its integration tests.
+/// `target/<profile>/libspacekit.a`, built for these tests.
 fn static_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let lib = profile_dir.join("libspacekit.a");
-    assert!(
-        lib.is_file(),
-        "{} not found: build the crate first (cargo test -p spacekit-capi builds it)",
-        lib.display()
-    );
-    lib
+    common::lib_dir().join("libspacekit.a")
 }
 
 /// A fresh scratch directory for one test.

@@ -1,5 +1,7 @@
 /* Dirty logs: the atomic dirty bitmap, ranges into a caller-owned array and
  * into a library-owned table. */
+#define _POSIX_C_SOURCE 200112L
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -166,10 +168,64 @@ static void test_range_table(void) {
     OK(spacekit_range_table_free(NULL));
 }
 
+/* Threads mark pages (a page each, stride THREADS) while the main thread
+ * harvests: the union of the harvests is every page marked. */
+#define THREADS 4
+#define TPAGES 4096u
+
+struct marker {
+    spacekit_dirty_bitmap *log;
+    unsigned id;
+};
+
+static void *mark_pages(void *arg) {
+    const struct marker *m = (const struct marker *)arg;
+    unsigned p;
+    for (p = m->id; p < TPAGES; p += THREADS)
+        if (spacekit_dirty_bitmap_mark(m->log, BASE + (uint64_t)p * PAGE, 1) != SPACEKIT_OK)
+            return (void *)1;
+    return NULL;
+}
+
+static void test_concurrent_marks(void) {
+    spacekit_dirty_bitmap *log = NULL;
+    pthread_t th[THREADS];
+    struct marker m[THREADS];
+    uint64_t words[TPAGES / 64], seen[TPAGES / 64];
+    size_t i, rounds = 0;
+    unsigned t;
+
+    OK(spacekit_dirty_bitmap_new(BASE, PAGE, (uint64_t)TPAGES * PAGE, &log));
+    memset(seen, 0, sizeof seen);
+    for (t = 0; t < THREADS; t++) {
+        m[t].log = log;
+        m[t].id = t;
+        CHECK(pthread_create(&th[t], NULL, mark_pages, &m[t]) == 0);
+    }
+    for (rounds = 0; rounds < 50; rounds++) {
+        OK(spacekit_dirty_bitmap_harvest(log, words, TPAGES / 64, NULL));
+        for (i = 0; i < TPAGES / 64; i++)
+            seen[i] |= words[i];
+    }
+    for (t = 0; t < THREADS; t++) {
+        void *ret = (void *)1;
+        CHECK(pthread_join(th[t], &ret) == 0);
+        CHECK(ret == NULL);
+    }
+    OK(spacekit_dirty_bitmap_harvest(log, words, TPAGES / 64, NULL));
+    for (i = 0; i < TPAGES / 64; i++)
+        CHECK((seen[i] | words[i]) == UINT64_MAX);
+    OK(spacekit_dirty_bitmap_free(log));
+}
+
 int main(void) {
     test_dirty_bitmap();
     test_ranges();
+    /* rayon's pool (a parallel fill) starts before this program's own
+     * threads, so its threads never reuse their cached stacks, which
+     * memcheck would attribute to pthread_create here */
     test_range_table();
+    test_concurrent_marks();
     printf("dirty: ok\n");
     return 0;
 }
