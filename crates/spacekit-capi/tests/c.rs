@@ -235,3 +235,17 @@ fn every_function_is_called_from_a_c_test() {
         .collect();
     assert!(missing.is_empty(), "functions no C test calls: {missing:?}");
 }
+
+/// The first C program of README.md builds and prints what it says.
+#[test]
+fn readme_program() {
+    let readme = std::fs::read_to_string(crate_dir().join("README.md")).expect("README.md");
+    let start = readme.find("```c\n").expect("a C block in README.md") + 5;
+    let len = readme[start..].find("```").expect("end of the C block");
+    let dir = scratch("readme");
+    let src = dir.join("prog.c");
+    std::fs::write(&src, &readme[start..start + len]).expect("write prog.c");
+    let exe = compile(&src, &dir);
+    let out = run_checked(&exe, &[]);
+    assert_eq!(out, "16 free bits at 72\n");
+}
