@@ -53,9 +53,10 @@ fn model_runs(words: &[u64], gap: u64, page_size: u64) -> Vec<(u64, u64)> {
 fn to_ranges(runs: &[(u64, u64)], g: Geometry) -> Vec<MemoryRange> {
     let ps = g.page_size().get();
     runs.iter()
+        // Wrapping: only compared where the geometry fits below 2^64.
         .map(|&(s, n)| MemoryRange {
-            gpa: g.base() + s * ps,
-            length: n * ps,
+            gpa: g.base().wrapping_add(s.wrapping_mul(ps)),
+            length: n.wrapping_mul(ps),
         })
         .collect()
 }

@@ -492,7 +492,11 @@ impl Image {
             }
             let d = self.desc(g);
             let block_gdt = self.gdt_block_of(g);
-            if !self.dirty_gdt.contains(&block_gdt) {
+            // A descriptor whose checksum failed at open is never changed
+            // (every change skips or refuses its group), so a flush of its
+            // descriptor block writes it back as it was read: its checksum
+            // is stale by design, not by a missed update.
+            if !self.dirty_gdt.contains(&block_gdt) || !self.desc_csum_ok[g as usize] {
                 continue;
             }
             if self.info.checksums != ChecksumKind::None
