@@ -1,7 +1,7 @@
 /* The C half of the boundary benchmark (bench/run drives it): the same
  * loops as bench/boundary.rs, through libspacekit's C ABI. Prints
  * "check <name> <hex>" (results, compared with Rust's) and
- * "ns <name> <ns per call>". */
+ * "ns <name> <ns per call>" (the fastest of 21 timed loops). */
 #define _POSIX_C_SOURCE 199309L
 #include <stdint.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 
 #define BLOCK_BYTES 32768u
 #define NBITS ((size_t)BLOCK_BYTES * 8)
-#define ROUNDS 11
+#define ROUNDS 21
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rng_next(void) {
@@ -71,11 +71,11 @@ static void bench(const char *name, uint64_t iters, uint64_t (*f)(uint64_t)) {
     }
     qsort(ns, ROUNDS, sizeof ns[0], cmp_double);
     printf("check %s %llx\n", name, (unsigned long long)check);
-    printf("ns %s %.2f\n", name, ns[ROUNDS / 2]);
+    printf("ns %s %.2f\n", name, ns[0]); /* the fastest loop */
 }
 
 int main(int argc, char **argv) {
-    uint64_t iters = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
+    uint64_t iters = argc > 1 ? strtoull(argv[1], NULL, 10) : 200000;
     size_t pos = 0;
 
     /* a half-full bitmap: alternating used and free runs of 1..64 bits */
