@@ -24,7 +24,7 @@ pub use crate::freespace::hooks::validate_index;
 /// `Image` implements `Validate`.
 #[cfg(feature = "ext4")]
 pub mod ext4 {
-    pub use crate::ext4::hooks::fail_write_after;
+    pub use crate::ext4::hooks::{fail_read_of, fail_write_after};
 }
 
 /// The bitmap engine's hooks: run queries at a chosen SIMD level, count a

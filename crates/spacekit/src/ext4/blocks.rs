@@ -61,6 +61,7 @@ impl Image {
         }
         let bs = self.info.block_size as usize;
         let mut data = vec![0u8; bs];
+        self.check_read_fault(block, "read block")?;
         read_exact_at(&self.file, block * bs as u64, &mut data).map_err(io("read block"))?;
         Ok(Cow::Owned(data))
     }
@@ -104,6 +105,7 @@ impl Image {
     /// before the flush, whose contents no longer matter); returns whether
     /// there was one.
     pub(crate) fn discard_block(&mut self, block: u64) -> bool {
+        self.keep_for_undo(block);
         self.pending_blocks.remove(&block).is_some()
     }
 
@@ -122,8 +124,17 @@ impl Image {
             ));
         }
         self.check_block_kind(block, kind)?;
+        self.keep_for_undo(block);
         self.pending_blocks.insert(block, data);
         Ok(())
+    }
+
+    /// Inside an operation, keeps `block`'s pending version (or that it
+    /// had none) for its undo.
+    fn keep_for_undo(&mut self, block: u64) {
+        if let Some(u) = self.undo.as_mut() {
+            u.keep_block(block, self.pending_blocks.get(&block));
+        }
     }
 
     /// Whether `block` may be written as `kind`.

@@ -569,6 +569,11 @@ impl Image {
     /// [`Ext4Error::NoSpace`]. Nothing changes on an error (checked before
     /// the first change).
     pub fn create(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
+        self.atomically(|img| img.create_op(path, mode))
+    }
+
+    /// [`Image::create`], inside its undo.
+    fn create_op(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.check_writable()?;
         if mode & S_IFMT != 0 && mode & S_IFMT != S_IFREG {
             return Err(invalid(
@@ -635,22 +640,16 @@ impl Image {
             return Err(Ext4Error::NoSpace { len: 1, align: 1 });
         }
         let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
+        // From here an error is undone by `atomically`.
         let ino = self.alloc_inode(Some(pg), false)?;
-        if let Err(e) = self.init_file_inode(ino, mode) {
-            let _ = self.free_inode(ino, false);
-            return Err(e);
-        }
-        let res = match target {
+        self.init_file_inode(ino, mode)?;
+        match target {
             Some((p, _)) => {
                 let mut b = self.dir_block(parent, pinode.generation, p)?;
                 dir::add_entry(&mut b, name, ino, ft, csum)?;
-                self.write_block(p, b)
+                self.write_block(p, b)?;
             }
-            None => self.append_dir_entry(parent, name, ino, ft),
-        };
-        if let Err(e) = res {
-            let _ = self.free_inode(ino, false);
-            return Err(e);
+            None => self.append_dir_entry(parent, name, ino, ft)?,
         }
         Ok(ino)
     }
@@ -721,13 +720,7 @@ impl Image {
                 unwritten: false,
             },
         );
-        let added = match out {
-            Ok(o) => u64::from(o.tree_blocks_added),
-            Err(e) => {
-                let _ = self.free_blocks(p, 1);
-                return Err(e);
-            }
-        };
+        let added = u64::from(out?.tree_blocks_added);
         self.write_block(p, b)?;
         let blocks = pinode.blocks + (1 + added) * (bs / 512);
         self.write_file_fields(parent, (logical + 1) * bs, blocks, &root)
@@ -769,10 +762,21 @@ impl Image {
     /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`] for an
     /// end past [`Image::max_file_size`];
     /// [`Ext4Error::NoSpace`] when the free blocks cannot cover the request
-    /// and its tree blocks (checked first: nothing changes). An error in
-    /// the middle (I/O, a corrupt tree block) may leave the blocks
-    /// allocated so far mapped, all counted: the image stays consistent.
+    /// and its tree blocks (checked first); an error in the middle (I/O
+    /// reading a bitmap or a tree block, a corrupt tree block) undoes
+    /// every change the call made. On any error nothing changes.
     pub fn fallocate(
+        &mut self,
+        ino: u32,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> Result<u64, Ext4Error> {
+        self.atomically(|img| img.fallocate_op(ino, offset, len, keep_size))
+    }
+
+    /// [`Image::fallocate`], inside its undo.
+    fn fallocate_op(
         &mut self,
         ino: u32,
         offset: u64,
@@ -852,18 +856,11 @@ impl Image {
         let mut goal = self.file_goal(ino, &root, seed)?;
         let mut data = 0u64;
         let mut tree = 0u64;
-        let mut result = Ok(());
-        'holes: for (mut a, b) in holes {
+        for (mut a, b) in holes {
             while a < b {
                 let max = (b - a).min(u64::from(extent::MAX_UNWRITTEN_LEN)) as u32;
                 let g = (goal < self.info.blocks_count).then_some(goal);
-                let (p, want) = match self.alloc_run_from(g, max) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        result = Err(e);
-                        break 'holes;
-                    }
-                };
+                let (p, want) = self.alloc_run_from(g, max)?;
                 let mut store = ImageStore::new(self);
                 let out = extent::insert(
                     &mut root,
@@ -875,15 +872,8 @@ impl Image {
                         len: want as u16,
                         unwritten: true,
                     },
-                );
-                match out {
-                    Ok(o) => tree += u64::from(o.tree_blocks_added),
-                    Err(e) => {
-                        let _ = self.free_blocks(p, want.into());
-                        result = Err(e);
-                        break 'holes;
-                    }
-                }
+                )?;
+                tree += u64::from(out.tree_blocks_added);
                 data += u64::from(want);
                 a += u64::from(want);
                 goal = p + u64::from(want);
@@ -899,7 +889,7 @@ impl Image {
             self.write_file_fields(ino, size, blocks, &root)?;
             self.note_large_file(size);
         }
-        result.map(|()| data)
+        Ok(data)
     }
 
     /// The extent root of a regular file.
@@ -925,6 +915,11 @@ impl Image {
     /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`]; as
     /// [`extent::truncate`].
     pub fn truncate(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
+        self.atomically(|img| img.truncate_op(ino, size))
+    }
+
+    /// [`Image::truncate`], inside its undo.
+    fn truncate_op(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
         self.check_writable()?;
         let (mut root, inode) = self.root_of_file(ino)?;
         let max = self.max_file_size();
@@ -973,6 +968,11 @@ impl Image {
     /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`]; bad
     /// blocks as [`extent::truncate`]. Checked before the first change.
     pub fn unlink(&mut self, path: &str) -> Result<(), Ext4Error> {
+        self.atomically(|img| img.unlink_op(path))
+    }
+
+    /// [`Image::unlink`], inside its undo.
+    fn unlink_op(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.check_writable()?;
         let (parent, name) = self.parent_of(path)?;
         let Some((entry, slot)) = self.find_entry(parent, name)? else {

@@ -19,6 +19,14 @@ pub fn fail_write_after(img: &mut Image, n: usize) {
     img.fail_write_after(n);
 }
 
+/// Fault injection: from now on, reading block `block` of the image (a
+/// bitmap, or any block read through the block cache: inode tables,
+/// extent and directory blocks) fails with an I/O error; `None` ends it.
+/// Blocks already cached are not read again.
+pub fn fail_read_of(img: &mut Image, block: Option<u64>) {
+    img.fail_read_of(block);
+}
+
 /// Every cached bitmap's kept checksum equals a fresh computation and its
 /// free-space index (if built) one rebuilt from its bits; every changed
 /// group's stored bitmap checksums and descriptor checksum are current; a

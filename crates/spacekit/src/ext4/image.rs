@@ -9,6 +9,7 @@ use std::vec::Vec;
 use super::group::{Loaded, Meta};
 use super::layout::FsInfo;
 use super::mode::OpenMode;
+use super::undo::Undo;
 
 /// Cached bitmaps of one group.
 #[derive(Debug, Default)]
@@ -66,6 +67,11 @@ pub struct Image {
     pub(super) pending_blocks: BTreeMap<u64, Vec<u8>>,
     /// Fault injection: the step of the next flush that fails.
     pub(super) fail_at: Option<usize>,
+    /// Fault injection: reading this block fails with an I/O error.
+    pub(super) fail_read: Option<u64>,
+    /// While an operation runs: what it changed, as it was before (see
+    /// `undo.rs`).
+    pub(super) undo: Option<std::boxed::Box<Undo>>,
 }
 
 /// The geometry, mode and what is waiting to be flushed (not the cached

@@ -116,6 +116,7 @@ mod inode;
 mod layout;
 mod mode;
 mod redo;
+mod undo;
 mod verify;
 
 use std::cell::OnceCell;
@@ -143,6 +144,7 @@ use group::{desc_at, Loaded};
 use image::GroupCache;
 use layout::{Desc, DescMut, SB_OFFSET, SB_SIZE};
 use redo::{read_exact_at, Record};
+use undo::Undo;
 
 /// A block allocation request for [`Image::alloc_blocks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +280,9 @@ impl Image {
             dirty_block: BTreeSet::new(),
             dirty_inode: BTreeSet::new(),
             pending_blocks: BTreeMap::new(),
+            undo: None,
             fail_at: None,
+            fail_read: None,
         })
     }
 
@@ -465,6 +469,81 @@ impl Image {
         self.fail_at = Some(n);
     }
 
+    /// Fault injection (`spacekit::__testing::ext4::fail_read_of`):
+    /// reading `block` (through the block cache or as a bitmap) fails.
+    pub(crate) fn fail_read_of(&mut self, block: Option<u64>) {
+        self.fail_read = block;
+    }
+
+    /// The injected read fault, if it is `block`'s.
+    fn check_read_fault(&self, block: u64, context: &'static str) -> Result<(), Ext4Error> {
+        if self.fail_read == Some(block) {
+            let e = std::io::Error::other("injected read fault");
+            return Err(io(context)(e));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` as one operation: if it fails, every in-memory change it
+    /// made (superblock, descriptors, bitmaps, cached blocks, what is
+    /// marked dirty) is put back as it was, so a failed operation changes
+    /// nothing and the next flush writes only what earlier operations did.
+    /// Nested calls belong to the outermost one.
+    pub(crate) fn atomically<R>(
+        &mut self,
+        f: impl FnOnce(&mut Image) -> Result<R, Ext4Error>,
+    ) -> Result<R, Ext4Error> {
+        if self.undo.is_some() {
+            return f(self);
+        }
+        self.undo = Some(std::boxed::Box::new(Undo {
+            sb: self.sb.clone(),
+            dirty_sb: self.dirty_sb,
+            dirty_gdt: self.dirty_gdt.clone(),
+            dirty_block: self.dirty_block.clone(),
+            dirty_inode: self.dirty_inode.clone(),
+            ..Undo::default()
+        }));
+        let r = f(self);
+        if let Some(u) = self.undo.take() {
+            if r.is_err() {
+                self.roll_back(*u);
+            }
+        }
+        r
+    }
+
+    /// Puts back what [`Image::atomically`] kept.
+    fn roll_back(&mut self, u: Undo) {
+        self.sb = u.sb;
+        self.dirty_sb = u.dirty_sb;
+        self.dirty_gdt = u.dirty_gdt;
+        self.dirty_block = u.dirty_block;
+        self.dirty_inode = u.dirty_inode;
+        let size = self.info.desc_size as usize;
+        for (g, raw) in u.descs {
+            let off = g as usize * size;
+            if let Some(d) = self.gdt.get_mut(off..off + size) {
+                d.copy_from_slice(&raw);
+            }
+        }
+        for ((g, inode), l) in u.bitmaps {
+            let cache = &mut self.groups[g as usize];
+            let cell = if inode {
+                &mut cache.inode
+            } else {
+                &mut cache.block
+            };
+            *cell = l.map_or_else(OnceCell::new, OnceCell::from);
+        }
+        for (b, data) in u.blocks {
+            match data {
+                Some(d) => self.pending_blocks.insert(b, d),
+                None => self.pending_blocks.remove(&b),
+            };
+        }
+    }
+
     /// Checks the invariants of the in-memory state: every cached bitmap's
     /// kept checksum equals a fresh computation, and its free-space index
     /// (if built) one rebuilt from its bits; every changed group's stored
@@ -546,6 +625,9 @@ impl Image {
     fn desc_mut(&mut self, g: u32) -> DescMut<'_> {
         let size = self.info.desc_size as usize;
         let off = g as usize * size;
+        if let (Some(u), Some(raw)) = (self.undo.as_mut(), self.gdt.get(off..off + size)) {
+            u.keep_desc(g, raw);
+        }
         DescMut {
             raw: self.gdt.get_mut(off..off + size).unwrap_or(&mut []),
             wide: size >= 64,
@@ -640,6 +722,7 @@ impl Image {
     ) -> Result<Loaded, Ext4Error> {
         let bs = self.info.block_size as usize;
         let mut bytes = vec![0u8; bs];
+        self.check_read_fault(block, context)?;
         read_exact_at(&self.file, block * bs as u64, &mut bytes).map_err(io(context))?;
         let map = CheckedBitmap::from_bytes(&bytes, self.info.checksum_seed, csum_len)
             .map_err(|_| corrupt("s_blocks_per_group", None, 0, "bitmap too large"))?;
@@ -661,6 +744,9 @@ impl Image {
             Which::Block => &mut cache.block,
             Which::Inode => &mut cache.inode,
         };
+        if let Some(u) = self.undo.as_mut() {
+            u.keep_bitmap(g, which == Which::Inode, cell.get());
+        }
         let mut l = match cell.take() {
             Some(l) => l,
             None => match which {
