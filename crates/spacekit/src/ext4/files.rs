@@ -200,6 +200,24 @@ fn now() -> u32 {
         .unwrap_or(0)
 }
 
+impl Image {
+    /// Sets inode `ino`'s ctime (and its mtime when `content`) to now, as
+    /// the kernel does for a changed inode (`inode_set_ctime_current`) and
+    /// changed contents: a directory that gained or lost an entry, a file
+    /// whose size changed.
+    fn touch(&mut self, ino: u32, content: bool) -> Result<(), Ext4Error> {
+        let t = now();
+        self.set_inode_times(
+            ino,
+            super::InodeTimes {
+                atime: None,
+                ctime: Some(t),
+                mtime: content.then_some(t),
+            },
+        )
+    }
+}
+
 /// Where a directory entry lies: the directory's logical block and the
 /// physical block.
 #[derive(Clone, Copy, Debug)]
@@ -496,7 +514,7 @@ impl Image {
     }
 
     /// Writes inode `ino`'s size, `i_blocks` (512-byte units) and extent
-    /// root, and its mtime and ctime.
+    /// root (the times are the caller's: [`Image::touch`]).
     fn write_file_fields(
         &mut self,
         ino: u32,
@@ -504,7 +522,6 @@ impl Image {
         blocks512: u64,
         root: &[u8; ROOT_SIZE],
     ) -> Result<(), Ext4Error> {
-        let t = now().to_le_bytes();
         let size_lo = (size as u32).to_le_bytes();
         let size_hi = ((size >> 32) as u32).to_le_bytes();
         let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
@@ -522,8 +539,6 @@ impl Image {
             (off::SIZE_HIGH, &size_hi),
             (off::BLOCKS_LO, &blo),
             (off::BLOCK, root),
-            (off::MTIME, &t),
-            (off::CTIME, &t),
         ];
         if huge {
             changes.push((off::BLOCKS_HIGH, &bhi));
@@ -559,15 +574,16 @@ impl Image {
     /// size 0, timestamps now, `i_extra_isize` 32 in large inodes, its
     /// checksum; the entry goes into the parent: in a linear directory the
     /// first block with room, else a new block appended to it; in an htree
-    /// directory the leaf the name's hash selects.
+    /// directory the leaf the name's hash selects. The parent's mtime and
+    /// ctime become now.
     ///
     /// # Errors
     /// As [`Image::lookup`] for the parent; [`Ext4Error::Exists`];
     /// [`Ext4Error::InvalidArgument`] (`what: "mode"`) for a mode with
     /// another type; [`Ext4Error::Unsupported`] (`"htree leaf split"`) when the
     /// htree leaf is full; [`Ext4Error::NoFreeInodes`],
-    /// [`Ext4Error::NoSpace`]. Nothing changes on an error (checked before
-    /// the first change).
+    /// [`Ext4Error::NoSpace`]; [`Ext4Error::Io`]. Nothing changes on an
+    /// error (checked before the first change, or undone).
     pub fn create(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.atomically(|img| img.create_op(path, mode))
     }
@@ -651,6 +667,7 @@ impl Image {
             }
             None => self.append_dir_entry(parent, name, ino, ft)?,
         }
+        self.touch(parent, true)?;
         Ok(ino)
     }
 
@@ -755,8 +772,9 @@ impl Image {
     /// in order from the goal, skipping only blocks in use (metadata), and
     /// a request may take several extents and span groups. `i_blocks`
     /// grows by the data and tree blocks added; the size becomes
-    /// `max(size, offset + len)` unless `keep_size`. Returns the data
-    /// blocks allocated.
+    /// `max(size, offset + len)` unless `keep_size`; the ctime becomes now
+    /// when anything changed, the mtime too when the size did. Returns the
+    /// data blocks allocated.
     ///
     /// # Errors
     /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`] for an
@@ -888,6 +906,7 @@ impl Image {
             let blocks = inode.blocks + (data + tree) * (bs / 512);
             self.write_file_fields(ino, size, blocks, &root)?;
             self.note_large_file(size);
+            self.touch(ino, size != inode.size)?;
         }
         Ok(data)
     }
@@ -909,11 +928,12 @@ impl Image {
     /// Sets regular file `ino`'s size to `size`, freeing every whole block
     /// past the new end (`ceil(size / bs)` on; an extent across it is
     /// split) and the tree blocks left empty; `i_blocks` follows. A larger
-    /// size only changes `i_size` (a sparse tail).
+    /// size only changes `i_size` (a sparse tail). The file's mtime and
+    /// ctime become now.
     ///
     /// # Errors
     /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`]; as
-    /// [`extent::truncate`].
+    /// [`extent::truncate`]. Nothing changes on an error.
     pub fn truncate(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
         self.atomically(|img| img.truncate_op(ino, size))
     }
@@ -935,6 +955,7 @@ impl Image {
             .saturating_sub((freed + tree_freed) * (bs / 512));
         self.write_file_fields(ino, size, blocks, &root)?;
         self.note_large_file(size);
+        self.touch(ino, true)?;
         Ok(())
     }
 
@@ -963,10 +984,12 @@ impl Image {
     /// Removes the entry `path` (a regular file) from its directory and,
     /// when that was its last link, frees every data and tree block and
     /// the inode (`links_count` 0, `dtime` set, size and `i_blocks` 0).
+    /// The parent's mtime and ctime become now.
     ///
     /// # Errors
     /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`]; bad
-    /// blocks as [`extent::truncate`]. Checked before the first change.
+    /// blocks as [`extent::truncate`]; [`Ext4Error::Io`]. Nothing changes
+    /// on an error (checked before the first change, or undone).
     pub fn unlink(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| img.unlink_op(path))
     }
@@ -999,6 +1022,7 @@ impl Image {
         let mut b = self.dir_block(parent, pgen, slot.physical)?;
         dir::remove_entry(&mut b, name, self.csum())?;
         self.write_block(slot.physical, b)?;
+        self.touch(parent, true)?;
         if inode.links_count > 1 {
             let l = (inode.links_count - 1).to_le_bytes();
             return self.write_inode_fields(ino, &[(off::LINKS_COUNT, &l)]);

@@ -809,6 +809,48 @@ fn large_fallocates_span_groups_and_fill_the_file_system() {
     }
 }
 
+/// create and unlink set the parent directory's mtime and ctime to now;
+/// truncate sets the file's; fallocate sets the ctime, and the mtime only
+/// when the size changes.
+#[test]
+fn operations_set_the_times_the_kernel_sets() {
+    use spacekit::ext4::InodeTimes;
+    require_e2fsprogs!();
+    let dir = TempDir::new("files-times");
+    let path = mkfs(&dir, &K1);
+    let mut img = open_rw(&path);
+    let bs = u64::from(img.info().block_size);
+    let old = InodeTimes {
+        atime: Some(1000),
+        ctime: Some(1000),
+        mtime: Some(1000),
+    };
+    // "Now" may be SOURCE_DATE_EPOCH (another test sets it): any time but
+    // the old one counts as set.
+    let times = |img: &Image, ino: u32| {
+        let i = img.inode(ino).unwrap();
+        (i.atime, i.ctime != 1000, i.mtime != 1000)
+    };
+    img.set_inode_times(2, old).unwrap();
+    let f = img.create("/f", 0o644).unwrap();
+    assert_eq!(times(&img, 2), (1000, true, true), "create");
+    img.set_inode_times(f, old).unwrap();
+    img.fallocate(f, 0, 4 * bs, true).unwrap();
+    assert_eq!(times(&img, f), (1000, true, false), "fallocate, same size");
+    img.set_inode_times(f, old).unwrap();
+    img.fallocate(f, 0, 8 * bs, false).unwrap();
+    assert_eq!(times(&img, f), (1000, true, true), "fallocate, new size");
+    img.set_inode_times(f, old).unwrap();
+    img.truncate(f, bs).unwrap();
+    assert_eq!(times(&img, f), (1000, true, true), "truncate");
+    img.set_inode_times(2, old).unwrap();
+    img.unlink("/f").unwrap();
+    assert_eq!(times(&img, 2), (1000, true, true), "unlink");
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "times");
+}
+
 /// An I/O error in the middle of an operation (reading the block bitmap of
 /// a group it reaches late) undoes everything that operation changed in
 /// memory: earlier unflushed operations stay, the flush writes an
