@@ -84,8 +84,10 @@ impl Image {
     /// the first free block at or after the goal (in the goal's group from
     /// the goal's block, then each following group from its first block,
     /// wrapping through all of them, and last the goal's group before the
-    /// goal) and the free blocks that follow it, up to `max` blocks and the
-    /// end of its group. Returns the first block and the length.
+    /// goal) and the free blocks that follow it, up to `max` blocks; a run
+    /// that reaches the end of its group goes on into the next group's
+    /// first free blocks (a physical run may cross group boundaries, as
+    /// with `ext2fs_new_range`). Returns the first block and the length.
     ///
     /// Unlike [`Image::alloc_blocks`] no group is skipped for holding a
     /// shorter free run than asked, so successive calls with the goal just
@@ -145,9 +147,51 @@ impl Image {
                 .min(start + max as usize);
             let (start, len) = (start as u32, (end - start) as u32);
             self.mark_blocks(g, start, len, true)?;
-            return Ok((self.info.group_first_block(g) + u64::from(start), len));
+            let first = self.info.group_first_block(g) + u64::from(start);
+            let mut total = len;
+            if end == n as usize && i < groups {
+                total += self.extend_run_into(g + 1, max - len)?;
+            }
+            return Ok((first, total));
         }
         Err(Ext4Error::NoSpace { len: max, align: 1 })
+    }
+
+    /// Continues a run that reached the end of the group before `g`: takes
+    /// the free blocks at the start of group `g` and of the groups after it
+    /// (while a run fills a group to its end), up to `max` blocks in all, as
+    /// e2fsprogs' `ext2fs_new_range` lets a run cross group boundaries.
+    /// Returns the blocks taken (0 when group `g` starts with a used block,
+    /// does not exist, or fails a checksum).
+    fn extend_run_into(&mut self, mut g: u32, mut max: u32) -> Result<u32, Ext4Error> {
+        let mut taken = 0;
+        while max > 0 && g < self.info.group_count {
+            if !self.desc_csum_ok[g as usize] || self.desc(g).free_blocks() == 0 {
+                break;
+            }
+            let n = self.info.blocks_in_group(g);
+            let l = self.block_bitmap(g)?;
+            if !l.csum_ok() {
+                break;
+            }
+            let end = l
+                .view(n as usize)?
+                .find_next_set(0)
+                .unwrap_or(n as usize)
+                .min(n as usize);
+            let len = (end as u32).min(max);
+            if len == 0 {
+                break;
+            }
+            self.mark_blocks(g, 0, len, true)?;
+            taken += len;
+            max -= len;
+            if len < n {
+                break;
+            }
+            g += 1;
+        }
+        Ok(taken)
     }
 
     /// Frees blocks `[start, start + len)`, which may span groups: clears
