@@ -23,16 +23,18 @@
 //!
 //! Names are looked up by scanning every leaf block (the dx root and dx
 //! node blocks are skipped). A new entry goes into the leaf the name's hash
-//! selects ([`dir::leaf_for`]); when that leaf is full the call fails with
-//! [`Ext4Error::Unsupported`] (`"htree leaf split"`) before anything
-//! changes. A full split would need: a new leaf block (allocated, mapped
-//! into the directory's extent tree, `i_size` and `i_blocks` grown), the
-//! old leaf's entries sorted by hash and the upper half moved to it (both
-//! blocks re-signed), a new dx entry `(hash of the first moved name, new
-//! block)` inserted in order into the dx node or root above (its dx tail
-//! checksum updated), and, when that index block is full too, a split of
-//! the dx node or a new index level (`indirect_levels` + 1, largedir
-//! beyond 2).
+//! selects ([`dir::dx_path`]), as the kernel's `ext4_dx_add_entry` puts it.
+//! When that leaf is full it splits ([`dir::split_leaf`]): its entries are
+//! sorted by hash, the upper half moves to a new leaf appended to the
+//! directory (mapped in its extent tree, `i_size` and `i_blocks` grown), and
+//! the new leaf's index entry goes in after the old one's
+//! ([`dir::dx_insert`]). When that index block is full too: a dx root over
+//! the leaves moves down a level (its entries to a new dx node, the root
+//! over it, `indirect_levels` 1), and a full dx node splits in two, its
+//! parent getting the new node's entry. When the parent is full as well
+//! (a third level, which needs `largedir`), the create fails with
+//! [`Ext4Error::Unsupported`] (`"htree index split"`) before anything
+//! changes. Every leaf and index block written is re-signed.
 
 use std::string::String;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -120,6 +122,22 @@ pub struct TreeEntry {
     pub unwritten: bool,
     /// Whether this is an index entry.
     pub is_index: bool,
+}
+
+/// Where [`Image::create`] puts a new entry.
+enum Place {
+    /// Into this directory block, which has room.
+    Block(u64),
+    /// Into a new block appended to a linear directory.
+    Append,
+    /// Into an htree leaf that is full: split it (a new leaf appended, a
+    /// new index entry in the index block above).
+    Split {
+        leaf: u64,
+        /// The physical blocks of the path's index blocks.
+        index: Vec<u64>,
+        path: dir::DxPath,
+    },
 }
 
 /// An [`ExtentStore`] over an image's block cache and allocator, counting
@@ -287,16 +305,17 @@ impl Image {
         let htree = inode.flags & dir::INDEX_FL != 0;
         if htree {
             let csum = self.csum();
-            let mut dx = vec![0u32];
-            if let Some(&(_, p0)) = blocks.iter().find(|b| b.0 == 0) {
+            let at: std::collections::BTreeMap<u32, u64> = blocks.iter().copied().collect();
+            let mut dx = std::collections::BTreeSet::from([0u32]);
+            if let Some(&p0) = at.get(&0) {
                 let root = self.read_block(p0)?.into_owned();
                 let r = dir::parse_dx_root(&root, csum)?;
                 let mut level: Vec<u32> = r.entries.iter().map(|e| e.block).collect();
                 for _ in 0..r.indirect_levels {
                     let mut next = Vec::new();
                     for l in level {
-                        dx.push(l);
-                        if let Some(&(_, p)) = blocks.iter().find(|b| b.0 == l) {
+                        dx.insert(l);
+                        if let Some(&p) = at.get(&l) {
                             let node = self.read_block(p)?.into_owned();
                             let n = dir::parse_dx_node(&node, csum)?;
                             next.extend(n.entries.iter().map(|e| e.block));
@@ -580,8 +599,8 @@ impl Image {
     /// # Errors
     /// As [`Image::lookup`] for the parent; [`Ext4Error::Exists`];
     /// [`Ext4Error::InvalidArgument`] (`what: "mode"`) for a mode with
-    /// another type; [`Ext4Error::Unsupported`] (`"htree leaf split"`) when the
-    /// htree leaf is full; [`Ext4Error::NoFreeInodes`],
+    /// another type; [`Ext4Error::Unsupported`] (`"htree index split"`) when
+    /// an htree directory's index would need a third level; [`Ext4Error::NoFreeInodes`],
     /// [`Ext4Error::NoSpace`]; [`Ext4Error::Io`]. Nothing changes on an
     /// error (checked before the first change, or undone).
     pub fn create(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
@@ -615,57 +634,94 @@ impl Image {
         };
         // Where the entry goes, decided before any change.
         let (blocks, htree) = self.dir_blocks(parent)?;
-        let mut target: Option<(u64, Vec<u8>)> = None;
+        let mut place = Place::Append;
         if htree {
             let exts = self.extents_of(parent)?;
             let phys = |l: u32| {
                 exts.iter()
                     .find(|e| e.logical <= l && u64::from(l) < e.end())
                     .map(|e| e.physical + u64::from(l - e.logical))
+                    .ok_or_else(|| corrupt("i_block", None, l.into(), "directory block not mapped"))
             };
-            let unmapped =
-                |l: u32| corrupt("i_block", None, l.into(), "directory block not mapped");
-            let root_p = phys(0).ok_or_else(|| unmapped(0))?;
-            let root = self.read_block(root_p)?.into_owned();
+            let root = self.read_block(phys(0)?)?.into_owned();
             let mut seed16 = [0u8; 16];
             seed16.copy_from_slice(&self.sb[SB_HASH_SEED..SB_HASH_SEED + 16]);
             let s_flags = le32(&self.sb, SB_FLAGS);
-            let leaf = dir::leaf_for(name, &root, s_flags, seed16, pseed, |l| {
-                let p = phys(l).ok_or_else(|| unmapped(l))?;
-                Ok(self.read_block(p)?.into_owned())
+            let path = dir::dx_path(name, &root, s_flags, seed16, pseed, |l| {
+                Ok(self.read_block(phys(l)?)?.into_owned())
             })?;
-            let p = phys(leaf).ok_or_else(|| unmapped(leaf))?;
+            let p = phys(path.leaf)?;
             let mut b = self.dir_block(parent, pinode.generation, p)?;
-            if !dir::add_entry(&mut b, name, 1, ft, csum)? {
-                return Err(Ext4Error::Unsupported {
-                    feature: "htree leaf split",
-                });
-            }
-            target = Some((p, Vec::new()));
+            place = if dir::add_entry(&mut b, name, 1, ft, csum)? {
+                Place::Block(p)
+            } else {
+                // The index blocks above the leaf: the bottom one gets the
+                // new leaf's entry; when it is full, the root moves down a
+                // level (a root over the leaves) or the node splits (its
+                // parent must have room). Deeper changes are refused.
+                let full = |l: &dir::DxLevel| l.entries.len() >= usize::from(l.limit);
+                let n = path.levels.len();
+                if n >= 2 && full(&path.levels[n - 1]) && full(&path.levels[n - 2]) {
+                    return Err(Ext4Error::Unsupported {
+                        feature: "htree index split",
+                    });
+                }
+                let index = path
+                    .levels
+                    .iter()
+                    .map(|l| phys(l.block))
+                    .collect::<Result<Vec<u64>, Ext4Error>>()?;
+                Place::Split {
+                    leaf: p,
+                    index,
+                    path,
+                }
+            };
         } else {
             for &(_, p) in &blocks {
                 let mut b = self.dir_block(parent, pinode.generation, p)?;
                 if dir::add_entry(&mut b, name, 1, ft, csum)? {
-                    target = Some((p, Vec::new()));
+                    place = Place::Block(p);
                     break;
                 }
             }
         }
         // Space for an appended directory block and its tree blocks.
-        if target.is_none() && self.free_blocks_count() < 8 {
+        if !matches!(place, Place::Block(_)) && self.free_blocks_count() < 8 {
             return Err(Ext4Error::NoSpace { len: 1, align: 1 });
         }
         let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
         // From here an error is undone by `atomically`.
         let ino = self.alloc_inode(Some(pg), false)?;
         self.init_file_inode(ino, mode)?;
-        match target {
-            Some((p, _)) => {
+        match place {
+            Place::Block(p) => {
                 let mut b = self.dir_block(parent, pinode.generation, p)?;
                 dir::add_entry(&mut b, name, ino, ft, csum)?;
                 self.write_block(p, b)?;
             }
-            None => self.append_dir_entry(parent, name, ino, ft)?,
+            Place::Append => {
+                let mut b = dir::init_block(self.info.block_size as usize, pseed)?;
+                dir::add_entry(&mut b, name, ino, ft, csum)?;
+                self.append_dir_block(parent, b)?;
+            }
+            Place::Split { leaf, index, path } => {
+                let old = self.dir_block(parent, pinode.generation, leaf)?;
+                let mut sp = dir::split_leaf(&old, &path.hasher, pseed)?;
+                let half = if path.hash >= sp.hash & !1 {
+                    &mut sp.upper
+                } else {
+                    &mut sp.lower
+                };
+                if !dir::add_entry(half, name, ino, ft, csum)? {
+                    return Err(Ext4Error::Unsupported {
+                        feature: "htree leaf split (the name fits neither half)",
+                    });
+                }
+                let new_leaf = self.append_dir_block(parent, sp.upper)?;
+                self.write_block(leaf, sp.lower)?;
+                self.dx_add_leaf(parent, &path, &index, sp.hash, new_leaf, pseed)?;
+            }
         }
         self.touch(parent, true)?;
         Ok(ino)
@@ -699,14 +755,71 @@ impl Image {
         self.write_inode_fields(ino, &[(0, &raw)])
     }
 
-    /// Appends a new block holding the entry to linear directory `parent`.
-    fn append_dir_entry(
+    /// Adds the index entry `(hash, leaf)` for a new leaf to the bottom
+    /// index block of `path` (physical blocks `index`), after the entry
+    /// that was followed (the kernel's `ext4_dx_add_entry`): in place when
+    /// it has room; else, when it is the dx root, the root's entries move
+    /// to a new dx node under a root of one entry (`indirect_levels` + 1);
+    /// else the node splits in two halves, the upper half to a new dx node
+    /// whose first hash goes into the parent (which the caller checked has
+    /// room). Every index block written is re-signed.
+    fn dx_add_leaf(
         &mut self,
         parent: u32,
-        name: &[u8],
-        ino: u32,
-        ft: u8,
+        path: &dir::DxPath,
+        index: &[u64],
+        hash: u32,
+        leaf: u32,
+        seed: Option<u32>,
     ) -> Result<(), Ext4Error> {
+        let n = path.levels.len();
+        let (Some(bottom), Some(&bottom_p)) = (path.levels.last(), index.last()) else {
+            return Err(corrupt(
+                "dx_root",
+                None,
+                0,
+                "an htree path without an index",
+            ));
+        };
+        let mut idx = self.read_block(bottom_p)?.into_owned();
+        if dir::dx_insert(&mut idx, bottom.at, hash, leaf, seed)? {
+            return self.write_block(bottom_p, idx);
+        }
+        let bs = self.info.block_size as usize;
+        let mut entries = bottom.entries.clone();
+        entries.insert(bottom.at + 1, dir::DxEntry { hash, block: leaf });
+        if n == 1 {
+            let node = dir::dx_node(bs, &entries, seed)?;
+            let node_l = self.append_dir_block(parent, node)?;
+            let only = [dir::DxEntry {
+                hash: 0,
+                block: node_l,
+            }];
+            dir::dx_rewrite(&mut idx, &only, seed)?;
+            dir::dx_set_levels(&mut idx, 1, seed)?;
+            return self.write_block(bottom_p, idx);
+        }
+        let half = entries.len() / 2;
+        let hash2 = entries[half].hash;
+        let upper = dir::dx_node(bs, &entries[half..], seed)?;
+        dir::dx_rewrite(&mut idx, &entries[..half], seed)?;
+        let node_l = self.append_dir_block(parent, upper)?;
+        self.write_block(bottom_p, idx)?;
+        let up = &path.levels[n - 2];
+        let mut pidx = self.read_block(index[n - 2])?.into_owned();
+        if !dir::dx_insert(&mut pidx, up.at, hash2, node_l, seed)? {
+            return Err(Ext4Error::Unsupported {
+                feature: "htree index split",
+            });
+        }
+        self.write_block(index[n - 2], pidx)
+    }
+
+    /// Appends `block` (a directory block, signed) to directory `parent` as
+    /// its next logical block: allocated near the directory's last block,
+    /// mapped in its extent tree, `i_size` and `i_blocks` grown. Returns
+    /// the logical block.
+    fn append_dir_block(&mut self, parent: u32, block: Vec<u8>) -> Result<u32, Ext4Error> {
         let (mut root, pinode) = self.root_of(parent)?;
         let seed = self.seed_of(parent, pinode.generation);
         let bs = u64::from(self.info.block_size);
@@ -723,8 +836,6 @@ impl Image {
             len: 1,
             align: 1,
         })?;
-        let mut b = dir::init_block(bs as usize, seed)?;
-        dir::add_entry(&mut b, name, ino, ft, seed.is_some())?;
         let mut store = ImageStore::new(self);
         let out = extent::insert(
             &mut root,
@@ -736,11 +847,11 @@ impl Image {
                 len: 1,
                 unwritten: false,
             },
-        );
-        let added = u64::from(out?.tree_blocks_added);
-        self.write_block(p, b)?;
-        let blocks = pinode.blocks + (1 + added) * (bs / 512);
-        self.write_file_fields(parent, (logical + 1) * bs, blocks, &root)
+        )?;
+        self.write_block(p, block)?;
+        let blocks = pinode.blocks + (1 + u64::from(out.tree_blocks_added)) * (bs / 512);
+        self.write_file_fields(parent, (logical + 1) * bs, blocks, &root)?;
+        Ok(logical as u32)
     }
 
     /// The allocation goal for inode `ino`'s next block: just past its last

@@ -920,17 +920,26 @@ fn an_io_error_in_the_middle_undoes_the_operation() {
     }
 }
 
-/// Names go into an htree directory until the leaf a name hashes to is
-/// full: that create is refused with `Unsupported` and changes nothing;
-/// every create before it is e2fsck-clean and found again.
+/// Names go into htree directories (1 KiB blocks, metadata_csum), as the
+/// kernel's `ext4_dx_add_entry` puts them: a full leaf splits (a new leaf
+/// appended, its index entry inserted after the old one's); when the dx
+/// root over the leaves is full it moves down a level (a new dx node, the
+/// root over it, `indirect_levels` 1); a full dx node splits and its parent
+/// gets the new node's entry. e2fsck-clean at every check, every name
+/// found by spacekit and by debugfs (through the index).
 #[test]
-fn full_htree_leaf_is_refused_without_a_change() {
+fn htree_leaves_and_index_nodes_split() {
     require_e2fsprogs!();
-    let dir = TempDir::new("files-htree-full");
+    let dir = TempDir::new("files-htree-split");
     let src = dir.path("src");
     fs::create_dir_all(src.join("big")).unwrap();
     for i in 0..400 {
         fs::write(src.join("big").join(format!("entry-{i:05}")), b"").unwrap();
+    }
+    // Enough names for a dx root over dx nodes (indirect_levels 1).
+    fs::create_dir_all(src.join("deep")).unwrap();
+    for i in 0..7000 {
+        fs::write(src.join("deep").join(format!("entry-{i:05}")), b"").unwrap();
     }
     let img_path = dir.path("h.img");
     let out = e2fs("mkfs.ext4")
@@ -940,7 +949,7 @@ fn full_htree_leaf_is_refused_without_a_change() {
             "-b",
             "1024",
             "-N",
-            "2048",
+            "16384",
             "-O",
             "^has_journal",
             "-U",
@@ -949,7 +958,7 @@ fn full_htree_leaf_is_refused_without_a_change() {
         .arg("-d")
         .arg(&src)
         .arg(&img_path)
-        .arg("16M")
+        .arg("32M")
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -959,35 +968,67 @@ fn full_htree_leaf_is_refused_without_a_change() {
         .output()
         .unwrap();
     assert!(fsck.status.code().unwrap_or(8) <= 1);
+    let dx_root = |path: &Path, ino: u32| {
+        let st = open_ro(path).stat(ino).unwrap();
+        let bytes = fs::read(path).unwrap();
+        let p0 = st.extents[0].physical as usize * 1024;
+        spacekit::ext4::dir::parse_dx_root(&bytes[p0..p0 + 1024], true).unwrap()
+    };
     let mut img = open_rw(&img_path);
     let big = img.lookup("/big").unwrap();
     assert!(img.inode(big).unwrap().flags & 0x1000 != 0);
+    assert_eq!(dx_root(&img_path, big).indirect_levels, 0);
+    let size0 = img.inode(big).unwrap().size;
     let mut made = Vec::new();
-    let mut refused = false;
-    for i in 0..1500 {
-        img.flush().unwrap();
-        let before = (img.free_inodes_count(), img.free_blocks_count());
+    for i in 0..2400 {
         let p = format!("/big/a-much-longer-name-to-fill-leaves-{i:05}");
-        match img.create(&p, 0o644) {
-            Ok(ino) => made.push((p, ino)),
-            Err(Ext4Error::Unsupported { feature }) => {
-                assert_eq!(feature, "htree leaf split");
-                assert!(!img.is_dirty(), "a refused create changed something");
-                assert_eq!((img.free_inodes_count(), img.free_blocks_count()), before);
-                refused = true;
-                break;
-            }
-            Err(e) => panic!("{e}"),
+        made.push((p.clone(), img.create(&p, 0o644).unwrap()));
+        if i % 800 == 799 {
+            img.flush().unwrap();
+            assert_fsck_clean(&img_path, &format!("after {} htree creates", i + 1));
         }
     }
-    assert!(refused, "no leaf filled up");
+    img.flush().unwrap();
+    let leaves = (img.inode(big).unwrap().size - size0) / 1024;
+    assert!(leaves > 150, "only {leaves} blocks added");
     drop(img);
+    // The root moved down a level and the node under it split.
+    let root = dx_root(&img_path, big);
+    assert_eq!(root.indirect_levels, 1);
+    assert!(root.entries.len() >= 2, "{root:?}");
     assert_fsck_clean(&img_path, "htree creates");
     let mut img = open_ro(&img_path);
     for (p, ino) in &made {
-        assert_eq!(img.lookup(p).unwrap(), *ino);
+        assert_eq!(img.lookup(p).unwrap(), *ino, "{p}");
     }
     assert_eq!(img.read_dir(big).unwrap().len(), 402 + made.len());
+    // debugfs finds names through the index (its `ncheck` would scan).
+    for (p, ino) in made.iter().step_by(97) {
+        let out = debugfs(&img_path, &format!("stat {p}"));
+        assert!(out.contains(&format!("Inode: {ino} ")), "{p}: {out}");
+    }
+
+    // e2fsck -D packs /deep's dx nodes full: splits go into full nodes.
+    let mut img = open_rw(&img_path);
+    let deep = img.lookup("/deep").unwrap();
+    let st = img.stat(deep).unwrap();
+    let root = dx_root(&img_path, deep);
+    assert_eq!(root.indirect_levels, 1, "/deep is not a two-level htree");
+    let mut made = Vec::new();
+    for i in 0..600 {
+        let p = format!("/deep/a-much-longer-name-to-fill-leaves-{i:05}");
+        made.push((img.create(&p, 0o644).unwrap(), p));
+    }
+    img.flush().unwrap();
+    let grown = img.inode(deep).unwrap().size / 1024 - st.size / 1024;
+    assert!(grown > 10, "only {grown} leaves added to /deep");
+    drop(img);
+    assert!(dx_root(&img_path, deep).entries.len() > root.entries.len());
+    assert_fsck_clean(&img_path, "two-level htree creates");
+    let mut img = open_ro(&img_path);
+    for (ino, p) in &made {
+        assert_eq!(img.lookup(p).unwrap(), *ino, "{p}");
+    }
 }
 
 /// A damaged extent block (bad checksum, bad header) is refused by every
