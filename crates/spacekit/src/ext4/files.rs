@@ -66,6 +66,8 @@ const RO_COMPAT_LARGE_FILE: u32 = 0x2;
 /// Superblock `s_hash_seed` and `s_flags`.
 const SB_HASH_SEED: usize = 0xEC;
 const SB_FLAGS: usize = 0x160;
+/// Superblock `s_log_groups_per_flex`.
+const SB_LOG_GROUPS_PER_FLEX: usize = 0x174;
 /// Inode `i_crtime` and `i_crtime_extra`.
 const CRTIME: usize = 0x90;
 /// The root directory.
@@ -855,7 +857,8 @@ impl Image {
     }
 
     /// The allocation goal for inode `ino`'s next block: just past its last
-    /// physical block, else the first block of its group.
+    /// physical block, else the first block of its group (with flex_bg,
+    /// of the first group of its flex group).
     fn file_goal(
         &mut self,
         ino: u32,
@@ -863,7 +866,14 @@ impl Image {
         seed: Option<u32>,
     ) -> Result<u64, Ext4Error> {
         let g = extent::goal(root, &mut ReadStore(self), seed)?;
-        let (ig, _) = self.info.group_of_inode(ino).unwrap_or_default();
+        let (mut ig, _) = self.info.group_of_inode(ino).unwrap_or_default();
+        if self.info.flex_bg {
+            // The first group of the inode's flex group, as
+            // `ext2fs_find_inode_goal` (the kernel's delalloc goal takes
+            // the group after it for regular files).
+            let log = u32::from(self.sb[SB_LOG_GROUPS_PER_FLEX]).min(31);
+            ig &= !((1u32 << log) - 1);
+        }
         Ok(match g {
             Some(b) if b < self.info.blocks_count => b,
             _ => self.info.group_first_block(ig),
@@ -875,7 +885,8 @@ impl Image {
     /// logical blocks `offset / bs` up to `ceil((offset + len) / bs)`,
     /// skipping those already mapped. Blocks come from the goal ext4 uses
     /// (just past the file's last physical block, else the first block of
-    /// the inode's group), as ext4 extends a file: each step takes the
+    /// the inode's group, or with flex_bg of its flex group's first group,
+    /// as e2fsprogs' `ext2fs_find_inode_goal`), as ext4 extends a file: each step takes the
     /// free run at or after the goal (the first free block from the goal
     /// on, wrapping through the groups, and the free blocks after it), at
     /// most 32,767 blocks (an unwritten extent) and the rest of its group,
