@@ -438,10 +438,9 @@ fn stat(a: &PathArgs, img: Option<Image>) -> Result<(), String> {
         "Links: {}   Size: {}   Blockcount: {}",
         st.links, st.size, st.blocks
     );
-    println!("Level Entries       Logical      Physical Length Flags");
-    for e in &st.tree {
-        println!("{e}");
-    }
+    // One write for the whole listing (stdout is line-buffered).
+    let rows: String = st.tree.iter().map(|e| format!("{e}\n")).collect();
+    print!("Level Entries       Logical      Physical Length Flags\n{rows}");
     Ok(())
 }
 

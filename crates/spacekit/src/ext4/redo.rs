@@ -21,7 +21,9 @@
 
 use std::borrow::ToOwned;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom};
+#[cfg(not(unix))]
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::vec::Vec;
 
@@ -192,16 +194,32 @@ pub(crate) fn sync_dir(path: &Path) -> Result<(), Ext4Error> {
     }
 }
 
+/// Reads `buf.len()` bytes at `offset` (one `pread` on Unix).
 pub(crate) fn read_exact_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-    let mut f = file;
-    f.seek(SeekFrom::Start(offset))?;
-    f.read_exact(buf)
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_exact(buf)
+    }
 }
 
+/// Writes all of `buf` at `offset` (`pwrite` on Unix).
 pub(crate) fn write_all_at(file: &File, offset: u64, buf: &[u8]) -> io::Result<()> {
-    let mut f = file;
-    f.seek(SeekFrom::Start(offset))?;
-    f.write_all(buf)
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        f.write_all(buf)
+    }
 }
 
 #[cfg(test)]
