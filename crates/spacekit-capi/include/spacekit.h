@@ -1004,7 +1004,8 @@ enum spacekit_status spacekit_ext4_stat(struct spacekit_ext4 *img, uint32_t ino,
 // Errors: as [`spacekit_ext4_lookup`] for the parent;
 // `SPACEKIT_ERROR_EXISTS`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for a mode
 // with another type; `SPACEKIT_ERROR_READ_ONLY`;
-// `SPACEKIT_ERROR_UNSUPPORTED` when the htree leaf is full;
+// `SPACEKIT_ERROR_UNSUPPORTED` when the htree directory would need a
+// third index level;
 // `SPACEKIT_ERROR_NO_FREE_INODES`, `SPACEKIT_ERROR_NO_SPACE`. Nothing
 // changes on an error.
 //

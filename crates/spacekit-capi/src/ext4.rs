@@ -351,7 +351,8 @@ pub unsafe extern "C" fn spacekit_ext4_stat(
 /// Errors: as [`spacekit_ext4_lookup`] for the parent;
 /// `SPACEKIT_ERROR_EXISTS`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for a mode
 /// with another type; `SPACEKIT_ERROR_READ_ONLY`;
-/// `SPACEKIT_ERROR_UNSUPPORTED` when the htree leaf is full;
+/// `SPACEKIT_ERROR_UNSUPPORTED` when the htree directory would need a
+/// third index level;
 /// `SPACEKIT_ERROR_NO_FREE_INODES`, `SPACEKIT_ERROR_NO_SPACE`. Nothing
 /// changes on an error.
 ///
