@@ -39,18 +39,12 @@
 //! change. A failure keeps the image and the child's output under
 //! `$TMPDIR/spacekit-soak-failed-SEED-KILL/`.
 //!
-//! Known bug (found by this soak in its first 200-kill run; in
-//! `src/ext4/extent.rs`, not fixed here): a fallocate whose first new
-//! extent goes in front of all four extents of a file whose extents still
-//! fit in the inode (a full depth-0 root) grows the root with its index key
-//! left at the old first extent's logical block, so `stat` reports
-//! "extents out of order or outside their index range" and e2fsck "Logical
-//! start N does not match logical start M at next level". No crash is
-//! needed: on a fresh 1 KiB image, `create /f`, then one-block fallocates
-//! (keep-size) at blocks 1000, 1100, 1200, 1300, then one at block 10,
-//! flushing after each, is enough. Until it is fixed,
-//! `SPACEKIT_SOAK_AVOID_FRONT_INSERT=1` moves such fallocates past the
-//! file's last extent so that the soak can go on testing crash safety.
+//! Found by this soak in its first 200-kill run, and fixed: a fallocate
+//! whose first new extent went in front of all four extents of a file
+//! whose extents still fit in the inode grew the root with its index key
+//! left at the old first extent (e2fsck: "Logical start N does not match
+//! logical start M at next level"). The regression test is
+//! `inserts_in_front_keep_index_keys_exact` in `src/ext4/extent.rs`.
 //!
 //! `soak_catches_a_broken_child` (not ignored, about a second) shows the
 //! soak fails: a child that reports operations it never flushed, and one
@@ -84,9 +78,6 @@ const CHILD_IMAGE: &str = "SPACEKIT_SOAK_CHILD_IMAGE";
 const CHILD_SEED: &str = "SPACEKIT_SOAK_CHILD_SEED";
 /// Set in the child by `soak_catches_a_broken_child` only: how to break it.
 const CHILD_SABOTAGE: &str = "SPACEKIT_SOAK_CHILD_SABOTAGE";
-/// Set (to anything) to steer around a known extent-tree bug; see
-/// [`avoid_root_growth_at_front`]. Passed on to the children.
-const AVOID_FRONT_INSERT: &str = "SPACEKIT_SOAK_AVOID_FRONT_INSERT";
 /// Every line of the child's protocol starts with this.
 const TAG: &str = "SOAK ";
 /// File names the child picks from (`/f000` to `/f063`).
@@ -375,28 +366,9 @@ fn run_op(img: &mut Image, op: &Op) -> Result<bool, Ext4Error> {
     }
 }
 
-/// The known extent-tree bug `SPACEKIT_SOAK_AVOID_FRONT_INSERT` steers
-/// around (see the module documentation): a
-/// fallocate whose first new extent goes in front of a file's four
-/// extents while they still fit in the inode (a full depth-0 root) grows
-/// the root with its index key left at the old first extent. Such a
-/// fallocate is moved past the file's last extent.
-fn avoid_root_growth_at_front(img: &mut Image, op: &mut Op, bs: u64) {
-    let Op::Falloc { path, off, .. } = op else {
-        return;
-    };
-    let ino = img.lookup(path).expect("child: lookup");
-    let st = img.stat(ino).expect("child: stat");
-    if st.depth == 0 && st.extents.len() == 4 && *off / bs < u64::from(st.extents[0].logical) {
-        let last = st.extents.last().unwrap();
-        *off = (u64::from(last.logical) + u64::from(last.len)) * bs;
-    }
-}
-
 fn child(image: &Path) {
     let seed = env_u64(CHILD_SEED).expect("child: no seed");
     let sabotage = Sabotage::from_env();
-    let avoid_front_insert = std::env::var_os(AVOID_FRONT_INSERT).is_some();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut img = Image::open(image, OpenMode::ReadWrite).expect("child: open");
     let bs = u64::from(img.info().block_size);
@@ -411,10 +383,7 @@ fn child(image: &Path) {
         if rng.random_bool(0.3) {
             thread::sleep(Duration::from_micros(rng.random_range(0..500)));
         }
-        let mut op = random_op(&mut rng, &files, bs, total, img.free_blocks_count());
-        if avoid_front_insert {
-            avoid_root_growth_at_front(&mut img, &mut op, bs);
-        }
+        let op = random_op(&mut rng, &files, bs, total, img.free_blocks_count());
         let what = op.describe();
         say(&format!("begin {seq} {what}"));
         let done = run_op(&mut img, &op).unwrap_or_else(|e| panic!("child: {what}: {e}"));
