@@ -76,7 +76,8 @@ typedef enum spacekit_status {
   SPACEKIT_ERROR_REFCOUNT_OVERFLOW = 20,
   // Buddy allocator: `alloc_contig_range` met a page that is not free.
   SPACEKIT_ERROR_BUSY = 21,
-  // A path that is not valid UTF-8.
+  // ext4: a path inside the image that is not valid UTF-8 (and, outside
+  // Unix, an image file name that is not).
   SPACEKIT_ERROR_INVALID_UTF8 = 22,
   // ext4: an operating-system I/O error.
   SPACEKIT_ERROR_IO = 23,
@@ -924,9 +925,11 @@ enum spacekit_status spacekit_range_table_ranges(const struct spacekit_range_tab
 
 // Opens the ext4 image at `path` (read-write if `writable`), checking its
 // superblock and descriptor table (a read-write open first replays a
-// pending redo log); stores a new handle in `*out`.
+// pending redo log); stores a new handle in `*out`. On Unix `path` is any
+// byte string, as `open(2)` takes it (UTF-8 or not).
 //
-// Errors: `SPACEKIT_ERROR_INVALID_UTF8`; `SPACEKIT_ERROR_IO`;
+// Errors: `SPACEKIT_ERROR_INVALID_UTF8` (only where file names are not
+// byte strings: not on Unix); `SPACEKIT_ERROR_IO`;
 // `SPACEKIT_ERROR_CORRUPT`; `SPACEKIT_ERROR_UNSUPPORTED`;
 // `SPACEKIT_ERROR_REDO_LOG` (a read-only open with a complete log
 // pending, or a log of another file system).

@@ -1,6 +1,7 @@
 //! ext4 images (feature `ext4`): open, verify, free space, and files.
 
 use std::ffi::{c_char, CStr};
+use std::path::Path;
 
 use spacekit_core::ext4::{Ext4Error, Image, OpenMode};
 
@@ -38,7 +39,32 @@ fn ext4_err(e: Ext4Error) -> spacekit_status {
     }
 }
 
-/// A NUL-terminated C string as UTF-8.
+/// The host file system path of an image: on Unix any bytes, as the
+/// kernel takes them (`open(2)` does not care for UTF-8); elsewhere UTF-8.
+///
+/// # Safety
+/// `p` NULL or a NUL-terminated string valid for reads.
+unsafe fn host_path<'a>(p: *const c_char) -> Result<&'a Path, spacekit_status> {
+    if p.is_null() {
+        return Err(SPACEKIT_ERROR_NULL_POINTER);
+    }
+    // SAFETY: non-null and NUL-terminated (the caller's contract).
+    let s = unsafe { CStr::from_ptr(p) };
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        Ok(Path::new(std::ffi::OsStr::from_bytes(s.to_bytes())))
+    }
+    #[cfg(not(unix))]
+    {
+        s.to_str()
+            .map(Path::new)
+            .map_err(|_| SPACEKIT_ERROR_INVALID_UTF8)
+    }
+}
+
+/// A path inside an image (a NUL-terminated C string) as UTF-8, which the
+/// library's path walk takes.
 ///
 /// # Safety
 /// `p` NULL or a NUL-terminated string valid for reads.
@@ -135,9 +161,11 @@ pub struct spacekit_ext4_inode_stat {
 
 /// Opens the ext4 image at `path` (read-write if `writable`), checking its
 /// superblock and descriptor table (a read-write open first replays a
-/// pending redo log); stores a new handle in `*out`.
+/// pending redo log); stores a new handle in `*out`. On Unix `path` is any
+/// byte string, as `open(2)` takes it (UTF-8 or not).
 ///
-/// Errors: `SPACEKIT_ERROR_INVALID_UTF8`; `SPACEKIT_ERROR_IO`;
+/// Errors: `SPACEKIT_ERROR_INVALID_UTF8` (only where file names are not
+/// byte strings: not on Unix); `SPACEKIT_ERROR_IO`;
 /// `SPACEKIT_ERROR_CORRUPT`; `SPACEKIT_ERROR_UNSUPPORTED`;
 /// `SPACEKIT_ERROR_REDO_LOG` (a read-only open with a complete log
 /// pending, or a log of another file system).
@@ -153,7 +181,7 @@ pub unsafe extern "C" fn spacekit_ext4_open(
     guard(|| {
         need(out)?;
         // SAFETY: the caller's contract on `path`.
-        let p = unsafe { self::path(path) }?;
+        let p = unsafe { host_path(path) }?;
         let mode = if writable {
             OpenMode::ReadWrite
         } else {

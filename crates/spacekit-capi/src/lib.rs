@@ -12,7 +12,8 @@
 //!   the function says so;
 //! * a refused call changes nothing;
 //! * nothing unwinds into C: null pointers, lengths that disagree,
-//!   out-of-range values and non-UTF-8 paths are error codes, and a panic
+//!   out-of-range values and non-UTF-8 paths inside an ext4 image are
+//!   error codes, and a panic
 //!   (a bug) is caught and reported as `SPACEKIT_ERROR_INTERNAL`.
 #![allow(non_camel_case_types)]
 #![deny(missing_docs)]
@@ -83,7 +84,8 @@ pub enum spacekit_status {
     SPACEKIT_ERROR_REFCOUNT_OVERFLOW = 20,
     /// Buddy allocator: `alloc_contig_range` met a page that is not free.
     SPACEKIT_ERROR_BUSY = 21,
-    /// A path that is not valid UTF-8.
+    /// ext4: a path inside the image that is not valid UTF-8 (and, outside
+    /// Unix, an image file name that is not).
     SPACEKIT_ERROR_INVALID_UTF8 = 22,
     /// ext4: an operating-system I/O error.
     SPACEKIT_ERROR_IO = 23,
