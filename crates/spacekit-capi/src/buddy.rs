@@ -153,7 +153,12 @@ pub unsafe extern "C" fn spacekit_buddy_new(
         if pages < u64::from(u32::MAX) {
             // Metadata (4 bytes a page) plus about two bits a page of free
             // bitmaps: refuse what cannot be allocated rather than abort.
-            crate::probe_alloc(pages as usize * 5)?;
+            // Checked: on a 32-bit target `pages * 5` passes `usize`.
+            let bytes = usize::try_from(pages)
+                .ok()
+                .and_then(|p| p.checked_mul(5))
+                .ok_or(SPACEKIT_ERROR_NO_MEMORY)?;
+            crate::probe_alloc(bytes)?;
         }
         let zone = BuddyAllocator::with_config(base, pages, cfg).map_err(buddy_err)?;
         // SAFETY: the caller's contract on `out`.
