@@ -86,13 +86,13 @@ impl LevelKind {
     }
 
     /// The features code at this level may use, when the CPU has them: the
-    /// scalar level the non-vector extras (POPCNT, BMI, PCLMULQDQ), AVX2
+    /// scalar level the non-vector extras (POPCNT, BMI, PCLMULQDQ, SSE4.2), AVX2
     /// everything but AVX-512, AVX-512 everything.
     const fn allowed(self) -> Caps {
         match self {
-            LevelKind::Scalar => {
-                Caps(Caps::POPCNT.0 | Caps::BMI1.0 | Caps::BMI2.0 | Caps::PCLMULQDQ.0)
-            }
+            LevelKind::Scalar => Caps(
+                Caps::POPCNT.0 | Caps::BMI1.0 | Caps::BMI2.0 | Caps::PCLMULQDQ.0 | Caps::SSE42.0,
+            ),
             LevelKind::Avx2 => Caps(Caps::ALL.0 & !Caps::AVX512_FAMILY.0),
             LevelKind::Avx512 => Caps::ALL,
         }
@@ -167,7 +167,8 @@ impl Caps {
     const AVX512VBMI2: Caps = Caps(1 << 9);
     const VPCLMULQDQ: Caps = Caps(1 << 10);
     const GFNI: Caps = Caps(1 << 11);
-    const ALL: Caps = Caps((1 << 12) - 1);
+    const SSE42: Caps = Caps(1 << 12);
+    const ALL: Caps = Caps((1 << 13) - 1);
     const AVX512_FAMILY: Caps = Caps(
         Caps::AVX512F.0
             | Caps::AVX512BW.0
@@ -184,7 +185,7 @@ impl Caps {
 
 /// Every feature the library reports, in the order [`cpu_features`] lists
 /// them, with the names `is_x86_feature_detected!` uses.
-const FEATURES: [(&str, Caps); 12] = [
+const FEATURES: [(&str, Caps); 13] = [
     ("avx2", Caps::AVX2),
     ("bmi1", Caps::BMI1),
     ("bmi2", Caps::BMI2),
@@ -197,6 +198,7 @@ const FEATURES: [(&str, Caps); 12] = [
     ("avx512vbmi2", Caps::AVX512VBMI2),
     ("vpclmulqdq", Caps::VPCLMULQDQ),
     ("gfni", Caps::GFNI),
+    ("sse4.2", Caps::SSE42),
 ];
 
 /// The set holding `FEATURES[i]` for each `found[i]`.
@@ -485,6 +487,9 @@ queries! {
     has_vpclmulqdq => VPCLMULQDQ;
     /// GFNI (Galois-field byte instructions; at AVX2 and above).
     has_gfni => GFNI;
+    /// SSE4.2 (the `crc32` instruction, used for short CRC-32C inputs). Like
+    /// PCLMULQDQ, any level but [`Level::scalar`] has it when the CPU does.
+    has_sse42 => SSE42;
 }
 
 impl Default for Level {
@@ -503,14 +508,15 @@ impl fmt::Display for Level {
 /// Every CPU feature the library knows, with whether this CPU has it (and
 /// the operating system supports it), for reports: `avx2`, `bmi1`, `bmi2`,
 /// `popcnt`, `pclmulqdq`, `avx512f`, `avx512bw`, `avx512vl`,
-/// `avx512vpopcntdq`, `avx512vbmi2`, `vpclmulqdq`, `gfni`, in that order.
+/// `avx512vpopcntdq`, `avx512vbmi2`, `vpclmulqdq`, `gfni`, `sse4.2`, in that
+/// order.
 /// These are the CPU's features, whatever level the library runs at; off
 /// `x86_64` every one is `false`.
 ///
 /// ```
 /// let names: Vec<_> = spacekit::arch::cpu_features().map(|(n, _)| n).collect();
 /// assert_eq!(names[0], "avx2");
-/// assert_eq!(names.len(), 12);
+/// assert_eq!(names.len(), 13);
 /// ```
 pub fn cpu_features() -> impl Iterator<Item = (&'static str, bool)> + Clone {
     let cpu = cpu_caps();
@@ -569,6 +575,7 @@ mod tests {
                     "avx512vbmi2" => l.has_avx512vbmi2(),
                     "vpclmulqdq" => l.has_vpclmulqdq(),
                     "gfni" => l.has_gfni(),
+                    "sse4.2" => l.has_sse42(),
                     other => panic!("unknown feature {other}"),
                 };
                 assert!(present || !q, "{l:?} claims {name}");

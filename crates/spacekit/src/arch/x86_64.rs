@@ -5,10 +5,11 @@
 //!
 //! Both tables list the features in the order of the parent's `FEATURES`
 //! (`avx2`, `bmi1`, `bmi2`, `popcnt`, `pclmulqdq`, `avx512f`, `avx512bw`,
-//! `avx512vl`, `avx512vpopcntdq`, `avx512vbmi2`, `vpclmulqdq`, `gfni`).
+//! `avx512vl`, `avx512vpopcntdq`, `avx512vbmi2`, `vpclmulqdq`, `gfni`,
+//! `sse4.2`).
 
 /// Number of features the library knows.
-pub(super) const COUNT: usize = 12;
+pub(super) const COUNT: usize = 13;
 
 /// Whether this CPU has each feature, asked at runtime (slow: call once).
 #[cfg(feature = "std")]
@@ -28,6 +29,7 @@ pub(super) fn detect() -> [bool; COUNT] {
         has!("avx512vbmi2"),
         has!("vpclmulqdq"),
         has!("gfni"),
+        has!("sse4.2"),
     ]
 }
 
@@ -47,4 +49,5 @@ pub(super) const COMPILED: [bool; COUNT] = [
     cfg!(target_feature = "avx512vbmi2"),
     cfg!(target_feature = "vpclmulqdq"),
     cfg!(target_feature = "gfni"),
+    cfg!(target_feature = "sse4.2"),
 ];

@@ -165,6 +165,9 @@ impl core::error::Error for CrcError {}
 pub struct Engine {
     unit: Unit,
     bulk: Bulk,
+    /// Short inputs (up to 64 bytes) with the SSE4.2 `crc32` instruction,
+    /// when the level has it.
+    short_sse42: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,6 +198,7 @@ impl Engine {
             bulk: Bulk::CrcFast,
             #[cfg(not(feature = "crc-fast"))]
             bulk: Bulk::Soft,
+            short_sse42: cfg!(target_arch = "x86_64") && level.has_sse42(),
         }
     }
 
@@ -206,6 +210,7 @@ impl Engine {
         Engine {
             unit: Unit::for_level(Level::scalar()),
             bulk: Bulk::Soft,
+            short_sse42: false,
         }
     }
 
@@ -223,6 +228,12 @@ impl Engine {
     /// See [`raw`].
     #[inline]
     pub fn raw(self, crc: u32, bytes: &[u8]) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.short_sse42 && bytes.len() <= arch::x86_64::SHORT {
+            // SAFETY: `short_sse42` is only set from a level with SSE4.2,
+            // and a level never claims a feature the CPU lacks.
+            return unsafe { arch::x86_64::raw_sse42(crc, bytes) };
+        }
         match self.bulk {
             Bulk::Soft => soft::raw(crc, bytes),
             #[cfg(feature = "crc-fast")]
