@@ -4,9 +4,12 @@
  * Every function returns a spacekit_status: SPACEKIT_OK (0) on success,
  * SPACEKIT_NOT_FOUND when a search found nothing, SPACEKIT_ERROR_* otherwise
  * (spacekit_strerror() names each code). Results come back through
- * out-pointers; a refused call changes nothing. Handles are opaque, made by
- * a *_new / *_open / *_dup function and released by the matching
- * *_free / *_close function (NULL is accepted there and ignored).
+ * out-pointers; a refused call changes nothing. Pointers point to objects
+ * of their type, aligned for it; caller memory is only borrowed for the
+ * call, and two arguments may overlap only when the call reads both.
+ * Handles are opaque, made by a *_new / *_open / *_dup function and
+ * released by the matching *_free / *_close function (NULL is accepted
+ * there and ignored).
  *
  * Build a program: cc prog.c $(pkg-config --cflags --libs spacekit)
  */
@@ -307,8 +310,9 @@ typedef struct spacekit_ext4_extent {
 } spacekit_ext4_extent;
 
 // A callback of [`spacekit_rangetree_for_each`]: gets `ctx` and one entry;
-// returns 0 to go on, anything else to stop. It must not change the tree
-// nor unwind (`longjmp`) out of the call.
+// returns 0 to go on, anything else to stop. It must not change or free
+// the tree (reading it is fine), nor leave the call other than by
+// returning (no `longjmp`, no C++ exception).
 typedef int32_t (*spacekit_rangetree_visit)(void *ctx, uint64_t first, uint64_t last, uint64_t value);
 
 // A position in a walk over a tree's entries (`mt_for_each`): the next
@@ -882,8 +886,9 @@ enum spacekit_status spacekit_dirty_bitmap_harvest(const struct spacekit_dirty_b
 //
 // # Safety
 // `a` (and `b` unless NULL) valid for reads of `nwords` words (NULL `a`
-// only when `nwords` is 0); `out` valid for writes of `cap` ranges (NULL
-// only when `cap` is 0); `count` valid for a write.
+// only when `nwords` is 0; `b` may be `a`); `out` valid for writes of
+// `cap` ranges (NULL only when `cap` is 0) and overlapping neither `a` nor
+// `b`; `count` valid for a write.
 enum spacekit_status spacekit_dirty_ranges(const uint64_t *a, const uint64_t *b, size_t nwords, uint64_t base, uint64_t page_size, uint64_t merge_gap, struct spacekit_memory_range *out, size_t cap, size_t *count);
 
 // An empty range table; stores a new handle in `*out`.
@@ -1156,8 +1161,9 @@ enum spacekit_status spacekit_rangetree_dup(const struct spacekit_rangetree *tre
 // Errors: `SPACEKIT_ERROR_NULL_POINTER` for a NULL `visit`.
 //
 // # Safety
-// `tree` a live handle; `visit` a function that neither changes the tree
-// nor unwinds out of the call; `visited` NULL or valid for a write.
+// `tree` a live handle; `visit` a function that neither changes nor
+// frees the tree and leaves each call only by returning (no `longjmp`, no
+// C++ exception); `visited` NULL or valid for a write.
 enum spacekit_status spacekit_rangetree_for_each(const struct spacekit_rangetree *tree, uint64_t lo, uint64_t hi, spacekit_rangetree_visit visit, void *ctx, size_t *visited);
 
 // Sets `*cursor` up for a walk over the entries that intersect
@@ -1170,11 +1176,14 @@ enum spacekit_status spacekit_rangetree_cursor_init(struct spacekit_rangetree_cu
 // The next entry of a walk (the first entry at or after the cursor that
 // intersects its window): bounds in `*first`, `*last` and value in
 // `*value` (each may be NULL), and the cursor moves past it.
-// `SPACEKIT_NOT_FOUND` once no entry is left.
+// `SPACEKIT_NOT_FOUND` once no entry is left (the cursor is then marked
+// done; the other out-pointers are untouched).
 //
 // # Safety
-// `tree` a live handle; `cursor` valid for reads and writes; the other
-// out-pointers NULL or valid for writes.
+// `tree` a live handle; `cursor` valid for reads and writes and set up by
+// [`spacekit_rangetree_cursor_init`] (its `done` is a `bool`: 0 or 1,
+// never garbage from uninitialised memory); the other out-pointers NULL
+// or valid for writes, none of them inside `*cursor`.
 enum spacekit_status spacekit_rangetree_cursor_next(const struct spacekit_rangetree *tree, struct spacekit_rangetree_cursor *cursor, uint64_t *first, uint64_t *last, uint64_t *value);
 
 #ifdef __cplusplus

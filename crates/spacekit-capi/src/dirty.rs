@@ -240,8 +240,9 @@ unsafe fn logs<'a>(
 ///
 /// # Safety
 /// `a` (and `b` unless NULL) valid for reads of `nwords` words (NULL `a`
-/// only when `nwords` is 0); `out` valid for writes of `cap` ranges (NULL
-/// only when `cap` is 0); `count` valid for a write.
+/// only when `nwords` is 0; `b` may be `a`); `out` valid for writes of
+/// `cap` ranges (NULL only when `cap` is 0) and overlapping neither `a` nor
+/// `b`; `count` valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn spacekit_dirty_ranges(
     a: *const u64,

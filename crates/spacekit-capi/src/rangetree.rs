@@ -49,8 +49,9 @@ pub struct spacekit_rangetree_cursor {
 }
 
 /// A callback of [`spacekit_rangetree_for_each`]: gets `ctx` and one entry;
-/// returns 0 to go on, anything else to stop. It must not change the tree
-/// nor unwind (`longjmp`) out of the call.
+/// returns 0 to go on, anything else to stop. It must not change or free
+/// the tree (reading it is fine), nor leave the call other than by
+/// returning (no `longjmp`, no C++ exception).
 pub type spacekit_rangetree_visit =
     Option<unsafe extern "C" fn(ctx: *mut c_void, first: u64, last: u64, value: u64) -> i32>;
 
@@ -299,8 +300,9 @@ pub unsafe extern "C" fn spacekit_rangetree_dup(
 /// Errors: `SPACEKIT_ERROR_NULL_POINTER` for a NULL `visit`.
 ///
 /// # Safety
-/// `tree` a live handle; `visit` a function that neither changes the tree
-/// nor unwinds out of the call; `visited` NULL or valid for a write.
+/// `tree` a live handle; `visit` a function that neither changes nor
+/// frees the tree and leaves each call only by returning (no `longjmp`, no
+/// C++ exception); `visited` NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn spacekit_rangetree_for_each(
     tree: *const spacekit_rangetree,
@@ -354,11 +356,14 @@ pub unsafe extern "C" fn spacekit_rangetree_cursor_init(
 /// The next entry of a walk (the first entry at or after the cursor that
 /// intersects its window): bounds in `*first`, `*last` and value in
 /// `*value` (each may be NULL), and the cursor moves past it.
-/// `SPACEKIT_NOT_FOUND` once no entry is left.
+/// `SPACEKIT_NOT_FOUND` once no entry is left (the cursor is then marked
+/// done; the other out-pointers are untouched).
 ///
 /// # Safety
-/// `tree` a live handle; `cursor` valid for reads and writes; the other
-/// out-pointers NULL or valid for writes.
+/// `tree` a live handle; `cursor` valid for reads and writes and set up by
+/// [`spacekit_rangetree_cursor_init`] (its `done` is a `bool`: 0 or 1,
+/// never garbage from uninitialised memory); the other out-pointers NULL
+/// or valid for writes, none of them inside `*cursor`.
 #[no_mangle]
 pub unsafe extern "C" fn spacekit_rangetree_cursor_next(
     tree: *const spacekit_rangetree,

@@ -108,6 +108,22 @@ static void test_bitmap(void) {
     CHECK(out == 0);
 }
 
+/* Word arrays must be aligned for uint64_t: a misaligned one is refused
+ * before any word is read or written. */
+static void test_misaligned(void) {
+    uint64_t w[3] = {0, 0, 0};
+    uint64_t *odd = (uint64_t *)(void *)((char *)w + 4);
+    size_t out = 7;
+    bool b = false;
+    EXPECT(spacekit_bitmap_set_range(odd, 128, 0, 128), SPACEKIT_ERROR_INVALID_ARGUMENT);
+    CHECK(w[0] == 0 && w[1] == 0 && w[2] == 0);
+    EXPECT(spacekit_bitmap_test(odd, 128, 0, &b), SPACEKIT_ERROR_INVALID_ARGUMENT);
+    EXPECT(spacekit_bitmap_find_next_clear(odd, 128, 0, &out), SPACEKIT_ERROR_INVALID_ARGUMENT);
+    CHECK(out == 7);
+    /* no words at all: any pointer, never read */
+    OK(spacekit_bitmap_set_range(odd, 0, 0, 0));
+}
+
 /* Bits past nbits in the last word are neither read nor written. */
 static void test_partial_word(void) {
     uint64_t w[2] = {0, (uint64_t)1 << 63};
@@ -192,6 +208,7 @@ int main(void) {
     test_strerror();
     test_bitmap();
     test_partial_word();
+    test_misaligned();
     test_freespace();
     printf("bitmap: ok\n");
     return 0;

@@ -27,6 +27,9 @@ static void test_crc(void) {
     EXPECT(spacekit_crc32c_raw(0, digits, 9, NULL), SPACEKIT_ERROR_NULL_POINTER);
     EXPECT(spacekit_crc32c(NULL, 1, &c), SPACEKIT_ERROR_NULL_POINTER);
     EXPECT(spacekit_crc32c(digits, 9, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    /* a length no object can have is refused before anything is read */
+    EXPECT(spacekit_crc32c(digits, SIZE_MAX, &c), SPACEKIT_ERROR_TOO_LARGE);
+    EXPECT(spacekit_crc32c_raw(0, digits, (SIZE_MAX >> 1) + 1, &c), SPACEKIT_ERROR_TOO_LARGE);
 
     /* shift: the CRC after zero bytes */
     OK(spacekit_crc32c_shift(raw(7, (const uint8_t *)"abc", 3), 5, &c));
