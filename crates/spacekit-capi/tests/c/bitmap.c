@@ -27,6 +27,9 @@ static void test_bitmap(void) {
     CHECK(out == 4);
     OK(spacekit_bitmap_words(0, &out));
     CHECK(out == 0);
+    /* no overflow where (nbits + 63) / 64 would wrap */
+    OK(spacekit_bitmap_words(SIZE_MAX, &out));
+    CHECK(out == SIZE_MAX / 64 + 1);
     EXPECT(spacekit_bitmap_words(1, NULL), SPACEKIT_ERROR_NULL_POINTER);
 
     /* set / test */

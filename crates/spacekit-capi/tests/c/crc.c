@@ -116,6 +116,8 @@ static void test_checked_bitmap(void) {
     EXPECT(spacekit_checked_bitmap_test(m, 32768, &bit), SPACEKIT_ERROR_OUT_OF_RANGE);
     EXPECT(spacekit_checked_bitmap_test(m, 0, NULL), SPACEKIT_ERROR_NULL_POINTER);
     EXPECT(spacekit_checked_bitmap_set_range(m, 32760, 9, NULL), SPACEKIT_ERROR_OUT_OF_RANGE);
+    OK(spacekit_checked_bitmap_test(m, 32767, &bit));
+    CHECK(!bit); /* refused: nothing set */
     EXPECT(spacekit_checked_bitmap_clear_range(m, SIZE_MAX, 2, NULL),
            SPACEKIT_ERROR_OUT_OF_RANGE);
     EXPECT(spacekit_checked_bitmap_flip_range(NULL, 0, 1, NULL), SPACEKIT_ERROR_NULL_POINTER);
