@@ -394,6 +394,37 @@ mod tests {
     }
 
     #[test]
+    fn slices_are_checked_before_they_are_made() {
+        let words = [1u64, 2, 3];
+        let odd = words.as_ptr().cast::<u8>().wrapping_add(4).cast::<u64>();
+        // SAFETY: every call below is refused before the pointer is read,
+        // or asks for no element.
+        unsafe {
+            assert_eq!(slice::<u64>(std::ptr::null(), 0), Ok(&[][..]));
+            assert_eq!(slice(odd, 0), Ok(&[][..]));
+            assert_eq!(
+                slice::<u64>(std::ptr::null(), 1),
+                Err(SPACEKIT_ERROR_NULL_POINTER)
+            );
+            assert_eq!(slice(odd, 2), Err(SPACEKIT_ERROR_INVALID_ARGUMENT));
+            assert_eq!(
+                slice(words.as_ptr(), usize::MAX / 8 + 1),
+                Err(SPACEKIT_ERROR_TOO_LARGE)
+            );
+            assert_eq!(
+                slice_mut::<u64>(std::ptr::null_mut(), 1),
+                Err(SPACEKIT_ERROR_NULL_POINTER)
+            );
+            assert_eq!(
+                slice_mut(odd.cast_mut(), 1),
+                Err(SPACEKIT_ERROR_INVALID_ARGUMENT)
+            );
+        }
+        // SAFETY: `words` holds 3 elements.
+        assert_eq!(unsafe { slice(words.as_ptr(), 3) }, Ok(&words[..]));
+    }
+
+    #[test]
     fn a_panic_becomes_a_code() {
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(|_| {}));
