@@ -333,11 +333,6 @@ typedef struct spacekit_rangetree_cursor {
 extern "C" {
 #endif // __cplusplus
 
-// A static, NUL-terminated description of a status code. Unknown codes
-// give `"unknown spacekit status code"`. Never NULL; the string must not
-// be freed.
-const char *spacekit_strerror(int32_t code);
-
 // The number of `uint64_t` words a bitmap of `nbits` bits needs:
 // `(nbits + 63) / 64`.
 //
@@ -1065,6 +1060,11 @@ enum spacekit_status spacekit_ext4_unlink(struct spacekit_ext4 *img, const char 
 // # Safety
 // `img` a live handle.
 enum spacekit_status spacekit_ext4_flush(struct spacekit_ext4 *img);
+
+// A static, NUL-terminated description of a status code. Unknown codes
+// give `"unknown spacekit status code"`. Never NULL; the string must not
+// be freed.
+const char *spacekit_strerror(int32_t code);
 
 // An empty tree; stores a new handle in `*out`.
 //

@@ -9,8 +9,8 @@
 use spacekit_core::bitmap::{BitView, BitViewMut, BitmapError, Bits, BitsMut};
 use spacekit_core::freespace::{FreeSpaceError, FreeSpaceIndex};
 
-use crate::spacekit_status::{self, *};
-use crate::{drop_box, guard, handle, handle_mut, need, put, put_box, slice, slice_mut, Res};
+use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::{drop_box, guard, handle, handle_mut, need, put, put_box, slice, slice_mut, Res};
 
 pub(crate) fn bitmap_err(e: BitmapError) -> spacekit_status {
     match e {
@@ -345,7 +345,7 @@ pub unsafe extern "C" fn spacekit_freespace_new(
         }
         // SAFETY: the caller's contract on `words`.
         let w = unsafe { slice(words, (nbits as usize).div_ceil(64)) }?;
-        crate::probe_alloc(w.len())?;
+        crate::ffi::probe_alloc(w.len())?;
         let index = FreeSpaceIndex::new(w, nbits).map_err(freespace_err)?;
         // SAFETY: `out` is valid for a write (the caller's contract).
         unsafe { put_box(out, spacekit_freespace { index }) }

@@ -2,8 +2,8 @@
 
 use spacekit_core::buddy::{BuddyAllocator, BuddyConfig, BuddyError, FreeSummary};
 
-use crate::spacekit_status::{self, *};
-use crate::{drop_box, guard, handle, handle_mut, need, put, put_box, put_opt};
+use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::{drop_box, guard, handle, handle_mut, need, put, put_box, put_opt};
 
 fn buddy_err(e: BuddyError) -> spacekit_status {
     match e {
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn spacekit_buddy_new(
                 .ok()
                 .and_then(|p| p.checked_mul(5))
                 .ok_or(SPACEKIT_ERROR_NO_MEMORY)?;
-            crate::probe_alloc(bytes)?;
+            crate::ffi::probe_alloc(bytes)?;
         }
         let zone = BuddyAllocator::with_config(base, pages, cfg).map_err(buddy_err)?;
         // SAFETY: the caller's contract on `out`.

@@ -6,8 +6,10 @@ use spacekit_core::checked_bitmap::CheckedBitmap;
 use spacekit_core::crc32c::{self, CrcError};
 
 use crate::bitmap::{bitmap_err, freespace_err};
-use crate::spacekit_status::{self, *};
-use crate::{drop_box, guard, handle, handle_mut, need, put, put_box, put_opt, slice, slice_mut};
+use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::{
+    drop_box, guard, handle, handle_mut, need, put, put_box, put_opt, slice, slice_mut,
+};
 
 fn crc_err(e: CrcError) -> spacekit_status {
     match e {
@@ -189,7 +191,7 @@ pub unsafe extern "C" fn spacekit_checked_bitmap_new(
         need(out)?;
         // SAFETY: the caller's contract on `bytes`.
         let b = unsafe { slice(bytes, len) }?;
-        crate::probe_alloc(len)?;
+        crate::ffi::probe_alloc(len)?;
         let map = CheckedBitmap::from_bytes(b, seed, csum_len).map_err(crc_err)?;
         // SAFETY: the caller's contract on `out`.
         unsafe { put_box(out, spacekit_checked_bitmap { map }) }

@@ -3,8 +3,10 @@
 
 use spacekit_core::dirty::{DirtyBitmap, DirtyError, Geometry, MemoryRangeTable, Scan};
 
-use crate::spacekit_status::{self, *};
-use crate::{drop_box, guard, handle, handle_mut, need, put, put_box, put_opt, slice, slice_mut};
+use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::{
+    drop_box, guard, handle, handle_mut, need, put, put_box, put_opt, slice, slice_mut,
+};
 
 fn dirty_err(e: DirtyError) -> spacekit_status {
     match e {
@@ -66,7 +68,7 @@ pub unsafe extern "C" fn spacekit_dirty_bitmap_new(
         let pages = len.div_ceil(page_size);
         let bytes = usize::try_from(pages.div_ceil(64).saturating_mul(8))
             .map_err(|_| SPACEKIT_ERROR_NO_MEMORY)?;
-        crate::probe_alloc(bytes)?;
+        crate::ffi::probe_alloc(bytes)?;
         let log = DirtyBitmap::new(g, len).map_err(dirty_err)?;
         // SAFETY: the caller's contract on `out`.
         unsafe { put_box(out, spacekit_dirty_bitmap { log }) }

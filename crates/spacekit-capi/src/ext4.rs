@@ -5,8 +5,8 @@ use std::path::Path;
 
 use spacekit_core::ext4::{Ext4Error, Image, OpenMode};
 
-use crate::spacekit_status::{self, *};
-use crate::{drop_box, guard, handle, handle_mut, need, put, put_box, slice_mut};
+use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::{drop_box, guard, handle, handle_mut, need, put, put_box, slice_mut};
 
 fn ext4_err(e: Ext4Error) -> spacekit_status {
     match e {
@@ -435,7 +435,7 @@ pub unsafe extern "C" fn spacekit_ext4_fallocate(
             .fallocate(ino, offset, len, keep_size)
             .map_err(ext4_err)?;
         // SAFETY: as above.
-        unsafe { crate::put_opt(blocks, n) };
+        unsafe { crate::ffi::put_opt(blocks, n) };
         Ok(())
     })
 }

@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use spacekit_core::rangetree::{RangeTree, RangeTreeError};
 
-use crate::spacekit_status::{self, *};
-use crate::{drop_box, guard, handle, handle_mut, need, put, put_box, put_opt};
+use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::{drop_box, guard, handle, handle_mut, need, put, put_box, put_opt};
 
 fn tree_err(e: RangeTreeError) -> spacekit_status {
     match e {
@@ -376,7 +376,7 @@ pub unsafe extern "C" fn spacekit_rangetree_cursor_next(
         // SAFETY: the caller's contract on all pointers.
         let t = unsafe { handle(tree) }?;
         // SAFETY: as above.
-        let c = unsafe { crate::handle_mut(cursor) }?;
+        let c = unsafe { crate::ffi::handle_mut(cursor) }?;
         if c.done || c.next > c.last {
             c.done = true;
             return Err(SPACEKIT_NOT_FOUND);
