@@ -62,7 +62,9 @@ fn to_ranges(runs: &[(u64, u64)], g: Geometry) -> Vec<MemoryRange> {
 }
 
 fn fits(words: usize, g: Geometry) -> bool {
-    u128::from(g.base()) + words as u128 * 64 * u128::from(g.page_size().get()) <= 1u128 << 64
+    // The region's end must be a u64 (a last range ending exactly at 2^64
+    // would make `gpa + length` overflow): strictly below 2^64.
+    u128::from(g.base()) + words as u128 * 64 * u128::from(g.page_size().get()) < 1u128 << 64
 }
 
 fn words_from(input: &mut Input, nwords: usize) -> Vec<u64> {

@@ -682,7 +682,10 @@ pub fn run(data: &[u8]) {
                 };
                 let r = img.create(&p, mode);
                 if let Ok(ino) = r {
-                    assert_eq!(img.lookup(&p).ok(), Some(ino), "create({p}) then lookup");
+                    match img.lookup(&p) {
+                        Ok(found) => assert_eq!(found, ino, "create({p}) then lookup"),
+                        Err(e) => panic!("create({p}) made inode {ino}, then lookup: {e:?}"),
+                    }
                 }
                 (format!("create({p:?}, {mode:o})"), r.is_ok())
             }

@@ -31,7 +31,7 @@ fn span(input: &mut Input) -> (u64, u64) {
     };
     // Sometimes inverted on purpose.
     if input.u8() == 0xFF {
-        return (first, first.wrapping_sub(1 + len));
+        return (first, first.wrapping_sub(len.wrapping_add(1)));
     }
     (first, first.saturating_add(len))
 }

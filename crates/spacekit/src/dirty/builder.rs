@@ -60,8 +60,8 @@ impl<'a> Scan<'a> {
     /// serial, no second log, no gap merging.
     ///
     /// # Errors
-    /// [`DirtyError::OutOfRange`] if the bitmap's last page would end past
-    /// 2^64.
+    /// [`DirtyError::OutOfRange`] if the bitmap's last page would end at or
+    /// past 2^64.
     pub fn new(bitmap: &'a [u64], geometry: Geometry) -> Result<Scan<'a>, DirtyError> {
         geometry.check_span(bitmap.len())?;
         Ok(Scan {

@@ -80,8 +80,9 @@ impl Geometry {
         }
     }
 
-    /// Checks that every page of a `words`-word bitmap has an address:
-    /// `base + 64 * words * page_size` must not pass 2^64.
+    /// Checks that every page of a `words`-word bitmap has an address and
+    /// every range's end `gpa + length` is a u64: `base + 64 * words *
+    /// page_size` must stay below 2^64.
     pub(crate) fn check_span(&self, words: usize) -> Result<(), DirtyError> {
         let bytes = (words as u64)
             .checked_mul(64)

@@ -603,8 +603,10 @@ impl Image {
     /// [`Ext4Error::InvalidArgument`] (`what: "mode"`) for a mode with
     /// another type; [`Ext4Error::Unsupported`] (`"htree index split"`) when
     /// an htree directory's index would need a third level; [`Ext4Error::NoFreeInodes`],
-    /// [`Ext4Error::NoSpace`]; [`Ext4Error::Io`]. Nothing changes on an
-    /// error (checked before the first change, or undone).
+    /// [`Ext4Error::NoSpace`]; [`Ext4Error::Io`]; [`Ext4Error::Corrupt`]
+    /// when the inode the bitmap offers still has links (a damaged
+    /// bitmap). Nothing changes on an error (checked before the first
+    /// change, or undone).
     pub fn create(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.atomically(|img| img.create_op(path, mode))
     }
@@ -732,6 +734,17 @@ impl Image {
     /// Writes a fresh regular-file inode into slot `ino`.
     fn init_file_inode(&mut self, ino: u32, mode: u16) -> Result<(), Ext4Error> {
         let old = self.inode_raw(ino)?;
+        // A free bit over a live inode (links left) is a damaged bitmap:
+        // never write over a file or directory (found by the ext4 fuzzer:
+        // a create took the inode of a directory on its own path).
+        if layout::le16(&old, off::LINKS_COUNT) != 0 {
+            return Err(corrupt(
+                "inode bitmap",
+                self.info.group_of_inode(ino).map(|(g, _)| g),
+                ino.into(),
+                "the inode is marked free but still has links",
+            ));
+        }
         let isz = old.len();
         let mut raw = vec![0u8; isz];
         let t = now();

@@ -881,6 +881,28 @@ fn operations_set_the_times_the_kernel_sets() {
     assert_fsck_clean(&path, "times");
 }
 
+/// A damaged inode bitmap that offers a live inode (its bit clear, its
+/// links not) makes create fail with `Corrupt` and change nothing: the
+/// file that owns the inode stays (found by the ext4 fuzzer, where the
+/// inode was a directory on the new file's own path).
+#[test]
+fn create_never_reuses_a_live_inode() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("files-live-inode");
+    let path = mkfs(&dir, &K1);
+    let mut img = open_rw(&path);
+    let f = img.create("/f", 0o644).unwrap();
+    img.flush().unwrap();
+    // The damage: /f's bit cleared, its inode untouched.
+    img.free_inode(f, false).unwrap();
+    img.flush().unwrap();
+    let e = img.create("/g", 0o644).unwrap_err();
+    assert!(matches!(e, Ext4Error::Corrupt { .. }), "{e:?}");
+    assert!(!img.is_dirty(), "a refused create changed something");
+    assert_eq!(img.lookup("/f").unwrap(), f);
+    assert!(img.lookup("/g").is_err());
+}
+
 /// An I/O error in the middle of an operation (reading the block bitmap of
 /// a group it reaches late) undoes everything that operation changed in
 /// memory: earlier unflushed operations stay, the flush writes an
