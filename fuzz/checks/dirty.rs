@@ -271,8 +271,7 @@ pub fn run(data: &[u8]) {
     let orig = pages.clone();
     let mut table = MemoryRangeTable::new();
     let got = ranges_from_pages(&mut pages, slot_pages, geometry, &mut table);
-    let slot_fits =
-        u128::from(base) + u128::from(slot_pages) * u128::from(page_size) < 1u128 << 64;
+    let slot_fits = u128::from(base) + u128::from(slot_pages) * u128::from(page_size) < 1u128 << 64;
     if orig.iter().any(|&p| p >= slot_pages) || !slot_fits {
         assert!(
             got.is_err(),
