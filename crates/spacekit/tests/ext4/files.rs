@@ -47,34 +47,8 @@ const FILE_CONFIGS: &[Config] = &[
             "^has_journal,^flex_bg",
         ],
     },
-    Config {
-        name: "64k",
-        size: "64M",
-        args: &[
-            "-b",
-            "65536",
-            "-g",
-            "256",
-            "-N",
-            "512",
-            "-O",
-            "^has_journal",
-        ],
-    },
-    Config {
-        name: "1k-nocsum",
-        size: "8M",
-        args: &[
-            "-b",
-            "1024",
-            "-g",
-            "1024",
-            "-N",
-            "256",
-            "-O",
-            "^has_journal,^metadata_csum",
-        ],
-    },
+    K64,
+    K1_NOCSUM,
 ];
 
 /// Many small groups: 128 groups of 256 blocks, flex_bg packing their

@@ -108,6 +108,38 @@ pub const K1: Config = Config {
     ],
 };
 
+/// 64 KiB blocks (the largest ext4 block size).
+pub const K64: Config = Config {
+    name: "64k",
+    size: "64M",
+    args: &[
+        "-b",
+        "65536",
+        "-g",
+        "256",
+        "-N",
+        "512",
+        "-O",
+        "^has_journal",
+    ],
+};
+
+/// 1 KiB blocks without metadata_csum.
+pub const K1_NOCSUM: Config = Config {
+    name: "1k-nocsum",
+    size: "8M",
+    args: &[
+        "-b",
+        "1024",
+        "-g",
+        "1024",
+        "-N",
+        "256",
+        "-O",
+        "^has_journal,^metadata_csum",
+    ],
+};
+
 pub const CONFIGS: &[Config] = &[
     K1,
     // 32-byte descriptors: 16-bit bitmap checksums.
@@ -163,20 +195,7 @@ pub const CONFIGS: &[Config] = &[
         ],
     },
     // No checksums at all.
-    Config {
-        name: "1k-nocsum",
-        size: "8M",
-        args: &[
-            "-b",
-            "1024",
-            "-g",
-            "1024",
-            "-N",
-            "256",
-            "-O",
-            "^has_journal,^metadata_csum",
-        ],
-    },
+    K1_NOCSUM,
     // 4 KiB, metadata_csum_seed, partial last group.
     Config {
         name: "4k-seed",
@@ -214,20 +233,7 @@ pub const CONFIGS: &[Config] = &[
         args: &["-b", "4096", "-g", "1024", "-N", "512"],
     },
     // 64 KiB blocks.
-    Config {
-        name: "64k",
-        size: "64M",
-        args: &[
-            "-b",
-            "65536",
-            "-g",
-            "256",
-            "-N",
-            "512",
-            "-O",
-            "^has_journal",
-        ],
-    },
+    K64,
     Config {
         name: "64k-32bit-noflex",
         size: "64M",
