@@ -996,6 +996,14 @@ fn dx_tail_at(block: &[u8]) -> Result<(usize, usize), Ext4Error> {
     Ok((tail, off + count * DX_ENTRY_LEN))
 }
 
+/// Stores [`dx_checksum`] in a dx root or node's `dx_tail`.
+fn sign_dx(seed: u32, block: &mut [u8]) -> Result<(), Ext4Error> {
+    let (tail, _) = dx_tail_at(block)?;
+    let c = dx_checksum(seed, block)?;
+    put32(block, tail + 4, c);
+    Ok(())
+}
+
 /// The checksum stored in a dx root or node's `dx_tail` (`dt_checksum`).
 ///
 /// # Errors
@@ -1497,9 +1505,7 @@ pub fn dx_rewrite(
     }
     index[off + entries.len() * DX_ENTRY_LEN..end].fill(0);
     if let Some(s) = seed {
-        let (tail, _) = dx_tail_at(index)?;
-        let c = dx_checksum(s, index)?;
-        put32(index, tail + 4, c);
+        sign_dx(s, index)?;
     }
     Ok(())
 }
@@ -1538,9 +1544,7 @@ pub fn dx_set_levels(root: &mut [u8], levels: u8, seed: Option<u32>) -> Result<(
     }
     root[24 + 6] = levels;
     if let Some(s) = seed {
-        let (tail, _) = dx_tail_at(root)?;
-        let c = dx_checksum(s, root)?;
-        put32(root, tail + 4, c);
+        sign_dx(s, root)?;
     }
     Ok(())
 }
@@ -1598,9 +1602,7 @@ pub fn dx_insert(
     put32(index, at + 4, block);
     put16(index, off + 2, (count + 1) as u16);
     if let Some(s) = seed {
-        let (tail, _) = dx_tail_at(index)?;
-        let c = dx_checksum(s, index)?;
-        put32(index, tail + 4, c);
+        sign_dx(s, index)?;
     }
     Ok(true)
 }
