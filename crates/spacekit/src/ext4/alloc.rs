@@ -25,12 +25,12 @@ impl Image {
     /// (no preallocation, no buddy cache): one pass, first fit.
     ///
     /// Groups are skipped when their descriptor counts fewer than `len` free
-    /// blocks, or when their descriptor or block bitmap fails its checksum
-    /// (as the kernel skips groups it marked corrupt).
+    /// blocks.
     ///
     /// # Errors
     /// [`Ext4Error::ReadOnly`]; [`Ext4Error::BadChecksum`] if the
-    /// superblock fails its checksum; [`Ext4Error::InvalidArgument`] for a
+    /// superblock or any group descriptor fails its checksum (the image is
+    /// never written then), or a block bitmap the search reaches does; [`Ext4Error::InvalidArgument`] for a
     /// zero `len`, a `len` above `s_blocks_per_group`, an `align` that is not
     /// a power of two, a goal outside the file system;
     /// [`Ext4Error::NoSpace`]; [`Ext4Error::Corrupt`] if a free count would
@@ -59,19 +59,15 @@ impl Image {
         let groups = self.info.group_count;
         for i in 0..groups {
             let g = (g0 + i) % groups;
-            if !self.desc_csum_ok[g as usize] || self.desc(g).free_blocks() < len {
+            if self.desc(g).free_blocks() < len {
                 continue;
             }
             let n = self.info.blocks_in_group(g);
             let first = self.info.group_first_block(g);
             let offset = (first & u64::from(align - 1)) as u32;
             let goal_bit = if i == 0 { bit0 } else { 0 };
-            // Groups whose bitmap fails its checksum are skipped.
-            let found = self.with_block_bitmap(g, |l| {
-                l.csum_ok()
-                    .then(|| l.search(n, goal_bit, len, align, offset))
-                    .flatten()
-            })?;
+            self.check_block_bitmap(g)?;
+            let found = self.with_block_bitmap(g, |l| l.search(n, goal_bit, len, align, offset))?;
             if let Some(bit) = found {
                 self.mark_blocks(g, bit, len, true)?;
                 return Ok(first + u64::from(bit));
@@ -92,8 +88,8 @@ impl Image {
     /// Unlike [`Image::alloc_blocks`] no group is skipped for holding a
     /// shorter free run than asked, so successive calls with the goal just
     /// past the previous run fill the groups in order. Groups without free
-    /// blocks, or whose descriptor or block bitmap fails its checksum, are
-    /// skipped. Accounting as [`Image::alloc_blocks`].
+    /// blocks are skipped; a block bitmap that fails its checksum is
+    /// refused. Accounting as [`Image::alloc_blocks`].
     ///
     /// # Errors
     /// [`Ext4Error::InvalidArgument`] for a zero `max` or a goal outside
@@ -126,13 +122,11 @@ impl Image {
                 _ if i == groups => (0, bit0),
                 _ => (0, n),
             };
-            if from >= to || !self.desc_csum_ok[g as usize] || self.desc(g).free_blocks() == 0 {
+            if from >= to || self.desc(g).free_blocks() == 0 {
                 continue;
             }
+            self.check_block_bitmap(g)?;
             let l = self.block_bitmap(g)?;
-            if !l.csum_ok() {
-                continue;
-            }
             let view = l.view(n as usize)?;
             let Some(start) = view
                 .find_next_clear(from as usize)
@@ -161,19 +155,17 @@ impl Image {
     /// the free blocks at the start of group `g` and of the groups after it
     /// (while a run fills a group to its end), up to `max` blocks in all, as
     /// e2fsprogs' `ext2fs_new_range` lets a run cross group boundaries.
-    /// Returns the blocks taken (0 when group `g` starts with a used block,
-    /// does not exist, or fails a checksum).
+    /// Returns the blocks taken (0 when group `g` starts with a used block
+    /// or does not exist); a bitmap that fails its checksum is refused.
     fn extend_run_into(&mut self, mut g: u32, mut max: u32) -> Result<u32, Ext4Error> {
         let mut taken = 0;
         while max > 0 && g < self.info.group_count {
-            if !self.desc_csum_ok[g as usize] || self.desc(g).free_blocks() == 0 {
+            if self.desc(g).free_blocks() == 0 {
                 break;
             }
             let n = self.info.blocks_in_group(g);
+            self.check_block_bitmap(g)?;
             let l = self.block_bitmap(g)?;
-            if !l.csum_ok() {
-                break;
-            }
             let end = l
                 .view(n as usize)?
                 .find_next_set(0)
@@ -234,19 +226,8 @@ impl Image {
                 "outside the file system",
             ))?;
             let n = (u64::from(self.info.blocks_in_group(g)) - u64::from(bit)).min(end - b) as u32;
-            if !self.desc_csum_ok[g as usize] {
-                return Err(Ext4Error::BadChecksum {
-                    what: "group descriptor",
-                    group: Some(g),
-                });
-            }
+            self.check_block_bitmap(g)?;
             let l = self.block_bitmap(g)?;
-            if !l.csum_ok() {
-                return Err(Ext4Error::BadChecksum {
-                    what: "block bitmap",
-                    group: Some(g),
-                });
-            }
             let range = bit as usize..(bit + n) as usize;
             if let Some(c) = l.bits().find_first_clear_in(range)? {
                 return Err(Ext4Error::BlockAlreadyFree {
@@ -296,7 +277,8 @@ impl Image {
     /// # Errors
     /// [`Ext4Error::ReadOnly`]; [`Ext4Error::InvalidArgument`] for a goal
     /// group past the last; [`Ext4Error::NoFreeInodes`];
-    /// [`Ext4Error::BadChecksum`] if the superblock fails its checksum;
+    /// [`Ext4Error::BadChecksum`] if the superblock or a group descriptor
+    /// fails its checksum, or an inode bitmap the search reaches does;
     /// [`Ext4Error::Corrupt`] if a count would go out of range;
     /// [`Ext4Error::Io`] reading a bitmap.
     pub fn alloc_inode(
@@ -311,12 +293,15 @@ impl Image {
         let groups = self.info.group_count;
         for i in 0..groups {
             let g = (g0 + i) % groups;
-            if !self.desc_csum_ok[g as usize] || self.desc(g).free_inodes() == 0 {
+            if self.desc(g).free_inodes() == 0 {
                 continue;
             }
             let l = self.inode_bitmap(g)?;
             if !l.csum_ok() {
-                continue;
+                return Err(Ext4Error::BadChecksum {
+                    what: "inode bitmap",
+                    group: Some(g),
+                });
             }
             let view = l.view(ipg as usize)?;
             let first_ino_bit =
@@ -356,12 +341,6 @@ impl Image {
             ino.into(),
             "past s_inodes_count",
         ))?;
-        if !self.desc_csum_ok[g as usize] {
-            return Err(Ext4Error::BadChecksum {
-                what: "group descriptor",
-                group: Some(g),
-            });
-        }
         let l = self.inode_bitmap(g)?;
         if !l.csum_ok() {
             return Err(Ext4Error::BadChecksum {

@@ -70,12 +70,13 @@ pub enum Ext4Error {
     },
     /// A change asked of an image opened read-only.
     ReadOnly,
-    /// Metadata the change would rewrite fails its checksum, so spacekit
-    /// refuses to touch it (as the kernel marks such a group corrupt and skips
-    /// it) rather than silently re-sign it.
+    /// Metadata fails its checksum, so spacekit refuses the change rather
+    /// than skip the damage or silently re-sign it: a superblock or any
+    /// group descriptor failing refuses every write to the image; a bitmap
+    /// or inode failing refuses the change that would use it.
     BadChecksum {
-        /// `"superblock"`, `"group descriptor"`, `"block bitmap"` or
-        /// `"inode bitmap"`.
+        /// `"superblock"`, `"group descriptor"`, `"block bitmap"`,
+        /// `"inode bitmap"` or `"inode"`.
         what: &'static str,
         /// The group, for per-group metadata.
         group: Option<u32>,

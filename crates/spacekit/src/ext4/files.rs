@@ -57,6 +57,14 @@ const S_IFDIR: u16 = 0x4000;
 pub const EXTENTS_FL: u32 = 0x8_0000;
 /// incompat `filetype`: directory entries carry the file type.
 const INCOMPAT_FILETYPE: u32 = 0x2;
+/// incompat `dirdata`: directory entries may carry data after the name.
+const INCOMPAT_DIRDATA: u32 = 0x1000;
+/// `EXT4_ENCRYPT_FL`: the directory's names are encrypted.
+const ENCRYPT_FL: u32 = 0x800;
+/// `EXT4_INLINE_DATA_FL`: the contents live in the inode.
+const INLINE_DATA_FL: u32 = 0x1000_0000;
+/// `EXT4_CASEFOLD_FL`: the directory's names compare and hash casefolded.
+pub const CASEFOLD_FL: u32 = 0x4000_0000;
 /// ro_compat `huge_file`.
 const RO_COMPAT_HUGE_FILE: u32 = 0x8;
 /// `i_flags`: `i_blocks` counts file-system blocks.
@@ -265,6 +273,11 @@ impl Image {
     /// The inode's extent root, refusing inodes without `EXTENTS_FL`.
     fn root_of(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
         let inode = self.inode(ino)?;
+        if inode.flags & INLINE_DATA_FL != 0 {
+            return Err(Ext4Error::Unsupported {
+                feature: "inline data",
+            });
+        }
         if inode.flags & EXTENTS_FL == 0 {
             return Err(Ext4Error::Unsupported {
                 feature: "block-mapped (non-extent) files",
@@ -341,22 +354,53 @@ impl Image {
     }
 
     /// Finds `name` in directory `dir_ino`: the entry and the block holding
-    /// it.
+    /// it. Every leaf block is searched (an htree's index is not needed to
+    /// find a name, only to place one). In a casefolded directory an ASCII
+    /// name also matches an ASCII entry that differs only in case (what
+    /// the kernel's Unicode casefolding gives for ASCII names); names with
+    /// other characters match only byte for byte.
     fn find_entry(
         &mut self,
         dir_ino: u32,
         name: &[u8],
     ) -> Result<Option<(DirEntry, Slot)>, Ext4Error> {
         let (blocks, _) = self.dir_blocks(dir_ino)?;
-        let generation = self.inode(dir_ino)?.generation;
+        let dir = self.inode(dir_ino)?;
+        let fold = dir.flags & CASEFOLD_FL != 0 && name.is_ascii();
         let csum = self.csum();
         for (_, p) in blocks {
-            let b = self.dir_block(dir_ino, generation, p)?;
-            if let Some(e) = dir::find(&b, csum, name)? {
+            let b = self.dir_block(dir_ino, dir.generation, p)?;
+            let found = if fold {
+                dir::entries(&b, csum)?
+                    .into_iter()
+                    .find(|e| e.name.is_ascii() && e.name.eq_ignore_ascii_case(name))
+            } else {
+                dir::find(&b, csum, name)?
+            };
+            if let Some(e) = found {
                 return Ok(Some((e, Slot { physical: p })));
             }
         }
         Ok(None)
+    }
+
+    /// Refuses to add or remove entries in directory `dir_ino` when its
+    /// names hash or compare in a way spacekit does not write: casefolded
+    /// (Unicode NFD + casefold, hashed folded), encrypted (names stored
+    /// encrypted, hashed over the ciphertext), or on a `dirdata` file
+    /// system. Checked before any change.
+    fn check_dir_writable(&self, dir_ino: u32) -> Result<(), Ext4Error> {
+        let flags = self.inode(dir_ino)?.flags;
+        let feature = if flags & CASEFOLD_FL != 0 {
+            "casefolded directory (casefold)"
+        } else if flags & ENCRYPT_FL != 0 {
+            "encrypted directory (encrypt)"
+        } else if le32(&self.sb, layout::sb::INCOMPAT) & INCOMPAT_DIRDATA != 0 {
+            "dirdata"
+        } else {
+            return Ok(());
+        };
+        Err(Ext4Error::Unsupported { feature })
     }
 
     /// The inode an absolute path names (from the root directory, inode
@@ -622,6 +666,7 @@ impl Image {
             ));
         }
         let (parent, name) = self.parent_of(path)?;
+        self.check_dir_writable(parent)?;
         if name.contains(&0) {
             return Err(invalid("name", name.len() as u64, "a name holds no NUL"));
         }
@@ -907,7 +952,9 @@ impl Image {
     /// in order from the goal, skipping only blocks in use (metadata), and
     /// a request may take several extents and span groups. `i_blocks`
     /// grows by the data and tree blocks added; the size becomes
-    /// `max(size, offset + len)` unless `keep_size`; the ctime becomes now
+    /// `max(size, offset + len)` unless `keep_size` (a grown file's block
+    /// holding the old end is zeroed past it, as [`Image::truncate`]
+    /// does); the ctime becomes now
     /// when anything changed, the mtime too when the size did. Returns the
     /// data blocks allocated.
     ///
@@ -1006,6 +1053,10 @@ impl Image {
                 "i_blocks would overflow (needs huge_file)",
             ));
         }
+        if !keep_size && end > inode.size {
+            // The bytes between the old end and the new one read as zeros.
+            self.zero_block_tail(&root, seed, inode.size)?;
+        }
         let mut goal = self.file_goal(ino, &root, seed)?;
         let mut data = 0u64;
         let mut tree = 0u64;
@@ -1062,9 +1113,12 @@ impl Image {
 
     /// Sets regular file `ino`'s size to `size`, freeing every whole block
     /// past the new end (`ceil(size / bs)` on; an extent across it is
-    /// split) and the tree blocks left empty; `i_blocks` follows. A larger
-    /// size only changes `i_size` (a sparse tail). The file's mtime and
-    /// ctime become now.
+    /// split) and the tree blocks left empty; `i_blocks` follows. The block
+    /// that ends the file is zeroed past the end (past the new end when it
+    /// shrinks, as the kernel does; past the old end when it grows), so
+    /// bytes cut off never come back and a grown file reads zeros after
+    /// its old end. A larger size otherwise only changes `i_size` (a
+    /// sparse tail). The file's mtime and ctime become now.
     ///
     /// # Errors
     /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`]; as
@@ -1083,6 +1137,12 @@ impl Image {
         }
         let bs = u64::from(self.info.block_size);
         let seed = self.seed_of(ino, inode.generation);
+        // The block that keeps the end of the file holds no byte past it:
+        // zeroed from the new end when the file shrinks (the kernel's
+        // `ext4_block_truncate_page`), and from the old end when it grows,
+        // so the grown part reads as zeros even over stale bytes left past
+        // the end by another writer.
+        self.zero_block_tail(&root, seed, size.min(inode.size))?;
         let first = size.div_ceil(bs) as u32;
         let (freed, tree_freed) = self.truncate_tree(&mut root, seed, first)?;
         let blocks = inode
@@ -1092,6 +1152,40 @@ impl Image {
         self.note_large_file(size);
         self.touch(ino, true)?;
         Ok(())
+    }
+
+    /// Zeroes the bytes of the file from byte `at` to the end of the block
+    /// holding it, when that block is mapped by a written extent (an
+    /// unwritten one reads as zeros already, a hole has no bytes). Nothing
+    /// to do when `at` starts a block, or the bytes are zero already.
+    fn zero_block_tail(
+        &mut self,
+        root: &[u8; ROOT_SIZE],
+        seed: Option<u32>,
+        at: u64,
+    ) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let within = (at % bs) as usize;
+        let Ok(logical) = u32::try_from(at / bs) else {
+            return Ok(());
+        };
+        if within == 0 {
+            return Ok(());
+        }
+        let Some(e) = extent::find(root, &mut ReadStore(self), seed, logical)? else {
+            return Ok(());
+        };
+        if e.unwritten {
+            return Ok(());
+        }
+        let p = e.physical + u64::from(logical - e.logical);
+        let mut b = self.read_block(p)?.into_owned();
+        let tail = b.get_mut(within..).unwrap_or_default();
+        if tail.iter().all(|&x| x == 0) {
+            return Ok(());
+        }
+        tail.fill(0);
+        self.write_block(p, b)
     }
 
     /// [`extent::truncate`] from `first`, freeing the data blocks; returns
@@ -1133,6 +1227,7 @@ impl Image {
     fn unlink_op(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.check_writable()?;
         let (parent, name) = self.parent_of(path)?;
+        self.check_dir_writable(parent)?;
         let Some((entry, slot)) = self.find_entry(parent, name)? else {
             return Err(Ext4Error::NotFound { path: path.into() });
         };
@@ -1153,9 +1248,16 @@ impl Image {
                 feature: "block-mapped (non-extent) files",
             });
         }
+        if inode.links_count <= 1 && inode.file_acl != 0 {
+            // Freeing the inode would leave its xattr block's reference
+            // count (and the block) behind.
+            return Err(Ext4Error::Unsupported {
+                feature: "removing a file with an extended-attribute block",
+            });
+        }
         let pgen = self.inode(parent)?.generation;
         let mut b = self.dir_block(parent, pgen, slot.physical)?;
-        dir::remove_entry(&mut b, name, self.csum())?;
+        dir::remove_entry(&mut b, &entry.name, self.csum())?;
         self.write_block(slot.physical, b)?;
         self.touch(parent, true)?;
         if inode.links_count > 1 {

@@ -51,8 +51,9 @@ pub struct Image {
     /// Whether the superblock checksum matched at open (always true without
     /// metadata_csum).
     pub(super) sb_csum_ok: bool,
-    /// Whether each descriptor's checksum matched at open.
-    pub(super) desc_csum_ok: Vec<bool>,
+    /// The first group whose descriptor failed its checksum at open: every
+    /// write is then refused (see `check_writable`).
+    pub(super) bad_desc: Option<u32>,
     pub(super) groups: Vec<GroupCache>,
     /// Every metadata extent, sorted.
     pub(super) meta: Vec<Meta>,

@@ -462,8 +462,8 @@ impl Image {
     ///
     /// # Errors
     /// [`Ext4Error::ReadOnly`]; [`Ext4Error::BadChecksum`] if the superblock
-    /// fails its checksum, or (`what: "inode"`) if the change adds or
-    /// removes `i_checksum_hi` on an inode whose checksum fails;
+    /// or a group descriptor fails its checksum, or (`what: "inode"`) if
+    /// the inode's checksum fails (unless the change rewrites all of it);
     /// [`Ext4Error::InvalidArgument`] for a bad `ino`, an inode in an
     /// `INODE_UNINIT` group (allocate it first), or a range past
     /// `s_inode_size`; [`Ext4Error::Io`] reading the inode table.
@@ -494,19 +494,23 @@ impl Image {
         if self.info.checksums == ChecksumKind::MetadataCsum {
             let old_gen = le32(raw, off::GENERATION);
             let new_gen = le32(&new, off::GENERATION);
-            if old_gen == new_gen {
+            // A fresh inode written whole (a new file in a free slot) owes
+            // nothing to the old bytes: its checksum is computed in full.
+            let whole = matches!(changes, [(0, b)] if b.len() == size);
+            if !whole && !self.inode_checksum_state(ino, raw).2 {
+                // A damaged inode is refused, never patched: the kernel's
+                // `ext4_iget` fails on it too (EFSBADCRC), and a splice
+                // would only carry the damage along.
+                return Err(Ext4Error::BadChecksum {
+                    what: "inode",
+                    group: Some(g),
+                });
+            }
+            if old_gen == new_gen && !whole {
                 new.copy_from_slice(raw);
                 let seed = self.inode_seed(ino, old_gen);
                 patch_inode(&mut new, Some(seed), changes).map_err(|e| patch_error(e, g))?;
             } else {
-                // A new generation re-seeds the checksum: only a full
-                // computation follows, so the old one must verify first.
-                if !self.inode_checksum_state(ino, raw).2 {
-                    return Err(Ext4Error::BadChecksum {
-                        what: "inode",
-                        group: Some(g),
-                    });
-                }
                 let crc = inode_crc(self.inode_seed(ino, new_gen), &new);
                 store_checksum(&mut new, crc);
             }
@@ -525,8 +529,8 @@ impl Image {
     /// [`Ext4Error::ReadOnly`]; [`Ext4Error::InvalidArgument`] for a bad
     /// `ino` or one in an `INODE_UNINIT` group; [`Ext4Error::BadChecksum`] if
     /// the superblock fails its checksum; [`Ext4Error::Io`] reading the
-    /// inode table. An inode that fails its checksum keeps failing it (the
-    /// checksum is spliced, not recomputed).
+    /// inode table; [`Ext4Error::BadChecksum`] (`what: "inode"`) for an
+    /// inode that fails its checksum (it is never patched).
     pub fn set_inode_times(&mut self, ino: u32, times: InodeTimes) -> Result<(), Ext4Error> {
         self.check_writable()?;
         let raw = self.inode_raw(ino)?;

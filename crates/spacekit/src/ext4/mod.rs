@@ -254,13 +254,11 @@ impl Image {
         let meta = group::build_metadata(&info, &gdt)?;
         let sb_csum_ok = info.checksums != ChecksumKind::MetadataCsum
             || layout::superblock_checksum(&sb) == layout::le32(&sb, layout::sb::CHECKSUM);
-        let desc_csum_ok = (0..info.group_count)
-            .map(|g| {
-                let d = desc_at(&info, &gdt, g);
-                info.checksums == ChecksumKind::None
-                    || layout::desc_checksum(&info, g, d.raw) == d.checksum()
-            })
-            .collect();
+        let bad_desc = (0..info.group_count).find(|&g| {
+            let d = desc_at(&info, &gdt, g);
+            info.checksums != ChecksumKind::None
+                && layout::desc_checksum(&info, g, d.raw) != d.checksum()
+        });
         let groups = (0..info.group_count)
             .map(|_| GroupCache::default())
             .collect();
@@ -272,7 +270,7 @@ impl Image {
             sb,
             gdt,
             sb_csum_ok,
-            desc_csum_ok,
+            bad_desc,
             groups,
             meta,
             dirty_sb: false,
@@ -571,11 +569,9 @@ impl Image {
             }
             let d = self.desc(g);
             let block_gdt = self.gdt_block_of(g);
-            // A descriptor whose checksum failed at open is never changed
-            // (every change skips or refuses its group), so a flush of its
-            // descriptor block writes it back as it was read: its checksum
-            // is stale by design, not by a missed update.
-            if !self.dirty_gdt.contains(&block_gdt) || !self.desc_csum_ok[g as usize] {
+            // An image with a descriptor that failed its checksum at open
+            // is never changed (`check_writable` refuses every write).
+            if !self.dirty_gdt.contains(&block_gdt) {
                 continue;
             }
             if self.info.checksums != ChecksumKind::None
@@ -829,8 +825,8 @@ impl Image {
         out
     }
 
-    /// Refuses changes to a read-only image or one whose superblock fails
-    /// its checksum.
+    /// Refuses changes to a read-only image, or one whose superblock or any
+    /// group descriptor fails its checksum.
     fn check_writable(&self) -> Result<(), Ext4Error> {
         if self.mode == OpenMode::ReadOnly {
             return Err(Ext4Error::ReadOnly);
@@ -841,7 +837,33 @@ impl Image {
                 group: None,
             });
         }
+        // Like e2fsprogs' `ext2fs_open2`, which refuses to open a file
+        // system whose descriptors fail their checksums unless told to
+        // ignore them, and unlike the kernel's mount (which marks the
+        // group corrupt and goes on): a damaged descriptor means the image
+        // needs e2fsck, and spacekit writes nothing to it.
+        if let Some(g) = self.bad_desc {
+            return Err(Ext4Error::BadChecksum {
+                what: "group descriptor",
+                group: Some(g),
+            });
+        }
         Ok(())
+    }
+
+    /// Refuses a change that reads group `g`'s block bitmap when that
+    /// bitmap fails its checksum: a damaged bitmap is never trusted for an
+    /// allocation or a free (the kernel would mark the group corrupt; an
+    /// offline tool leaves the image to e2fsck).
+    fn check_block_bitmap(&self, g: u32) -> Result<(), Ext4Error> {
+        if self.block_bitmap(g)?.csum_ok() {
+            Ok(())
+        } else {
+            Err(Ext4Error::BadChecksum {
+                what: "block bitmap",
+                group: Some(g),
+            })
+        }
     }
 }
 

@@ -54,26 +54,30 @@ fn damage_is_reported_by_verify() {
         }
         assert_eq!(checks(&img), want, "{name}: flipped block bit");
         if metadata_csum {
-            // The group is skipped for allocation and refuses frees.
-            let got = img
-                .alloc_blocks(AllocRequest {
+            // The damaged bitmap is refused, by an allocation that reaches
+            // it and by a free, never skipped.
+            let bad_bitmap = |err: Ext4Error| {
+                assert!(
+                    matches!(
+                        err,
+                        Ext4Error::BadChecksum {
+                            what: "block bitmap",
+                            group: Some(0)
+                        }
+                    ),
+                    "{name}: {err}"
+                )
+            };
+            bad_bitmap(
+                img.alloc_blocks(AllocRequest {
                     goal: Some(free0 + 1),
                     len: 1,
                     align: 1,
                 })
-                .unwrap();
-            assert!(got > g0.last_block, "{name}: allocated in a corrupt group");
-            let err = img.free_blocks(free0, 1).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Ext4Error::BadChecksum {
-                        what: "block bitmap",
-                        group: Some(0)
-                    }
-                ),
-                "{err}"
+                .unwrap_err(),
             );
+            bad_bitmap(img.free_blocks(free0, 1).unwrap_err());
+            assert!(!img.is_dirty(), "{name}: a refused change left changes");
             // e2fsck agrees the bitmap is damaged.
             drop(img);
             let (code, text) = e2fsck(&p);
@@ -131,14 +135,26 @@ fn damage_is_reported_by_verify() {
             "{name}: {got:?}"
         );
         if info.checksums != ChecksumKind::None {
-            // Changes in that group are refused.
+            // Every change is refused, in any group: the image needs e2fsck.
+            let before = fs::read(&p).unwrap();
             let mut img = open_rw(&p);
-            let ino = img.alloc_inode(Some(1), false).unwrap();
-            assert_ne!(
-                (ino - 1) / info.inodes_per_group,
-                1,
-                "{name}: used a corrupt group"
-            );
+            for g in [0, 1] {
+                let err = img.alloc_inode(Some(g), false).unwrap_err();
+                assert!(
+                    matches!(
+                        err,
+                        Ext4Error::BadChecksum {
+                            what: "group descriptor",
+                            group: Some(1)
+                        }
+                    ),
+                    "{name}: {err}"
+                );
+            }
+            assert!(!img.is_dirty(), "{name}");
+            img.flush().unwrap();
+            drop(img);
+            assert!(fs::read(&p).unwrap() == before, "{name}: image changed");
         }
 
         // A superblock byte (free inodes count).

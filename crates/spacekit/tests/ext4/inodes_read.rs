@@ -372,15 +372,22 @@ fn corrupt_inode_checksum_is_reported() {
         assert_eq!(bad.len(), 1, "{}: {bad:?}", cfg.name);
         assert_eq!(bad[0].ino, ino);
         assert!(img.inode(ino - 1).unwrap().checksum_ok);
-        // A change does not re-sign the damaged inode.
-        img.set_inode_times(
-            ino,
-            InodeTimes {
-                atime: Some(5),
-                ..InodeTimes::default()
-            },
-        )
-        .unwrap();
+        // A change to the damaged inode is refused (never re-signed).
+        let err = img
+            .set_inode_times(
+                ino,
+                InodeTimes {
+                    atime: Some(5),
+                    ..InodeTimes::default()
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, Ext4Error::BadChecksum { what: "inode", .. }),
+            "{}: {err}",
+            cfg.name
+        );
+        assert!(!img.is_dirty(), "{}", cfg.name);
         img.flush().unwrap();
         drop(img);
         assert_eq!(open_ro(&p).verify_inodes().unwrap()[0].ino, ino);

@@ -20,7 +20,10 @@
 //! * `damage` — damage behind spacekit's back, reported by `verify`;
 //! * `refused` — corrupt and unsupported images, never written;
 //! * `arguments` — bad arguments, refused without a change;
-//! * `crash` — injected write failures, the redo log, retries.
+//! * `crash` — injected write failures, the redo log, retries;
+//! * `found` — defects users found on `mke2fs -d` images, casefolded
+//!   directories and damaged descriptors, checked with debugfs, e2fsck and
+//!   (where a loop mount is allowed) the kernel.
 
 #![cfg(feature = "ext4")]
 
@@ -33,6 +36,7 @@ mod arguments;
 mod crash;
 mod damage;
 mod files;
+mod found;
 mod inodes;
 mod inodes_read;
 mod read;
