@@ -199,6 +199,23 @@ fn check_all(path: &Path, model: &BTreeMap<String, u32>, what: &str) {
     assert_eq!(got, want, "{what}: read_dir");
 }
 
+/// What `debugfs dump` reads of every file equals the model's bytes.
+fn check_contents(path: &Path, dir: &TempDir, contents: &BTreeMap<String, Vec<u8>>, what: &str) {
+    for (name, want) in contents {
+        let got = debugfs_dump(path, dir, &format!("/{name}"));
+        assert_eq!(got.len(), want.len(), "{what}: /{name}: size");
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            panic!("{what}: /{name}: bytes differ from byte {i} on");
+        }
+    }
+}
+
+/// Random create, fallocate (large, spanning groups; small, keeping the
+/// size), truncate (down, or up past the end) and unlink, on spacekit's
+/// files and on two files of random bytes that debugfs wrote: after every
+/// flush e2fsck is clean, debugfs agrees on every file's extents, and
+/// every file's contents are the model's (what was kept, zeros past an old
+/// end).
 #[test]
 fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
     require_e2fsprogs!();
@@ -209,6 +226,23 @@ fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
         let total = open_ro(&path).info().blocks_count;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ bs ^ cfg.name.len() as u64);
         let mut model: BTreeMap<String, u32> = BTreeMap::new();
+        let mut contents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut script = String::new();
+        for (i, seed) in [11u64, 12].into_iter().enumerate() {
+            let len = (bs / 2 + rng.below(6 * bs)) as usize;
+            let bytes = random_bytes(len, seed ^ bs);
+            let local = dir.path(&format!("data{i}.src"));
+            fs::write(&local, &bytes).unwrap();
+            script.push_str(&format!("write {} data{i}\n", local.display()));
+            contents.insert(format!("data{i}"), bytes);
+        }
+        debugfs_w(&path, &dir, &script);
+        let mut img = open_ro(&path);
+        for name in contents.keys() {
+            model.insert(name.clone(), img.lookup(&format!("/{name}")).unwrap());
+        }
+        drop(img);
+        check_contents(&path, &dir, &contents, cfg.name);
         for step in 0..12 {
             let mut img = open_rw(&path);
             let op = rng.below(6);
@@ -217,39 +251,61 @@ fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
                 let name = format!("f{step}");
                 let ino = img.create(&format!("/{name}"), 0o644).unwrap();
                 let len = (1 + rng.below(40)) * bs;
-                img.fallocate(ino, rng.below(4) * bs, len, rng.below(2) == 0)
-                    .unwrap();
-                model.insert(name, ino);
+                let off = rng.below(4) * bs;
+                let keep = rng.below(2) == 0;
+                img.fallocate(ino, off, len, keep).unwrap();
+                model.insert(name.clone(), ino);
+                contents.insert(name, vec![0; if keep { 0 } else { (off + len) as usize }]);
             } else {
                 let keys: Vec<String> = model.keys().cloned().collect();
                 let name = keys[rng.below(keys.len() as u64) as usize].clone();
                 let ino = model[&name];
+                let data = contents.get_mut(&name).unwrap();
+                let grow = |data: &mut Vec<u8>, end: u64| {
+                    if end as usize > data.len() {
+                        data.resize(end as usize, 0);
+                    }
+                };
                 match op {
                     1 => {
                         // Large: spanning groups.
                         let free = img.free_blocks_count();
                         let n = (free / 3).min(total / 4).max(1);
-                        img.fallocate(ino, rng.below(100) * bs, n * bs, false)
-                            .unwrap();
+                        let off = rng.below(100) * bs;
+                        img.fallocate(ino, off, n * bs, false).unwrap();
+                        grow(data, off + n * bs);
                     }
                     2 => {
+                        // Down into a block, or up past the end.
                         let size = img.stat(ino).unwrap().size;
-                        img.truncate(ino, rng.below(size + 1)).unwrap();
+                        let to = if rng.below(3) == 0 {
+                            size + rng.below(8 * bs)
+                        } else {
+                            rng.below(size + 1)
+                        };
+                        img.truncate(ino, to).unwrap();
+                        data.resize(to as usize, 0);
                     }
                     3 => {
                         img.unlink(&format!("/{name}")).unwrap();
                         model.remove(&name);
+                        contents.remove(&name);
                     }
                     _ => {
                         let off = rng.below(200) * bs + rng.below(bs);
-                        img.fallocate(ino, off, 1 + rng.below(20 * bs), true)
-                            .unwrap();
+                        let len = 1 + rng.below(20 * bs);
+                        let keep = rng.below(2) == 0;
+                        img.fallocate(ino, off, len, keep).unwrap();
+                        if !keep {
+                            grow(data, off + len);
+                        }
                     }
                 }
             }
             img.flush().unwrap();
             drop(img);
             check_all(&path, &model, &what);
+            check_contents(&path, &dir, &contents, &what);
         }
     }
 }

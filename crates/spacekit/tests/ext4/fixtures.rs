@@ -347,3 +347,16 @@ pub fn corrupt_field(e: &Ext4Error) -> (&'static str, Option<u32>) {
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
+
+/// Bytes from a small deterministic generator.
+pub fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}

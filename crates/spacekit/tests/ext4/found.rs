@@ -21,19 +21,6 @@ use spacekit::ext4::{AllocRequest, Ext4Error, Image, InodeTimes};
 use crate::fixtures::*;
 use crate::oracles::*;
 
-/// Bytes from a small deterministic generator.
-fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        out.extend_from_slice(&seed.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
 /// `mkfs.ext4 -d src` with `args`, on a fresh image of `size`.
 fn mkfs_d(dir: &TempDir, name: &str, args: &[&str], src: &Path, size: &str) -> PathBuf {
     let path = dir.path(name);
@@ -53,20 +40,6 @@ fn mkfs_d(dir: &TempDir, name: &str, args: &[&str], src: &Path, size: &str) -> P
         String::from_utf8_lossy(&out.stderr)
     );
     path
-}
-
-/// The file at `path` inside the image, as `debugfs dump` writes it.
-fn debugfs_dump(img: &Path, dir: &TempDir, path: &str) -> Vec<u8> {
-    let out = dir.path("dumped");
-    let _ = fs::remove_file(&out);
-    let st = e2fs("debugfs")
-        .arg("-R")
-        .arg(format!("dump {path} {}", out.display()))
-        .arg(img)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "debugfs dump {path}");
-    fs::read(&out).unwrap_or_else(|e| panic!("debugfs dump {path}: {e}"))
 }
 
 /// Reads `files` through the kernel (a read-only loop mount), or says why
@@ -397,4 +370,37 @@ fn inline_data_directories_are_named_as_such() {
         Err(Ext4Error::Unsupported { feature }) => assert_eq!(feature, "inline data"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn unlinking_a_file_with_an_xattr_block_is_refused() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("found-xattr");
+    let path = mkfs(&dir, &K1);
+    let big = dir.path("big.txt");
+    fs::write(&big, "x".repeat(600)).unwrap();
+    let one = dir.path("one.txt");
+    fs::write(&one, "hi").unwrap();
+    debugfs_w(
+        &path,
+        &dir,
+        &format!(
+            "write {} f\nea_set -f {} /f user.big\n",
+            one.display(),
+            big.display()
+        ),
+    );
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let f = img.lookup("/f").unwrap();
+    assert_ne!(img.inode(f).unwrap().file_acl, 0, "the xattr is in a block");
+    match img.unlink("/f") {
+        Err(Ext4Error::Unsupported { feature }) => assert!(feature.contains("extended-attribute")),
+        other => panic!("{other:?}"),
+    }
+    assert!(!img.is_dirty());
+    img.flush().unwrap();
+    drop(img);
+    assert!(fs::read(&path).unwrap() == before, "image written");
+    assert_fsck_clean(&path, "after the refused unlink");
 }

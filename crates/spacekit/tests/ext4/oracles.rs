@@ -274,3 +274,17 @@ pub fn e2freefrag(path: &Path) -> (u64, u64, Vec<(u64, u64, u64)>) {
     }
     (n, max_kb, rows)
 }
+
+/// The file at `path` inside the image, as `debugfs dump` writes it.
+pub fn debugfs_dump(img: &Path, dir: &TempDir, path: &str) -> Vec<u8> {
+    let out = dir.path("dumped");
+    let _ = fs::remove_file(&out);
+    let st = e2fs("debugfs")
+        .arg("-R")
+        .arg(format!("dump {path} {}", out.display()))
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "debugfs dump {path}");
+    fs::read(&out).unwrap_or_else(|e| panic!("debugfs dump {path}: {e}"))
+}
