@@ -16,8 +16,13 @@
 //!   and flushes; never a panic, the in-memory invariants (`validate`)
 //!   after every call, and, when the image was verify-clean, `verify()`
 //!   still clean after every successful call and in a fresh open after
-//!   every flush.
+//!   every flush;
+//! * on an unedited image, a model of every file's contents (what a
+//!   truncate kept, zeros past an old end after a truncate or fallocate
+//!   grows it) equals what the flushed image holds, until a raw block or
+//!   inode call ends the model.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -557,12 +562,69 @@ fn read_only(img: &mut Image, input: &mut Input) -> bool {
     clean
 }
 
-fn reopen_clean(tmp: &TempImage, what: &str) {
+fn reopen_clean(tmp: &TempImage, what: &str, files: Option<&BTreeMap<u32, Vec<u8>>>) {
     match Image::open(&tmp.path, OpenMode::ReadOnly) {
-        Ok(img) => assert_clean(&img, &format!("a fresh open after {what}")),
+        Ok(mut img) => {
+            assert_clean(&img, &format!("a fresh open after {what}"));
+            if let Some(files) = files {
+                let bytes = tmp.bytes();
+                for (&ino, want) in files {
+                    let got = file_bytes(&mut img, &bytes, ino);
+                    if got.as_ref() != Some(want) {
+                        let at = got
+                            .as_ref()
+                            .map(|g| (0..g.len().min(want.len())).find(|&i| g[i] != want[i]));
+                        panic!(
+                            "after {what}: inode {ino} holds {:?} bytes (first difference {at:?}), the model {}",
+                            got.map(|g| g.len()),
+                            want.len()
+                        );
+                    }
+                }
+            }
+        }
         Err(e) => panic!("reopen after {what}: {e}"),
     }
 }
+
+/// A regular file's contents as a reader of the flushed image sees them:
+/// written extents from the image's bytes, unwritten extents and holes as
+/// zeros, up to `i_size`.
+fn file_bytes(img: &mut Image, bytes: &[u8], ino: u32) -> Option<Vec<u8>> {
+    let st = img.stat(ino).ok()?;
+    let bs = img.info().block_size as u64;
+    let size = usize::try_from(st.size).ok().filter(|&s| s <= 64 << 20)?;
+    let mut out = vec![0u8; size];
+    for e in st.extents.iter().filter(|e| !e.unwritten) {
+        for i in 0..u64::from(e.len) {
+            let at = (u64::from(e.logical) + i) * bs;
+            if at >= st.size {
+                break;
+            }
+            let n = bs.min(st.size - at) as usize;
+            let from = ((e.physical + i) * bs) as usize;
+            out[at as usize..at as usize + n].copy_from_slice(bytes.get(from..from + n)?);
+        }
+    }
+    Some(out)
+}
+
+/// The model's new size for inode `ino` (only growing when `grow_only`):
+/// zeros past the old end. A file past 64 MiB leaves the model.
+fn model_resize(files: &mut Option<BTreeMap<u32, Vec<u8>>>, ino: u32, size: u64, grow_only: bool) {
+    let Some(files) = files.as_mut() else { return };
+    let Some(data) = files.get_mut(&ino) else {
+        return;
+    };
+    if size > 64 << 20 {
+        files.remove(&ino);
+    } else if !grow_only || size as usize > data.len() {
+        data.resize(size as usize, 0);
+    }
+}
+
+/// The regular files of the base images (see tools/make-ext4-images.sh).
+const FILES: [&str; 4] = ["/a", "/b", "/d/c", "/d/e/file-with-a-longer-name-7"];
 
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
@@ -607,6 +669,18 @@ pub fn run(data: &[u8]) {
     assert!(ro_ok, "opened read-write, refused read-only");
     let clean = img.verify().is_ok_and(|r| r.is_clean());
     let info = img.info().clone();
+    // On an unedited image, the model of every file's contents: what was
+    // kept, zeros past an old end. Raw block and inode calls (which can
+    // free a file's blocks under it) end the model.
+    let mut files: Option<BTreeMap<u32, Vec<u8>>> = (edits == 0).then(|| {
+        FILES
+            .iter()
+            .filter_map(|p| {
+                let ino = img.lookup(p).ok()?;
+                Some((ino, file_bytes(&mut img, &bytes, ino)?))
+            })
+            .collect()
+    });
     let mut steps = 0;
     while !input.is_empty() && steps < 16 {
         steps += 1;
@@ -681,6 +755,9 @@ pub fn run(data: &[u8]) {
                     0o100644
                 };
                 let r = img.create(&p, mode);
+                if let (Ok(ino), Some(files)) = (&r, files.as_mut()) {
+                    files.insert(*ino, Vec::new());
+                }
                 if let Ok(ino) = r {
                     match img.lookup(&p) {
                         Ok(found) => assert_eq!(found, ino, "create({p}) then lookup"),
@@ -710,18 +787,28 @@ pub fn run(data: &[u8]) {
                     };
                     let keep = input.bool();
                     let r = img.fallocate(ino, off, len, keep);
+                    if r.is_ok() && !keep {
+                        model_resize(&mut files, ino, off + len, true);
+                    }
                     (
                         format!("fallocate({p:?} = {ino}, {off}, {len}, {keep})"),
                         r.is_ok(),
                     )
                 } else {
                     let r = img.truncate(ino, off);
+                    if r.is_ok() {
+                        model_resize(&mut files, ino, off, false);
+                    }
                     (format!("truncate({p:?} = {ino}, {off})"), r.is_ok())
                 }
             }
             7 => {
                 let p = path(&mut input);
+                let ino = img.lookup(&p);
                 let r = img.unlink(&p);
+                if let (Ok(_), Ok(ino), Some(files)) = (&r, ino, files.as_mut()) {
+                    files.remove(&ino);
+                }
                 if r.is_ok() {
                     assert!(img.lookup(&p).is_err(), "unlink({p}) then lookup found it");
                 }
@@ -730,7 +817,7 @@ pub fn run(data: &[u8]) {
             8 => {
                 let r = img.flush();
                 if r.is_ok() && clean {
-                    reopen_clean(&tmp, "flush");
+                    reopen_clean(&tmp, "flush", files.as_ref());
                 }
                 ("flush".to_string(), r.is_ok())
             }
@@ -743,6 +830,9 @@ pub fn run(data: &[u8]) {
                 ("lookup".to_string(), false)
             }
         };
+        if ok && op <= 3 {
+            files = None;
+        }
         check_valid(&img, &what);
         if ok && clean {
             assert_clean(&img, &what);
@@ -752,6 +842,6 @@ pub fn run(data: &[u8]) {
     check_valid(&img, "the last flush");
     drop(img);
     if flushed.is_ok() && clean {
-        reopen_clean(&tmp, "the last flush");
+        reopen_clean(&tmp, "the last flush", files.as_ref());
     }
 }
