@@ -57,7 +57,9 @@ enum Ext4Command {
     /// missing), from the goal ext4 uses, skipping blocks already mapped;
     /// e2fsck-clean, written through the redo log.
     Fallocate(SizeArgs),
-    /// Set PATH's size, freeing whole blocks past the new end.
+    /// Set PATH's size, freeing whole blocks past the new end. The block
+    /// that ends the file is zeroed past the end, so bytes cut off never
+    /// come back and a grown file reads zeros after its old end.
     Truncate(SizeArgs),
     /// Remove the regular file PATH and free its blocks and inode.
     Rm(PathArgs),

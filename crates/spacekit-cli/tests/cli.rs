@@ -1018,6 +1018,47 @@ fn ext4_rejects_a_file_that_is_not_ext4_and_reports_a_flipped_bit() {
     let _ = std::fs::remove_file(&img);
 }
 
+#[test]
+fn ext4_writes_refuse_an_image_whose_descriptor_checksum_fails() {
+    let Some(img) = ext4_image("ext4-bad-desc.img") else {
+        return;
+    };
+    let out = spacekit()
+        .args(["ext4", "fallocate"])
+        .arg(&img)
+        .args(["/f", "--size", "8192"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // Group 0's descriptor checksum (4 KiB blocks: the table is block 1).
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[4096 + 0x1E] ^= 0xFF;
+    std::fs::write(&img, &bytes).unwrap();
+    for args in [
+        &["fallocate", "/f", "--size", "1M"][..],
+        &["fallocate", "/g", "--size", "1M"],
+        &["truncate", "/f", "--size", "10"],
+        &["rm", "/f"],
+        &["alloc", "--blocks", "8"],
+    ] {
+        let out = spacekit()
+            .arg("ext4")
+            .arg(args[0])
+            .arg(&img)
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("descriptor fails its checksum"),
+            "{args:?}: {err}"
+        );
+        assert!(std::fs::read(&img).unwrap() == bytes, "{args:?} wrote");
+    }
+    let _ = std::fs::remove_file(&img);
+}
+
 /// `debugfs -R CMD IMAGE`'s standard output, or `None` without debugfs.
 fn debugfs(img: &std::path::Path, cmd: &str) -> Option<String> {
     let out = Command::new("debugfs")
