@@ -39,6 +39,12 @@
 //! change. A failure keeps the image and the child's output under
 //! `$TMPDIR/spacekit-soak-failed-SEED-KILL/`.
 //!
+//! `/data`, a file of non-zero bytes debugfs wrote before the first kill,
+//! is cut and grown like the others; after every kill its contents must be
+//! its original bytes up to what the truncates kept, then zeros: the
+//! zeroed tail of a cut block (a data block written through the redo log)
+//! is there exactly when the truncate is.
+//!
 //! Found by this soak in its first 200-kill run, and fixed: a fallocate
 //! whose first new extent went in front of all four extents of a file
 //! whose extents still fit in the inode grew the root with its index key
@@ -84,6 +90,20 @@ const TAG: &str = "SOAK ";
 const NAMES: u32 = 64;
 /// The file most fallocates go to (in small pieces), and few truncates.
 const BIG: &str = "/f000";
+/// A file of bytes written by debugfs at the start (none of them zero):
+/// truncates cut it (the block's tail is zeroed, through the redo log)
+/// and grow it again, and its contents are checked after every kill.
+const DATA: &str = "/data";
+
+/// `/data`'s original contents on an image of `bs`-byte blocks: 7 blocks
+/// and 77 bytes, no byte zero (so where zeros begin is where the kept
+/// bytes end).
+fn data_bytes(bs: u64) -> Vec<u8> {
+    let mut rng = SmallRng::seed_from_u64(bs);
+    (0..7 * bs + 77)
+        .map(|_| rng.random_range(1..=255u8))
+        .collect()
+}
 
 /// One image configuration: mkfs.ext4 arguments.
 struct Config {
@@ -286,11 +306,18 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
         }
     };
     let (unlink_below, trunc_below) = if low { (50, 70) } else { (27, 47) };
-    if roll < unlink_below {
-        Op::Unlink(pick_other(rng))
+    if roll < unlink_below && files.iter().any(|f| f != DATA) {
+        // `/data` is never removed: its cuts are what it is for.
+        let mut p = pick_other(rng);
+        while p == DATA {
+            p = pick_other(rng);
+        }
+        Op::Unlink(p)
     } else if roll < trunc_below {
         let path = pick_other(rng);
+        // `/data` is cut at any byte of its first blocks, or grown.
         let size = match rng.random_range(0..10) {
+            _ if path == DATA => rng.random_range(0..=10 * bs),
             0..=2 => 0,
             3..=6 => {
                 let v = rng.random_range(0..1024) * bs;
@@ -438,6 +465,9 @@ struct FileModel {
     mapped: BTreeSet<u64>,
     /// `i_blocks` (512-byte units), as the child reported it.
     iblocks: u64,
+    /// For `/data`: how many of its original bytes it still starts with
+    /// (at most its size); every byte after them up to the size is zero.
+    kept: Option<u64>,
 }
 
 /// An image's files and counts.
@@ -473,6 +503,7 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
                 size: 0,
                 mapped: BTreeSet::new(),
                 iblocks: 0,
+                kept: None,
             };
             if s.files.insert(p.clone(), new).is_some() {
                 return Err(format!("create {p}: it exists in the model"));
@@ -507,6 +538,7 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
             let first = size.div_ceil(bs);
             f.mapped.retain(|&b| b < first);
             f.size = *size;
+            f.kept = f.kept.map(|k| k.min(*size));
         }
     }
     Ok(s)
@@ -555,9 +587,43 @@ fn apply_done(s: &State, words: &[&str], bs: u64) -> Result<State, String> {
     Ok(next)
 }
 
-/// The state of an open image, its deepest extent tree and the most
+/// How many of `data`'s bytes the file `ino` of the flushed image at
+/// `image` starts with; an error if any byte after them is not zero.
+fn kept_bytes(img: &mut Image, image: &Path, ino: u32, data: &[u8]) -> Result<u64, String> {
+    let st = img.stat(ino).map_err(|e| e.to_string())?;
+    let bs = u64::from(img.info().block_size);
+    let bytes = std::fs::read(image).map_err(|e| e.to_string())?;
+    let mut content = vec![0u8; st.size as usize];
+    for x in st.extents.iter().filter(|x| !x.unwritten) {
+        for i in 0..u64::from(x.len) {
+            let at = (u64::from(x.logical) + i) * bs;
+            if at >= st.size {
+                break;
+            }
+            let n = bs.min(st.size - at) as usize;
+            let from = ((x.physical + i) * bs) as usize;
+            content[at as usize..at as usize + n].copy_from_slice(&bytes[from..from + n]);
+        }
+    }
+    let kept = content
+        .iter()
+        .zip(data)
+        .position(|(a, b)| a != b)
+        .unwrap_or(content.len().min(data.len()));
+    match content[kept..].iter().position(|&b| b != 0) {
+        None => Ok(kept as u64),
+        Some(i) => Err(format!(
+            "{DATA}: byte {} is {:#x} past the {kept} bytes kept (stale bytes after a cut?)",
+            kept + i,
+            content[kept + i]
+        )),
+    }
+}
+
+/// The state of an open image (read from `image` after a flush, whose
+/// `/data` started as `data`), its deepest extent tree and the most
 /// extents in one file.
-fn observe(img: &mut Image) -> Result<(State, u16, usize), String> {
+fn observe(img: &mut Image, image: &Path, data: &[u8]) -> Result<(State, u16, usize), String> {
     let e = |e: Ext4Error| e.to_string();
     let bs = u64::from(img.info().block_size);
     let mut files = BTreeMap::new();
@@ -568,7 +634,7 @@ fn observe(img: &mut Image) -> Result<(State, u16, usize), String> {
         extents = extents.max(st.extents.len());
         let mut mapped = BTreeSet::new();
         for x in &st.extents {
-            if !x.unwritten {
+            if !x.unwritten && path != DATA {
                 return Err(format!("{path}: a written extent {x:?}"));
             }
             mapped.extend(u64::from(x.logical)..u64::from(x.logical) + u64::from(x.len));
@@ -579,10 +645,16 @@ fn observe(img: &mut Image) -> Result<(State, u16, usize), String> {
         if st.blocks < mapped.len() as u64 * (bs / 512) {
             return Err(format!("{path}: i_blocks {} below its data", st.blocks));
         }
+        let kept = if path == DATA {
+            Some(kept_bytes(img, image, ino, data)?)
+        } else {
+            None
+        };
         let model = FileModel {
             size: st.size,
             mapped,
             iblocks: st.blocks,
+            kept,
         };
         files.insert(path, model);
     }
@@ -601,10 +673,11 @@ fn observe(img: &mut Image) -> Result<(State, u16, usize), String> {
 /// unchanged (the root directory may have grown), and the conserved sums
 /// equal.
 fn matches_after(seen: &State, before: &State, want: &State, op: &Op, bs: u64) -> bool {
-    let shape = |s: &State| -> Vec<(String, u64, BTreeSet<u64>)> {
+    type Shape = Vec<(String, u64, BTreeSet<u64>, Option<u64>)>;
+    let shape = |s: &State| -> Shape {
         s.files
             .iter()
-            .map(|(p, f)| (p.clone(), f.size, f.mapped.clone()))
+            .map(|(p, f)| (p.clone(), f.size, f.mapped.clone(), f.kept))
             .collect()
     };
     shape(seen) == shape(want)
@@ -647,6 +720,8 @@ struct Soak {
     cfg: &'static Config,
     image: PathBuf,
     bs: u64,
+    /// `/data`'s original contents.
+    data: Vec<u8>,
     state: State,
     /// Every protocol line of every child, with kill markers.
     history: Vec<String>,
@@ -674,13 +749,26 @@ impl Soak {
             cfg.args,
             String::from_utf8_lossy(&out.stderr)
         );
+        let bs = open_bs(&image);
+        let data = data_bytes(bs);
+        let local = dir.path(&format!("{}.data", cfg.name));
+        std::fs::write(&local, &data).unwrap();
+        let out = Command::new(tool("debugfs"))
+            .arg("-w")
+            .arg("-R")
+            .arg(format!("write {} data", local.display()))
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "debugfs write");
         let mut img = Image::open(&image, OpenMode::ReadWrite).unwrap();
-        let bs = u64::from(img.info().block_size);
-        let (state, _, _) = observe(&mut img).unwrap();
+        let (state, _, _) = observe(&mut img, &image, &data).unwrap();
+        assert_eq!(state.files[DATA].kept, Some(data.len() as u64));
         Soak {
             cfg,
             image,
             bs,
+            data,
             state,
             history: Vec::new(),
         }
@@ -856,7 +944,7 @@ impl Soak {
             return Err(format!("verify ({redo}): {:#?}", report.mismatches));
         }
         img.validate().map_err(|e| format!("validate: {e:?}"))?;
-        let (seen, depth, extents) = observe(&mut img)?;
+        let (seen, depth, extents) = observe(&mut img, &self.image, &self.data)?;
         stats.max_depth = stats.max_depth.max(depth);
         stats.max_extents = stats.max_extents.max(extents);
         drop(img);
@@ -921,6 +1009,12 @@ impl Soak {
     }
 }
 
+/// The block size of the image at `path`.
+fn open_bs(path: &Path) -> u64 {
+    let img = Image::open(path, OpenMode::ReadOnly).unwrap();
+    u64::from(img.info().block_size)
+}
+
 /// What differs between the model and the image.
 fn diff(what: &str, want: &State, seen: &State) -> String {
     let mut s = format!("{what}: the image differs from the model:\n");
@@ -932,11 +1026,12 @@ fn diff(what: &str, want: &State, seen: &State) -> String {
                 let show = |f: Option<&FileModel>| match f {
                     None => "absent".to_owned(),
                     Some(f) => format!(
-                        "size {} iblocks {} mapped {} blocks {:?}..",
+                        "size {} iblocks {} mapped {} blocks {:?}.. kept {:?}",
                         f.size,
                         f.iblocks,
                         f.mapped.len(),
-                        f.mapped.iter().take(8).collect::<Vec<_>>()
+                        f.mapped.iter().take(8).collect::<Vec<_>>(),
+                        f.kept
                     ),
                 };
                 let _ = writeln!(s, "  {p}: model {}, image {}", show(a), show(b));
