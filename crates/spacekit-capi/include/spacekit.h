@@ -1008,7 +1008,10 @@ enum spacekit_status spacekit_ext4_stat(struct spacekit_ext4 *img, uint32_t ino,
 // `SPACEKIT_ERROR_EXISTS`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for a mode
 // with another type; `SPACEKIT_ERROR_READ_ONLY`;
 // `SPACEKIT_ERROR_UNSUPPORTED` when the htree directory would need a
-// third index level;
+// third index level, or the parent is casefolded or encrypted (or the
+// file system has dirdata); `SPACEKIT_ERROR_BAD_CHECKSUM` when the
+// superblock or a group descriptor (the image is then never written), a
+// bitmap or an inode the change needs fails its checksum;
 // `SPACEKIT_ERROR_NO_FREE_INODES`, `SPACEKIT_ERROR_NO_SPACE`. Nothing
 // changes on an error.
 //
@@ -1032,10 +1035,16 @@ enum spacekit_status spacekit_ext4_create(struct spacekit_ext4 *img, const char 
 enum spacekit_status spacekit_ext4_fallocate(struct spacekit_ext4 *img, uint32_t ino, uint64_t offset, uint64_t len, bool keep_size, uint64_t *blocks);
 
 // Sets regular file `ino`'s size to `size`, freeing every whole block
-// past the new end.
+// past the new end. The block that ends the file is zeroed past the end
+// (the new end when it shrinks, the old end when it grows), so cut bytes
+// never come back and grown bytes read as zeros.
 //
 // Errors: `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`,
-// `SPACEKIT_ERROR_FILE_TOO_BIG`, `SPACEKIT_ERROR_READ_ONLY`.
+// `SPACEKIT_ERROR_FILE_TOO_BIG`, `SPACEKIT_ERROR_READ_ONLY`;
+// `SPACEKIT_ERROR_INVALID_ARGUMENT` for a reserved inode;
+// `SPACEKIT_ERROR_UNSUPPORTED` for an fs-verity file, inline data, or a
+// cut inside a block of an encrypted file; `SPACEKIT_ERROR_BAD_CHECKSUM`
+// as [`spacekit_ext4_create`]. Nothing changes on an error.
 //
 // # Safety
 // `img` a live handle.
@@ -1045,7 +1054,10 @@ enum spacekit_status spacekit_ext4_truncate(struct spacekit_ext4 *img, uint32_t 
 // inode are freed.
 //
 // Errors: as [`spacekit_ext4_lookup`]; `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`;
-// `SPACEKIT_ERROR_READ_ONLY`.
+// `SPACEKIT_ERROR_READ_ONLY`; `SPACEKIT_ERROR_UNSUPPORTED` in a
+// casefolded or encrypted directory, or for the last link of a file with
+// an extended-attribute block or value inode; `SPACEKIT_ERROR_BAD_CHECKSUM`
+// as [`spacekit_ext4_create`]. Nothing changes on an error.
 //
 // # Safety
 // `img` a live handle; `path` a NUL-terminated string.

@@ -1040,6 +1040,7 @@ fn ext4_writes_refuse_an_image_whose_descriptor_checksum_fails() {
         &["truncate", "/f", "--size", "10"],
         &["rm", "/f"],
         &["alloc", "--blocks", "8"],
+        &["free", "100", "1"],
     ] {
         let out = spacekit()
             .arg("ext4")

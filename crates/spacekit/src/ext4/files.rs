@@ -63,6 +63,10 @@ const INCOMPAT_DIRDATA: u32 = 0x1000;
 const ENCRYPT_FL: u32 = 0x800;
 /// `EXT4_INLINE_DATA_FL`: the contents live in the inode.
 const INLINE_DATA_FL: u32 = 0x1000_0000;
+/// `EXT4_VERITY_FL`: an fs-verity file (read-only to the kernel).
+const VERITY_FL: u32 = 0x10_0000;
+/// incompat `ea_inode`: xattr values may live in inodes of their own.
+const INCOMPAT_EA_INODE: u32 = 0x400;
 /// `EXT4_CASEFOLD_FL`: the directory's names compare and hash casefolded.
 pub const CASEFOLD_FL: u32 = 0x4000_0000;
 /// ro_compat `huge_file`.
@@ -1055,7 +1059,7 @@ impl Image {
         }
         if !keep_size && end > inode.size {
             // The bytes between the old end and the new one read as zeros.
-            self.zero_block_tail(&root, seed, inode.size)?;
+            self.zero_block_tail(&inode, &root, seed, inode.size, true)?;
         }
         let mut goal = self.file_goal(ino, &root, seed)?;
         let mut data = 0u64;
@@ -1099,6 +1103,14 @@ impl Image {
 
     /// The extent root of a regular file.
     fn root_of_file(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
+        if ino < self.info.first_ino {
+            // The journal, resize and other reserved inodes are not files.
+            return Err(invalid(
+                "ino",
+                ino.into(),
+                "reserved inode (below s_first_ino)",
+            ));
+        }
         let inode = self.inode(ino)?;
         if inode.mode & S_IFMT != S_IFREG {
             return Err(Ext4Error::NotARegularFile { ino });
@@ -1106,6 +1118,12 @@ impl Image {
         if inode.flags & HUGE_FILE_FL != 0 {
             return Err(Ext4Error::Unsupported {
                 feature: "HUGE_FILE_FL (i_blocks in file-system blocks)",
+            });
+        }
+        if inode.flags & VERITY_FL != 0 {
+            // The kernel refuses to change an fs-verity file (EPERM).
+            return Err(Ext4Error::Unsupported {
+                feature: "changing an fs-verity file",
             });
         }
         self.root_of(ino)
@@ -1142,7 +1160,7 @@ impl Image {
         // `ext4_block_truncate_page`), and from the old end when it grows,
         // so the grown part reads as zeros even over stale bytes left past
         // the end by another writer.
-        self.zero_block_tail(&root, seed, size.min(inode.size))?;
+        self.zero_block_tail(&inode, &root, seed, size.min(inode.size), size > inode.size)?;
         let first = size.div_ceil(bs) as u32;
         let (freed, tree_freed) = self.truncate_tree(&mut root, seed, first)?;
         let blocks = inode
@@ -1154,22 +1172,33 @@ impl Image {
         Ok(())
     }
 
-    /// Zeroes the bytes of the file from byte `at` to the end of the block
-    /// holding it, when that block is mapped by a written extent (an
-    /// unwritten one reads as zeros already, a hole has no bytes). Nothing
-    /// to do when `at` starts a block, or the bytes are zero already.
+    /// Zeroes the bytes of file `inode` from byte `at` (the end of the
+    /// file) to the end of the block holding it, when that block is mapped
+    /// by a written extent (an unwritten one reads as zeros already, a hole
+    /// has no bytes). When `at` starts a block, nothing of it is the
+    /// file's; but when the file is about to `grow`, a written block there
+    /// (e2fsck allows one past the end) would show its bytes, so it is
+    /// zeroed whole. Nothing is written when the bytes are zero already.
+    ///
+    /// # Errors
+    /// [`Ext4Error::Unsupported`] for an encrypted file (its blocks hold
+    /// ciphertext: zeros written there would decrypt to garbage);
+    /// [`Ext4Error::Corrupt`] when the extent maps a block the bitmap calls
+    /// free (it could belong to anything); as [`extent::find`].
     fn zero_block_tail(
         &mut self,
+        inode: &super::Inode,
         root: &[u8; ROOT_SIZE],
         seed: Option<u32>,
         at: u64,
+        grow: bool,
     ) -> Result<(), Ext4Error> {
         let bs = u64::from(self.info.block_size);
         let within = (at % bs) as usize;
         let Ok(logical) = u32::try_from(at / bs) else {
             return Ok(());
         };
-        if within == 0 {
+        if within == 0 && !grow {
             return Ok(());
         }
         let Some(e) = extent::find(root, &mut ReadStore(self), seed, logical)? else {
@@ -1178,11 +1207,27 @@ impl Image {
         if e.unwritten {
             return Ok(());
         }
+        if inode.flags & ENCRYPT_FL != 0 {
+            // The block holds ciphertext: the kernel decrypts it, zeroes the
+            // plain bytes and encrypts it again (`ext4_block_truncate_page`).
+            // Without the key, refuse rather than corrupt the kept bytes.
+            return Err(Ext4Error::Unsupported {
+                feature: "cutting or growing an encrypted file inside a block",
+            });
+        }
         let p = e.physical + u64::from(logical - e.logical);
         let mut b = self.read_block(p)?.into_owned();
         let tail = b.get_mut(within..).unwrap_or_default();
         if tail.iter().all(|&x| x == 0) {
             return Ok(());
+        }
+        if !self.block_in_use(p)? {
+            return Err(corrupt(
+                "i_block",
+                self.info.group_of_inode(inode.number).map(|(g, _)| g),
+                p,
+                "a file's extent maps a block the bitmap calls free",
+            ));
         }
         tail.fill(0);
         self.write_block(p, b)
@@ -1255,6 +1300,15 @@ impl Image {
                 feature: "removing a file with an extended-attribute block",
             });
         }
+        if inode.links_count <= 1
+            && le32(&self.sb, layout::sb::INCOMPAT) & INCOMPAT_EA_INODE != 0
+            && xattr_value_inodes(inode.raw())
+        {
+            // Likewise for a value in an inode of its own (`ea_inode`).
+            return Err(Ext4Error::Unsupported {
+                feature: "removing a file with an xattr value inode (ea_inode)",
+            });
+        }
         let pgen = self.inode(parent)?.generation;
         let mut b = self.dir_block(parent, pgen, slot.physical)?;
         dir::remove_entry(&mut b, &entry.name, self.csum())?;
@@ -1287,6 +1341,37 @@ impl Image {
         self.write_inode_fields(ino, &changes)?;
         self.free_inode(ino, false)
     }
+}
+
+/// Whether the in-inode extended attributes of inode bytes `raw` name a
+/// value inode (`e_value_inum` != 0, the `ea_inode` feature). The entries
+/// follow the 4-byte magic `0xEA020000` after `128 + i_extra_isize`; each
+/// is 16 bytes and its name, padded to 4, until four zero bytes. A damaged
+/// table counts as naming one (refusing is the safe answer).
+fn xattr_value_inodes(raw: &[u8]) -> bool {
+    const MAGIC: u32 = 0xEA02_0000;
+    if raw.len() <= 128 {
+        return false;
+    }
+    let start = 128 + usize::from(layout::le16(raw, 128));
+    if layout::le32(raw, start) != MAGIC || start + 4 > raw.len() {
+        return false;
+    }
+    let mut at = start + 4;
+    while at + 4 <= raw.len() {
+        if layout::le32(raw, at) == 0 {
+            return false;
+        }
+        if at + 16 > raw.len() {
+            return true;
+        }
+        if layout::le32(raw, at + 4) != 0 {
+            return true;
+        }
+        let name_len = usize::from(raw[at]);
+        at += (16 + name_len).div_ceil(4) * 4;
+    }
+    false
 }
 
 /// A read-only [`ExtentStore`] for walking trees (writes and allocations

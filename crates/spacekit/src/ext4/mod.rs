@@ -837,11 +837,10 @@ impl Image {
                 group: None,
             });
         }
-        // Like e2fsprogs' `ext2fs_open2`, which refuses to open a file
-        // system whose descriptors fail their checksums unless told to
-        // ignore them, and unlike the kernel's mount (which marks the
-        // group corrupt and goes on): a damaged descriptor means the image
-        // needs e2fsck, and spacekit writes nothing to it.
+        // A damaged descriptor means the image needs e2fsck: spacekit
+        // writes nothing to it. (The kernel marks such a group corrupt and
+        // goes on; debugfs and tune2fs write and re-sign the descriptor,
+        // hiding the damage from the next e2fsck.)
         if let Some(g) = self.bad_desc {
             return Err(Ext4Error::BadChecksum {
                 what: "group descriptor",

@@ -98,27 +98,46 @@ fn truncate_then_grow_reads_zeros_past_the_cut() {
         let big = random_bytes(40 * bs + 1234, 1);
         let small = random_bytes(3 * bs, 2);
         let tail = random_bytes(2 * bs + 10, 3);
+        let past = random_bytes(2 * bs, 5);
         fs::write(src.join("big"), &big).unwrap();
         fs::write(src.join("small"), &small).unwrap();
         fs::write(src.join("tail"), &tail).unwrap();
+        fs::write(src.join("ftail"), &tail).unwrap();
+        fs::write(src.join("past"), &past).unwrap();
         let path = mkfs_d(&dir, &format!("{name}.img"), args, &src, size);
-        assert_fsck_clean(&path, name);
-
-        // Another writer's bytes past the end of "tail" (in its last
-        // block), which the kernel would never show.
+        // Another writer's bytes past the end: in the last block of "tail"
+        // and "ftail" (grown by truncate and by fallocate), and a whole
+        // written block past the end of "past" (its size set to one block;
+        // e2fsck allows one such block), which the kernel would never show.
+        let out = e2fs("debugfs")
+            .args(["-w", "-R"])
+            .arg(format!("sif /past size {bs}"))
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
         let mut img = open_rw(&path);
-        let t = img.lookup("/tail").unwrap();
-        let st = img.stat(t).unwrap();
-        let last = st.extents.last().unwrap();
-        let p = (last.physical + u64::from(last.len) - 1) as usize;
+        let mut lasts = Vec::new();
+        for f in ["/tail", "/ftail"] {
+            let ino = img.lookup(f).unwrap();
+            let st = img.stat(ino).unwrap();
+            let last = st.extents.last().unwrap();
+            lasts.push((last.physical + u64::from(last.len) - 1) as usize);
+        }
         drop(img);
         let mut bytes = fs::read(&path).unwrap();
-        bytes[p * bs + 10..(p + 1) * bs].fill(0xA5);
+        for p in lasts {
+            bytes[p * bs + 10..(p + 1) * bs].fill(0xA5);
+        }
         fs::write(&path, &bytes).unwrap();
+        assert_fsck_clean(&path, name);
 
         let mut img = open_rw(&path);
         let b = img.lookup("/big").unwrap();
         let s = img.lookup("/small").unwrap();
+        let t = img.lookup("/tail").unwrap();
+        let ft = img.lookup("/ftail").unwrap();
+        let pa = img.lookup("/past").unwrap();
         let (cut, grown) = (12 * bs + 345, 20 * bs + 17);
         img.truncate(b, cut as u64).unwrap();
         img.truncate(s, 100).unwrap();
@@ -142,6 +161,8 @@ fn truncate_then_grow_reads_zeros_past_the_cut() {
         img.truncate(b, grown as u64).unwrap();
         img.fallocate(s, 0, 9000, false).unwrap();
         img.truncate(t, 3 * bs as u64).unwrap();
+        img.fallocate(ft, 0, 3 * bs as u64, false).unwrap();
+        img.truncate(pa, 2 * bs as u64).unwrap();
         img.flush().unwrap();
         drop(img);
         assert_fsck_clean(&path, name);
@@ -152,8 +173,16 @@ fn truncate_then_grow_reads_zeros_past_the_cut() {
         want_small.resize(9000, 0);
         let mut want_tail = tail.clone();
         want_tail.resize(3 * bs, 0);
-        let want = [want_big, want_small, want_tail];
-        let files = ["/big", "/small", "/tail"];
+        let mut want_past = past[..bs].to_vec();
+        want_past.resize(2 * bs, 0);
+        let want = [
+            want_big,
+            want_small,
+            want_tail.clone(),
+            want_tail,
+            want_past,
+        ];
+        let files = ["/big", "/small", "/tail", "/ftail", "/past"];
         for (f, w) in files.iter().zip(&want) {
             let got = debugfs_dump(&path, &dir, f);
             assert_eq!(got.len(), w.len(), "{name}: {f}: size");
@@ -403,4 +432,138 @@ fn unlinking_a_file_with_an_xattr_block_is_refused() {
     drop(img);
     assert!(fs::read(&path).unwrap() == before, "image written");
     assert_fsck_clean(&path, "after the refused unlink");
+}
+
+/// `debugfs -w -R CMD` on `path`, which must succeed.
+fn debugfs_w1(path: &Path, cmd: &str) {
+    let o = e2fs("debugfs")
+        .args(["-w", "-R", cmd])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "debugfs {cmd}");
+}
+
+#[test]
+fn files_the_kernel_would_not_change_are_refused() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("found-refused");
+    let src = dir.path("src");
+    fs::create_dir_all(&src).unwrap();
+    for f in ["enc", "verity", "plain"] {
+        fs::write(src.join(f), random_bytes(3000, 6)).unwrap();
+    }
+    let path = mkfs_d(
+        &dir,
+        "r.img",
+        &["-b", "1024", "-O", "^has_journal,encrypt", "-N", "256"],
+        &src,
+        "8M",
+    );
+    // EXTENTS_FL with ENCRYPT_FL, and with VERITY_FL.
+    debugfs_w1(&path, "sif /enc flags 0x80800");
+    debugfs_w1(&path, "sif /verity flags 0x180000");
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let enc = img.lookup("/enc").unwrap();
+    let verity = img.lookup("/verity").unwrap();
+    let unsupported = |r: Result<(), Ext4Error>, what: &str, want: &str| match r {
+        Err(Ext4Error::Unsupported { feature }) if feature.contains(want) => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    // Cutting ciphertext inside a block, or growing past a partial block,
+    // would need the key.
+    unsupported(img.truncate(enc, 1500), "truncate enc", "encrypted");
+    unsupported(
+        img.fallocate(enc, 0, 9000, false).map(drop),
+        "fallocate enc",
+        "encrypted",
+    );
+    unsupported(img.truncate(verity, 10), "truncate verity", "fs-verity");
+    unsupported(
+        img.fallocate(verity, 0, 1, true).map(drop),
+        "fallocate verity",
+        "fs-verity",
+    );
+    // The journal and other reserved inodes are not files.
+    for ino in [1, 5, 7, 8] {
+        assert!(
+            matches!(
+                img.truncate(ino, 0),
+                Err(Ext4Error::InvalidArgument { what: "ino", .. })
+            ),
+            "truncate of reserved inode {ino}"
+        );
+    }
+    assert!(!img.is_dirty());
+    // Whole blocks of an encrypted file can go: nothing to re-encrypt.
+    img.truncate(enc, 2048).unwrap();
+    img.flush().unwrap();
+    drop(img);
+    assert_ne!(fs::read(&path).unwrap(), before);
+
+    // A file whose last block the bitmap calls free (a damaged image):
+    // zeroing its tail could write into anything, so it is refused.
+    let mut img = open_ro(&path);
+    let plain = img.lookup("/plain").unwrap();
+    let last = *img.stat(plain).unwrap().extents.last().unwrap();
+    drop(img);
+    let p = last.physical + u64::from(last.len) - 1;
+    debugfs_w1(&path, &format!("freeb {p}"));
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    match img.truncate(plain, 2500) {
+        Err(Ext4Error::Corrupt { .. }) => {}
+        other => panic!("truncate over a free block: {other:?}"),
+    }
+    assert!(!img.is_dirty());
+    drop(img);
+    assert!(fs::read(&path).unwrap() == before);
+}
+
+#[test]
+fn unlinking_a_file_with_an_xattr_value_inode_is_refused() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("found-ea-inode");
+    let src = dir.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"hi").unwrap();
+    fs::write(src.join("g"), b"hi").unwrap();
+    let path = mkfs_d(
+        &dir,
+        "ea.img",
+        &["-b", "4096", "-I", "256", "-O", "^has_journal,ea_inode"],
+        &src,
+        "16M",
+    );
+    let big = dir.path("big.txt");
+    fs::write(&big, "v".repeat(6000)).unwrap();
+    debugfs_w1(&path, &format!("ea_set -f {} /f user.big", big.display()));
+    debugfs_w1(&path, "ea_set /g user.small tiny");
+    // debugfs leaves the value inode's reference count to e2fsck.
+    let o = e2fs("e2fsck").arg("-fy").arg(&path).output().unwrap();
+    assert!(o.status.code().unwrap_or(8) <= 1);
+    assert_fsck_clean(&path, "ea_inode");
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let f = img.lookup("/f").unwrap();
+    assert_eq!(
+        img.inode(f).unwrap().file_acl,
+        0,
+        "the value is not in a block"
+    );
+    match img.unlink("/f") {
+        Err(Ext4Error::Unsupported { feature }) => assert!(feature.contains("ea_inode")),
+        other => panic!("{other:?}"),
+    }
+    assert!(!img.is_dirty());
+    img.flush().unwrap();
+    drop(img);
+    assert!(fs::read(&path).unwrap() == before, "image written");
+    // A small in-inode xattr is no value inode: that file goes.
+    let mut img = open_rw(&path);
+    img.unlink("/g").unwrap();
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "after unlinking /g");
 }
