@@ -30,6 +30,7 @@ use std::sync::OnceLock;
 
 use spacekit::__testing::Validate;
 use spacekit::crc32c;
+use spacekit::ext4::raw::{self, le16, le32, put16, put32};
 use spacekit::ext4::{AllocRequest, Image, OpenMode};
 
 use super::input::Input;
@@ -39,19 +40,6 @@ const IMAGES: [(&str, &[u8]); 3] = [
     ("nocsum", include_bytes!("ext4_images/nocsum.sparse")),
     ("gdtcsum", include_bytes!("ext4_images/gdtcsum.sparse")),
 ];
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
 
 /// Expands the sparse format of `tools/sparse.py`.
 fn expand(sparse: &[u8]) -> Vec<u8> {
@@ -261,20 +249,6 @@ fn bases() -> &'static [Base] {
     BASES.get_or_init(|| IMAGES.iter().map(|&(n, s)| parse(n, expand(s))).collect())
 }
 
-fn crc16(mut crc: u16, bytes: &[u8]) -> u16 {
-    for &b in bytes {
-        crc ^= u16::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xA001
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// Re-signs what the edits broke, from the edited bytes: inode checksums
 /// (metadata_csum), bitmap checksums, descriptor checksums, the
 /// superblock checksum. Locations come from the base image's geometry.
@@ -284,28 +258,15 @@ fn fixup(img: &mut [u8], base: &Base) {
     let ro_compat = le32(&sb, 0x64);
     let metadata_csum = ro_compat & 0x400 != 0;
     let gdt_csum = !metadata_csum && ro_compat & 0x10 != 0;
-    let seed = if le32(&sb, 0x60) & 0x2000 != 0 {
-        le32(&sb, 0x270)
-    } else {
-        crc32c::raw(!0, &sb[0x68..0x78])
-    };
+    let seed = raw::checksum_seed(&sb);
     let bs = geo.block_size;
     if metadata_csum {
         for r in &base.regions {
             let Kind::Inode(ino) = r.kind else { continue };
             let inode = &mut img[r.start..r.start + r.len];
-            let gen = le32(inode, 0x64);
-            let has_hi = r.len > 128 && 128 + usize::from(le16(inode, 0x80)) >= 0x84;
-            put16(inode, 0x7C, 0);
-            if has_hi {
-                put16(inode, 0x82, 0);
-            }
-            let s = crc32c::raw(crc32c::raw(seed, &ino.to_le_bytes()), &gen.to_le_bytes());
-            let c = crc32c::raw(s, inode);
-            put16(inode, 0x7C, c as u16);
-            if has_hi {
-                put16(inode, 0x82, (c >> 16) as u16);
-            }
+            let gen = le32(inode, raw::inode::GENERATION);
+            let c = raw::inode_crc(raw::inode_seed(seed, ino, gen), inode);
+            raw::store_checksum(inode, c);
         }
         for (g, &(bb, ib, _, _)) in geo.desc.iter().enumerate() {
             let d = geo.gdt + g * geo.desc_size;
@@ -331,21 +292,17 @@ fn fixup(img: &mut [u8], base: &Base) {
         for g in 0..geo.groups {
             let d = geo.gdt + g * geo.desc_size;
             let desc = &img[d..d + geo.desc_size];
-            let le_g = (g as u32).to_le_bytes();
             let c = if metadata_csum {
-                let c = crc32c::raw(crc32c::raw(seed, &le_g), &desc[..0x1E]);
-                let c = crc32c::raw(c, &[0, 0]);
-                (crc32c::raw(c, &desc[0x20..]) & 0xFFFF) as u16
+                raw::desc_checksum_crc32c(seed, g as u32, desc)
             } else {
-                let c = crc16(crc16(crc16(!0, &sb[0x68..0x78]), &le_g), &desc[..0x1E]);
-                crc16(c, &desc[0x20..])
+                raw::desc_checksum_crc16(&sb[0x68..0x78], g as u32, desc)
             };
             put16(img, d + 0x1E, c);
         }
     }
     if metadata_csum {
-        let c = crc32c::raw(!0, &img[1024..1024 + 0x3FC]);
-        put32(img, 1024 + 0x3FC, c);
+        let c = raw::superblock_checksum(&img[1024..2048]);
+        put32(img, 1024 + raw::sb::CHECKSUM, c);
     }
 }
 

@@ -24,6 +24,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::crc32c;
 use spacekit::ext4::dir::{self, DxHash};
+use spacekit::ext4::raw::le32;
 use spacekit::ext4::Ext4Error;
 
 #[path = "common/e2fs.rs"]
@@ -139,10 +140,6 @@ struct Super {
     hash_seed: [u8; 16],
     def_hash_version: u8,
     s_flags: u32,
-}
-
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
 }
 
 fn read_super(img: &Path) -> Super {

@@ -25,6 +25,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::crc32c;
 use spacekit::ext4::extent::{self, Extent, ExtentStore};
+use spacekit::ext4::raw::{le16, le32};
 use spacekit::ext4::{Ext4Error, Image, OpenMode};
 
 #[path = "common/e2fs.rs"]
@@ -93,13 +94,6 @@ impl ExtentStore for Mem {
 // ---------------------------------------------------------------------------
 // Independent checker over the raw bytes
 // ---------------------------------------------------------------------------
-
-fn le16(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn le32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-}
 
 /// (logical, physical, len, unwritten), decoded here, not by the library.
 type Run = (u64, u64, u64, bool);

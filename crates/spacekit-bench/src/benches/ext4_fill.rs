@@ -33,6 +33,7 @@ use spacekit::bitmap::{Bitmap, Bits, BitsMut};
 use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::crc32c;
 use spacekit::ext4::extent::{self, Extent, ExtentStore, EXTENT_MAGIC, MAX_INIT_LEN};
+use spacekit::ext4::raw::{self, bg, inode, le16, le32, put16, put32, sb};
 use spacekit::ext4::Ext4Error;
 
 use baselines::find_bit::{self, AreaVariant};
@@ -53,37 +54,6 @@ const MAX_LEN: u32 = 32767;
 const INODE_SIZE: usize = 256;
 const DESC_SIZE: usize = 64;
 const SB_SIZE: usize = 1024;
-
-mod ino {
-    pub const MODE: usize = 0x00;
-    pub const SIZE_LO: usize = 0x04;
-    pub const LINKS: usize = 0x1A;
-    pub const BLOCKS_LO: usize = 0x1C;
-    pub const FLAGS: usize = 0x20;
-    pub const BLOCK: usize = 0x28;
-    pub const GENERATION: usize = 0x64;
-    pub const SIZE_HIGH: usize = 0x6C;
-    pub const BLOCKS_HIGH: usize = 0x74;
-    pub const CSUM_LO: usize = 0x7C;
-    pub const EXTRA_ISIZE: usize = 0x80;
-    pub const CSUM_HI: usize = 0x82;
-}
-
-mod bg {
-    pub const FREE_LO: usize = 0x0C;
-    pub const BITMAP_CSUM_LO: usize = 0x18;
-    pub const CSUM: usize = 0x1E;
-    pub const FREE_HI: usize = 0x2C;
-    pub const BITMAP_CSUM_HI: usize = 0x38;
-}
-
-mod sb {
-    pub const FREE_LO: usize = 0x0C;
-    pub const BLOCKS_PER_GROUP: usize = 0x20;
-    pub const MAGIC: usize = 0x38;
-    pub const FREE_HI: usize = 0x158;
-    pub const CSUM: usize = 0x3FC;
-}
 
 /// Seed 001's columns, in its order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,22 +90,6 @@ impl Variant {
     fn splices(self) -> bool {
         matches!(self, Variant::Splice | Variant::Spacekit)
     }
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// Writes `new` at `at` in `buf`; when `crc` is given, splices the change
@@ -220,41 +174,9 @@ impl<'a> Edit<'a> {
     }
 }
 
-/// The inode's checksum seed (`ext4_inode_csum_seed`).
-fn inode_seed() -> u32 {
-    let s = crc32c::raw(FS_SEED, &INO.to_le_bytes());
-    crc32c::raw(s, &GENERATION.to_le_bytes())
-}
-
-/// Full inode checksum (`ext4_inode_csum`), checksum fields read as zero.
-fn inode_crc(seed_i: u32, raw: &[u8]) -> u32 {
-    let c = crc32c::raw(seed_i, &raw[..ino::CSUM_LO]);
-    let c = crc32c::raw(c, &[0, 0]);
-    let c = crc32c::raw(c, &raw[ino::CSUM_LO + 2..ino::CSUM_HI]);
-    let c = crc32c::raw(c, &[0, 0]);
-    crc32c::raw(c, &raw[ino::CSUM_HI + 2..])
-}
-
-fn inode_stored(raw: &[u8]) -> u32 {
-    u32::from(le16(raw, ino::CSUM_LO)) | (u32::from(le16(raw, ino::CSUM_HI)) << 16)
-}
-
-fn inode_store(raw: &mut [u8], crc: u32) {
-    put16(raw, ino::CSUM_LO, crc as u16);
-    put16(raw, ino::CSUM_HI, (crc >> 16) as u16);
-}
-
 /// Full descriptor checksum (`ext4_group_desc_csum`, `metadata_csum`).
 fn desc_crc(desc: &[u8]) -> u16 {
-    let c = crc32c::raw(FS_SEED, &GROUP.to_le_bytes());
-    let c = crc32c::raw(c, &desc[..bg::CSUM]);
-    let c = crc32c::raw(c, &[0, 0]);
-    (crc32c::raw(c, &desc[bg::CSUM + 2..]) & 0xFFFF) as u16
-}
-
-/// Full superblock checksum (`ext4_superblock_csum`).
-fn sb_crc(raw: &[u8]) -> u32 {
-    crc32c::raw(!0, &raw[..sb::CSUM])
+    raw::desc_checksum_crc32c(FS_SEED, GROUP, desc)
 }
 
 fn leaf_csum_end(leaf: &[u8]) -> usize {
@@ -362,7 +284,7 @@ impl State {
                 }
             }
         };
-        let seed_i = inode_seed();
+        let seed_i = raw::inode_seed(FS_SEED, INO, GENERATION);
         // One empty leaf, outside the group (in the group before it).
         let leaf_block = first_block - 1;
         let mut leaf = vec![0u8; block_size];
@@ -373,13 +295,13 @@ impl State {
         put32(&mut leaf, end, c);
 
         let mut inode = [0u8; INODE_SIZE];
-        put16(&mut inode, ino::MODE, 0o100644);
-        put16(&mut inode, ino::LINKS, 1);
-        put32(&mut inode, ino::BLOCKS_LO, (block_size / 512) as u32);
-        put32(&mut inode, ino::FLAGS, 0x80000); // EXT4_EXTENTS_FL
-        put32(&mut inode, ino::GENERATION, GENERATION);
-        put16(&mut inode, ino::EXTRA_ISIZE, 32);
-        let r = ino::BLOCK;
+        put16(&mut inode, inode::MODE, 0o100644);
+        put16(&mut inode, inode::LINKS_COUNT, 1);
+        put32(&mut inode, inode::BLOCKS_LO, (block_size / 512) as u32);
+        put32(&mut inode, inode::FLAGS, 0x80000); // EXT4_EXTENTS_FL
+        put32(&mut inode, inode::GENERATION, GENERATION);
+        put16(&mut inode, inode::EXTRA_ISIZE, 32);
+        let r = inode::BLOCK;
         put16(&mut inode, r, EXTENT_MAGIC);
         put16(&mut inode, r + 2, 1);
         put16(&mut inode, r + 4, 4);
@@ -387,28 +309,28 @@ impl State {
         put32(&mut inode, r + 12, 0); // ei_block
         put32(&mut inode, r + 16, leaf_block as u32);
         put16(&mut inode, r + 20, (leaf_block >> 32) as u16);
-        let c = inode_crc(seed_i, &inode);
-        inode_store(&mut inode, c);
+        let c = raw::inode_crc(seed_i, &inode);
+        raw::store_checksum(&mut inode, c);
 
         let free = (blocks - bitmap.count_ones()) as u32;
         let bcsum = crc32c::raw_words(FS_SEED, bitmap.as_words(), csum_len);
         let mut desc = [0u8; DESC_SIZE];
-        put16(&mut desc, bg::FREE_LO, free as u16);
-        put16(&mut desc, bg::FREE_HI, (free >> 16) as u16);
-        put16(&mut desc, bg::BITMAP_CSUM_LO, bcsum as u16);
-        put16(&mut desc, bg::BITMAP_CSUM_HI, (bcsum >> 16) as u16);
+        put16(&mut desc, bg::FREE_BLOCKS_LO, free as u16);
+        put16(&mut desc, bg::FREE_BLOCKS_HI, (free >> 16) as u16);
+        put16(&mut desc, bg::BLOCK_BITMAP_CSUM_LO, bcsum as u16);
+        put16(&mut desc, bg::BLOCK_BITMAP_CSUM_HI, (bcsum >> 16) as u16);
         let c = desc_crc(&desc);
-        put16(&mut desc, bg::CSUM, c);
+        put16(&mut desc, bg::CHECKSUM, c);
 
         let mut sbk = [0u8; SB_SIZE];
         // Two groups' free blocks: this one and another like it.
         let sfree = 2 * u64::from(free);
-        put32(&mut sbk, sb::FREE_LO, sfree as u32);
-        put32(&mut sbk, sb::FREE_HI, (sfree >> 32) as u32);
+        put32(&mut sbk, sb::FREE_BLOCKS_LO, sfree as u32);
+        put32(&mut sbk, sb::FREE_BLOCKS_HI, (sfree >> 32) as u32);
         put32(&mut sbk, sb::BLOCKS_PER_GROUP, blocks as u32);
         put16(&mut sbk, sb::MAGIC, 0xEF53);
-        let c = sb_crc(&sbk);
-        put32(&mut sbk, sb::CSUM, c);
+        let c = raw::superblock_checksum(&sbk);
+        put32(&mut sbk, sb::CHECKSUM, c);
 
         Ok(State {
             variant,
@@ -511,7 +433,7 @@ impl State {
         }
         // The leaf is full: a fresh one (checksummed in full, as new blocks
         // are), and an index entry in the root.
-        let root_entries = le16(&self.inode, ino::BLOCK + 2);
+        let root_entries = le16(&self.inode, inode::BLOCK + 2);
         if root_entries >= 4 {
             return Err("the extent tree would need a fifth leaf".into());
         }
@@ -543,63 +465,66 @@ impl State {
         let bs = self.block_size as u64;
         let lblk = self.lblk;
         let mut ed = Edit::new(&mut self.inode, 0, splice);
-        let old_blocks = u64::from(le32(ed.buf, ino::BLOCKS_LO))
-            | (u64::from(le16(ed.buf, ino::BLOCKS_HIGH)) << 32);
+        let old_blocks = u64::from(le32(ed.buf, inode::BLOCKS_LO))
+            | (u64::from(le16(ed.buf, inode::BLOCKS_HIGH)) << 32);
         let mut blocks = old_blocks + REQ as u64 * bs / 512;
         if let Some(b) = added_leaf {
             blocks += bs / 512;
-            let k = usize::from(le16(ed.buf, ino::BLOCK + 2));
+            let k = usize::from(le16(ed.buf, inode::BLOCK + 2));
             let mut idx = [0u8; 12];
             put32(&mut idx, 0, lblk - REQ as u32);
             put32(&mut idx, 4, b as u32);
             put16(&mut idx, 8, (b >> 32) as u16);
-            ed.write(ino::BLOCK + 12 + 12 * k, &idx);
-            ed.write(ino::BLOCK + 2, &((k + 1) as u16).to_le_bytes());
+            ed.write(inode::BLOCK + 12 + 12 * k, &idx);
+            ed.write(inode::BLOCK + 2, &((k + 1) as u16).to_le_bytes());
         }
         let size = u64::from(lblk) * bs;
-        ed.write(ino::BLOCKS_LO, &(blocks as u32).to_le_bytes());
-        ed.write(ino::BLOCKS_HIGH, &((blocks >> 32) as u16).to_le_bytes());
-        ed.write(ino::SIZE_LO, &(size as u32).to_le_bytes());
-        ed.write(ino::SIZE_HIGH, &((size >> 32) as u32).to_le_bytes());
+        ed.write(inode::BLOCKS_LO, &(blocks as u32).to_le_bytes());
+        ed.write(inode::BLOCKS_HIGH, &((blocks >> 32) as u16).to_le_bytes());
+        ed.write(inode::SIZE_LO, &(size as u32).to_le_bytes());
+        ed.write(inode::SIZE_HIGH, &((size >> 32) as u32).to_le_bytes());
         let crc = if splice {
-            ed.splice(inode_stored(ed.buf), INODE_SIZE)
+            ed.splice(raw::stored_checksum(ed.buf), INODE_SIZE)
         } else {
-            inode_crc(self.seed_i, ed.buf)
+            raw::inode_crc(self.seed_i, ed.buf)
         };
-        inode_store(&mut self.inode, crc);
+        raw::store_checksum(&mut self.inode, crc);
     }
 
     fn update_counts(&mut self, bcsum: u32, splice: bool) {
         // Descriptor: free count and the bitmap's checksum.
-        let mut ed = Edit::new(&mut self.desc, bg::FREE_LO, splice);
-        let free = (u32::from(le16(ed.buf, bg::FREE_LO))
-            | (u32::from(le16(ed.buf, bg::FREE_HI)) << 16))
+        let mut ed = Edit::new(&mut self.desc, bg::FREE_BLOCKS_LO, splice);
+        let free = (u32::from(le16(ed.buf, bg::FREE_BLOCKS_LO))
+            | (u32::from(le16(ed.buf, bg::FREE_BLOCKS_HI)) << 16))
             - REQ as u32;
-        ed.write(bg::FREE_LO, &(free as u16).to_le_bytes());
-        ed.write(bg::FREE_HI, &((free >> 16) as u16).to_le_bytes());
-        ed.write(bg::BITMAP_CSUM_LO, &(bcsum as u16).to_le_bytes());
-        ed.write(bg::BITMAP_CSUM_HI, &((bcsum >> 16) as u16).to_le_bytes());
+        ed.write(bg::FREE_BLOCKS_LO, &(free as u16).to_le_bytes());
+        ed.write(bg::FREE_BLOCKS_HI, &((free >> 16) as u16).to_le_bytes());
+        ed.write(bg::BLOCK_BITMAP_CSUM_LO, &(bcsum as u16).to_le_bytes());
+        ed.write(
+            bg::BLOCK_BITMAP_CSUM_HI,
+            &((bcsum >> 16) as u16).to_le_bytes(),
+        );
         // bg_checksum lies inside the span but is the same before and after
         // (it is stored below), so it drops out of the splice.
         let crc = if splice {
-            ed.splice(u32::from(le16(ed.buf, bg::CSUM)), DESC_SIZE) as u16
+            ed.splice(u32::from(le16(ed.buf, bg::CHECKSUM)), DESC_SIZE) as u16
         } else {
             desc_crc(ed.buf)
         };
-        put16(&mut self.desc, bg::CSUM, crc);
+        put16(&mut self.desc, bg::CHECKSUM, crc);
         // Superblock: free count.
-        let mut ed = Edit::new(&mut self.sb, sb::FREE_LO, splice);
-        let free = (u64::from(le32(ed.buf, sb::FREE_LO))
-            | (u64::from(le32(ed.buf, sb::FREE_HI)) << 32))
+        let mut ed = Edit::new(&mut self.sb, sb::FREE_BLOCKS_LO, splice);
+        let free = (u64::from(le32(ed.buf, sb::FREE_BLOCKS_LO))
+            | (u64::from(le32(ed.buf, sb::FREE_BLOCKS_HI)) << 32))
             - REQ as u64;
-        ed.write(sb::FREE_LO, &(free as u32).to_le_bytes());
-        ed.write(sb::FREE_HI, &((free >> 32) as u32).to_le_bytes());
+        ed.write(sb::FREE_BLOCKS_LO, &(free as u32).to_le_bytes());
+        ed.write(sb::FREE_BLOCKS_HI, &((free >> 32) as u32).to_le_bytes());
         let crc = if splice {
-            ed.splice(le32(ed.buf, sb::CSUM), sb::CSUM)
+            ed.splice(le32(ed.buf, sb::CHECKSUM), sb::CHECKSUM)
         } else {
-            sb_crc(ed.buf)
+            raw::superblock_checksum(ed.buf)
         };
-        put32(&mut self.sb, sb::CSUM, crc);
+        put32(&mut self.sb, sb::CHECKSUM, crc);
     }
 
     /// Fills the group with requests until none fits.
@@ -626,8 +551,8 @@ impl State {
     pub fn check(&self, allocs: u64, digest: u64) -> Result<Outcome, String> {
         let words = self.map.words();
         let bcsum = crc32c::raw_words(FS_SEED, words, self.blocks / 8);
-        let stored = u32::from(le16(&self.desc, bg::BITMAP_CSUM_LO))
-            | (u32::from(le16(&self.desc, bg::BITMAP_CSUM_HI)) << 16);
+        let stored = u32::from(le16(&self.desc, bg::BLOCK_BITMAP_CSUM_LO))
+            | (u32::from(le16(&self.desc, bg::BLOCK_BITMAP_CSUM_HI)) << 16);
         if stored != bcsum {
             return Err(format!("bitmap checksum {stored:#x}, fresh {bcsum:#x}"));
         }
@@ -644,28 +569,29 @@ impl State {
                 ));
             }
         }
-        let c = inode_crc(self.seed_i, &self.inode);
-        if inode_stored(&self.inode) != c {
+        let c = raw::inode_crc(self.seed_i, &self.inode);
+        if raw::stored_checksum(&self.inode) != c {
             return Err(format!(
                 "inode checksum {:#x}, fresh {c:#x}",
-                inode_stored(&self.inode)
+                raw::stored_checksum(&self.inode)
             ));
         }
         let c = desc_crc(&self.desc);
-        if le16(&self.desc, bg::CSUM) != c {
+        if le16(&self.desc, bg::CHECKSUM) != c {
             return Err(format!(
                 "descriptor checksum {:#x}, fresh {c:#x}",
-                le16(&self.desc, bg::CSUM)
+                le16(&self.desc, bg::CHECKSUM)
             ));
         }
-        let c = sb_crc(&self.sb);
-        if le32(&self.sb, sb::CSUM) != c {
+        let c = raw::superblock_checksum(&self.sb);
+        if le32(&self.sb, sb::CHECKSUM) != c {
             return Err(format!(
                 "superblock checksum {:#x}, fresh {c:#x}",
-                le32(&self.sb, sb::CSUM)
+                le32(&self.sb, sb::CHECKSUM)
             ));
         }
-        let root: [u8; extent::ROOT_SIZE] = self.inode[ino::BLOCK..ino::BLOCK + extent::ROOT_SIZE]
+        let root: [u8; extent::ROOT_SIZE] = self.inode
+            [inode::BLOCK..inode::BLOCK + extent::ROOT_SIZE]
             .try_into()
             .expect("60 bytes");
         let mut store = Leaves(&self.leaves, self.block_size);

@@ -26,36 +26,12 @@ use crate::crc32c;
 
 use super::error::{invalid, Ext4Error};
 use super::image::Image;
-use super::layout::{self, le16, le32, put16, ChecksumKind};
-
-/// Inode field offsets (`struct ext4_inode`).
-pub(crate) mod off {
-    pub const MODE: usize = 0x00;
-    pub const UID: usize = 0x02;
-    pub const SIZE_LO: usize = 0x04;
-    pub const ATIME: usize = 0x08;
-    pub const CTIME: usize = 0x0C;
-    pub const MTIME: usize = 0x10;
-    pub const DTIME: usize = 0x14;
-    pub const GID: usize = 0x18;
-    pub const LINKS_COUNT: usize = 0x1A;
-    pub const BLOCKS_LO: usize = 0x1C;
-    pub const FLAGS: usize = 0x20;
-    pub const BLOCK: usize = 0x28;
-    pub const GENERATION: usize = 0x64;
-    pub const FILE_ACL_LO: usize = 0x68;
-    pub const SIZE_HIGH: usize = 0x6C;
-    pub const BLOCKS_HIGH: usize = 0x74;
-    pub const FILE_ACL_HIGH: usize = 0x76;
-    pub const UID_HIGH: usize = 0x78;
-    pub const GID_HIGH: usize = 0x7A;
-    pub const CHECKSUM_LO: usize = 0x7C;
-    pub const EXTRA_ISIZE: usize = 0x80;
-    pub const CHECKSUM_HI: usize = 0x82;
-    pub const CTIME_EXTRA: usize = 0x84;
-    pub const MTIME_EXTRA: usize = 0x88;
-    pub const ATIME_EXTRA: usize = 0x8C;
-}
+use super::layout::{self, le16, le32, ChecksumKind};
+pub(crate) use super::raw::inode as off;
+use super::raw::zeroed_ranges;
+pub(crate) use super::raw::{
+    checksum_mask, has_checksum_hi, inode_crc, store_checksum, stored_checksum,
+};
 
 /// The size of the original (revision 0) inode; the extra fields follow.
 const GOOD_OLD_INODE_SIZE: usize = 128;
@@ -185,64 +161,6 @@ pub struct InodeTimes {
     pub mtime: Option<u32>,
 }
 
-/// Whether the inode has `i_checksum_hi`: larger than 128 bytes with
-/// `i_extra_isize` covering 0x82..0x84 (e2fsprogs'
-/// `EXT4_INODE_CSUM_HI_EXTRA_END` = 4).
-pub(crate) fn has_checksum_hi(raw: &[u8]) -> bool {
-    raw.len() > GOOD_OLD_INODE_SIZE && le16(raw, off::EXTRA_ISIZE) >= 4
-}
-
-/// The byte ranges the checksum reads as zero.
-fn zeroed_ranges(raw: &[u8]) -> [Option<(usize, usize)>; 2] {
-    [
-        Some((off::CHECKSUM_LO, off::CHECKSUM_LO + 2)),
-        has_checksum_hi(raw).then_some((off::CHECKSUM_HI, off::CHECKSUM_HI + 2)),
-    ]
-}
-
-/// The mask of the stored checksum bits.
-fn checksum_mask(raw: &[u8]) -> u32 {
-    if has_checksum_hi(raw) {
-        !0
-    } else {
-        0xFFFF
-    }
-}
-
-/// The full 32-bit raw CRC-32C of the inode from `seed_i`, with the checksum
-/// fields read as zero (see the module documentation).
-pub(crate) fn inode_crc(seed_i: u32, raw: &[u8]) -> u32 {
-    let mut crc = seed_i;
-    let mut at = 0;
-    for (s, e) in zeroed_ranges(raw).into_iter().flatten() {
-        let e = e.min(raw.len());
-        if s >= e {
-            continue;
-        }
-        crc = crc32c::raw(crc, raw.get(at..s).unwrap_or(&[]));
-        crc = crc32c::raw(crc, &[0u8; 2][..e - s]);
-        at = e;
-    }
-    crc32c::raw(crc, raw.get(at..).unwrap_or(&[]))
-}
-
-/// The checksum as stored: low 16 bits, and high 16 if `i_checksum_hi`
-/// exists.
-pub(crate) fn stored_checksum(raw: &[u8]) -> u32 {
-    let mut v = u32::from(le16(raw, off::CHECKSUM_LO));
-    if has_checksum_hi(raw) {
-        v |= u32::from(le16(raw, off::CHECKSUM_HI)) << 16;
-    }
-    v
-}
-
-fn store_checksum(raw: &mut [u8], crc: u32) {
-    put16(raw, off::CHECKSUM_LO, crc as u16);
-    if has_checksum_hi(raw) {
-        put16(raw, off::CHECKSUM_HI, (crc >> 16) as u16);
-    }
-}
-
 /// `bytes` with the parts inside the checksum fields of `raw` (as laid out
 /// in `raw`) read as zero; `bytes` sits at `offset`.
 fn zero_checksum_fields(raw: &[u8], offset: usize, bytes: &[u8]) -> Vec<u8> {
@@ -355,8 +273,7 @@ impl Image {
     /// blocks): raw CRC-32C of `le32(ino)` then `le32(generation)` from the
     /// file system's checksum seed — the kernel's `ei->i_csum_seed`.
     pub(crate) fn inode_seed(&self, ino: u32, generation: u32) -> u32 {
-        let crc = crc32c::raw(self.info.checksum_seed, &ino.to_le_bytes());
-        crc32c::raw(crc, &generation.to_le_bytes())
+        super::raw::inode_seed(self.info.checksum_seed, ino, generation)
     }
 
     /// Where inode `ino` lives: its inode-table block and byte offset in it.
@@ -625,6 +542,7 @@ fn patch_error(e: PatchError, group: u32) -> Ext4Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ext4::raw::put16;
     use crate::test_rng::Rng;
 
     /// A random inode of `size` bytes with `i_extra_isize = extra` and a

@@ -5,64 +5,12 @@ use super::error::{corrupt, Ext4Error};
 use super::mode::OpenMode;
 use crate::crc32c;
 
+pub(crate) use super::raw::{bg, le16, le32, put16, put32, sb, superblock_checksum};
+
 /// Byte offset of the primary superblock in the image.
 pub(crate) const SB_OFFSET: u64 = 1024;
 /// Size of the superblock.
 pub(crate) const SB_SIZE: usize = 1024;
-
-/// Superblock field offsets (`struct ext4_super_block`).
-pub(crate) mod sb {
-    pub const INODES_COUNT: usize = 0x00;
-    pub const BLOCKS_COUNT_LO: usize = 0x04;
-    pub const FREE_BLOCKS_LO: usize = 0x0C;
-    pub const FREE_INODES: usize = 0x10;
-    pub const FIRST_DATA_BLOCK: usize = 0x14;
-    pub const LOG_BLOCK_SIZE: usize = 0x18;
-    pub const LOG_CLUSTER_SIZE: usize = 0x1C;
-    pub const BLOCKS_PER_GROUP: usize = 0x20;
-    pub const CLUSTERS_PER_GROUP: usize = 0x24;
-    pub const INODES_PER_GROUP: usize = 0x28;
-    pub const MAGIC: usize = 0x38;
-    pub const REV_LEVEL: usize = 0x4C;
-    pub const FIRST_INO: usize = 0x54;
-    pub const INODE_SIZE: usize = 0x58;
-    pub const COMPAT: usize = 0x5C;
-    pub const INCOMPAT: usize = 0x60;
-    pub const RO_COMPAT: usize = 0x64;
-    pub const UUID: usize = 0x68;
-    pub const RESERVED_GDT: usize = 0xCE;
-    pub const DESC_SIZE: usize = 0xFE;
-    pub const BLOCKS_COUNT_HI: usize = 0x150;
-    pub const FREE_BLOCKS_HI: usize = 0x158;
-    pub const CHECKSUM_TYPE: usize = 0x175;
-    pub const BACKUP_BGS: usize = 0x24C;
-    pub const CHECKSUM_SEED: usize = 0x270;
-    pub const CHECKSUM: usize = 0x3FC;
-}
-
-/// Group descriptor field offsets (`struct ext4_group_desc`).
-pub(crate) mod bg {
-    pub const BLOCK_BITMAP_LO: usize = 0x00;
-    pub const INODE_BITMAP_LO: usize = 0x04;
-    pub const INODE_TABLE_LO: usize = 0x08;
-    pub const FREE_BLOCKS_LO: usize = 0x0C;
-    pub const FREE_INODES_LO: usize = 0x0E;
-    pub const USED_DIRS_LO: usize = 0x10;
-    pub const FLAGS: usize = 0x12;
-    pub const BLOCK_BITMAP_CSUM_LO: usize = 0x18;
-    pub const INODE_BITMAP_CSUM_LO: usize = 0x1A;
-    pub const ITABLE_UNUSED_LO: usize = 0x1C;
-    pub const CHECKSUM: usize = 0x1E;
-    pub const BLOCK_BITMAP_HI: usize = 0x20;
-    pub const INODE_BITMAP_HI: usize = 0x24;
-    pub const INODE_TABLE_HI: usize = 0x28;
-    pub const FREE_BLOCKS_HI: usize = 0x2C;
-    pub const FREE_INODES_HI: usize = 0x2E;
-    pub const USED_DIRS_HI: usize = 0x30;
-    pub const ITABLE_UNUSED_HI: usize = 0x32;
-    pub const BLOCK_BITMAP_CSUM_HI: usize = 0x38;
-    pub const INODE_BITMAP_CSUM_HI: usize = 0x3A;
-}
 
 /// `bg_flags`: the inode bitmap and inode table are not initialised.
 pub const BG_INODE_UNINIT: u16 = 0x1;
@@ -112,34 +60,6 @@ const RO_COMPAT_KNOWN: u32 = 0x1_FFFF;
 const EXT4_MAGIC: u16 = 0xEF53;
 /// 64 KiB: the largest block size ext4 allows.
 const MAX_LOG_BLOCK_SIZE: u32 = 6;
-
-pub(crate) fn le16(b: &[u8], off: usize) -> u16 {
-    let mut a = [0u8; 2];
-    if let Some(s) = b.get(off..off + 2) {
-        a.copy_from_slice(s);
-    }
-    u16::from_le_bytes(a)
-}
-
-pub(crate) fn le32(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    if let Some(s) = b.get(off..off + 4) {
-        a.copy_from_slice(s);
-    }
-    u32::from_le_bytes(a)
-}
-
-pub(crate) fn put16(b: &mut [u8], off: usize, v: u16) {
-    if let Some(s) = b.get_mut(off..off + 2) {
-        s.copy_from_slice(&v.to_le_bytes());
-    }
-}
-
-pub(crate) fn put32(b: &mut [u8], off: usize, v: u32) {
-    if let Some(s) = b.get_mut(off..off + 4) {
-        s.copy_from_slice(&v.to_le_bytes());
-    }
-}
 
 /// Which checksums protect the group descriptors (and, with metadata_csum,
 /// the superblock and bitmaps).
@@ -600,11 +520,6 @@ fn check_features(incompat: u32, ro_compat: u32, mode: OpenMode) -> Result<(), E
     Ok(())
 }
 
-/// The superblock checksum: raw CRC-32C from `!0` over the first 0x3FC bytes.
-pub(crate) fn superblock_checksum(raw: &[u8]) -> u32 {
-    crc32c::raw(!0, raw.get(..sb::CHECKSUM).unwrap_or(raw))
-}
-
 /// The descriptor checksum e2fsprogs computes (`ext2fs_group_desc_csum`):
 /// metadata_csum: low 16 bits of raw CRC-32C over the group number and the
 /// descriptor with `bg_checksum` zeroed; gdt_csum: CRC-16 over the UUID, the
@@ -612,41 +527,13 @@ pub(crate) fn superblock_checksum(raw: &[u8]) -> u32 {
 pub(crate) fn desc_checksum(info: &FsInfo, group: u32, desc: &[u8]) -> u16 {
     let size = (info.desc_size as usize).min(desc.len());
     let desc = &desc[..size];
-    let le_group = group.to_le_bytes();
     match info.checksums {
         ChecksumKind::None => 0,
         ChecksumKind::MetadataCsum => {
-            let crc = crc32c::raw(info.checksum_seed, &le_group);
-            let head = desc.get(..bg::CHECKSUM).unwrap_or(desc);
-            let crc = crc32c::raw(crc, head);
-            let crc = crc32c::raw(crc, &[0, 0]);
-            let crc = crc32c::raw(crc, desc.get(bg::CHECKSUM + 2..).unwrap_or(&[]));
-            (crc & 0xFFFF) as u16
+            super::raw::desc_checksum_crc32c(info.checksum_seed, group, desc)
         }
-        ChecksumKind::GdtCsum => {
-            let crc = crc16(!0, &info.uuid);
-            let crc = crc16(crc, &le_group);
-            let crc = crc16(crc, desc.get(..bg::CHECKSUM).unwrap_or(desc));
-            crc16(crc, desc.get(bg::CHECKSUM + 2..).unwrap_or(&[]))
-        }
+        ChecksumKind::GdtCsum => super::raw::desc_checksum_crc16(&info.uuid, group, desc),
     }
-}
-
-/// e2fsprogs' `ext2fs_crc16`: CRC-16/ARC (reflected polynomial 0xA001), no
-/// final inversion.
-pub(crate) fn crc16(crc: u16, bytes: &[u8]) -> u16 {
-    let mut crc = crc;
-    for &b in bytes {
-        crc ^= u16::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xA001
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
 }
 
 /// Read-only view of one group descriptor's fields.
@@ -752,7 +639,7 @@ mod tests {
     #[test]
     fn crc16_matches_arc_check_value() {
         // CRC-16/ARC of "123456789" from 0 is 0xBB3D.
-        assert_eq!(crc16(0, b"123456789"), 0xBB3D);
+        assert_eq!(crate::ext4::raw::crc16(0, b"123456789"), 0xBB3D);
     }
 
     #[test]

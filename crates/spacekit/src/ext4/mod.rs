@@ -115,6 +115,7 @@ mod image;
 mod inode;
 mod layout;
 mod mode;
+pub mod raw;
 mod redo;
 mod undo;
 mod verify;

@@ -313,13 +313,8 @@ pub fn block_uninit_group_without_backup(img: &Image) -> Option<u32> {
     })
 }
 
-pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-pub fn get_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
-}
+/// Little-endian fields, through the library's one raw on-disk module.
+pub use spacekit::ext4::raw::{le32 as get_u32, put32 as put_u32};
 
 /// Opens `path` in `mode`, expecting an error; the file's bytes and mtime
 /// must not change.
