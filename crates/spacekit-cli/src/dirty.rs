@@ -1,5 +1,6 @@
 //! `spacekit dirty ranges`: a raw dirty bitmap file to a memory range table.
 
+use crate::args::parse_u64;
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Read, Write};
@@ -68,16 +69,6 @@ struct RangesArgs {
     /// No progress bar, even on a terminal.
     #[arg(long)]
     quiet: bool,
-}
-
-/// A decimal or `0x` hexadecimal u64 (shared by the subcommands).
-pub(crate) fn parse_u64(s: &str) -> Result<u64, String> {
-    let t = s.replace('_', "");
-    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => t.parse(),
-    };
-    r.map_err(|e| format!("`{s}` is not a number: {e}"))
 }
 
 /// Runs `spacekit dirty`.

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use spacekit::ext4::files::{parse_size, type_char};
 use spacekit::ext4::{AllocRequest, Ext4Error, Image, OpenMode};
 
-use crate::dirty::parse_u64;
+use crate::args::{parse_size, parse_u64};
 
 /// Arguments of `spacekit ext4`.
 #[derive(Args, Debug)]
@@ -484,4 +483,18 @@ fn rm(a: &PathArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// `mode`'s file type as `ls -l` shows it.
+fn type_char(mode: u16) -> char {
+    match mode & 0xF000 {
+        0x8000 => '-',
+        0x4000 => 'd',
+        0xA000 => 'l',
+        0x2000 => 'c',
+        0x6000 => 'b',
+        0x1000 => 'p',
+        0xC000 => 's',
+        _ => '?',
+    }
 }

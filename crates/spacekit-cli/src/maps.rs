@@ -85,29 +85,7 @@ pub struct MapsArgs {
     repeat: Option<u64>,
 }
 
-/// A size: decimal or `0x` hex, optional K/M/G/T suffix (binary).
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().replace('_', "");
-    let (num, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 10),
-        Some('M') => (&t[..t.len() - 1], 20),
-        Some('G') => (&t[..t.len() - 1], 30),
-        Some('T') => (&t[..t.len() - 1], 40),
-        _ => (&t[..], 0),
-    };
-    let n = match num.strip_prefix("0x").or_else(|| num.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => num.parse(),
-    }
-    .map_err(|e| format!("`{s}` is not a size: {e}"))?;
-    let n = n
-        .checked_mul(1 << shift)
-        .ok_or_else(|| format!("`{s}` does not fit in 64 bits"))?;
-    if n == 0 {
-        return Err("the size must be at least 1 byte".into());
-    }
-    Ok(n)
-}
+pub(crate) use crate::args::parse_nonzero_size as parse_size;
 
 /// The file `source` names.
 fn source_path(source: &str) -> PathBuf {
@@ -384,20 +362,6 @@ pub fn run(a: &MapsArgs) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("64k"), Ok(64 << 10));
-        assert_eq!(parse_size("0x1000"), Ok(4096));
-        assert_eq!(parse_size("0x10K"), Ok(16 << 10));
-        assert_eq!(parse_size("12345"), Ok(12345));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("1X").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
 
     #[test]
     fn source_paths() {

@@ -52,7 +52,6 @@ use super::AllocRequest;
 /// `S_IFMT` and the types.
 const S_IFMT: u16 = 0xF000;
 const S_IFREG: u16 = 0x8000;
-const S_IFDIR: u16 = 0x4000;
 /// `EXT4_EXTENTS_FL`.
 pub const EXTENTS_FL: u32 = 0x8_0000;
 /// incompat `filetype`: directory entries carry the file type.
@@ -1394,44 +1393,6 @@ impl ExtentStore for ReadStore<'_> {
     fn free_tree_block(&mut self, _: u64) -> Result<(), Ext4Error> {
         Err(Ext4Error::ReadOnly)
     }
-}
-
-/// `mode`'s file type as `ls -l` shows it.
-pub fn type_char(mode: u16) -> char {
-    match mode & S_IFMT {
-        S_IFREG => '-',
-        S_IFDIR => 'd',
-        0xA000 => 'l',
-        0x2000 => 'c',
-        0x6000 => 'b',
-        0x1000 => 'p',
-        0xC000 => 's',
-        _ => '?',
-    }
-}
-
-/// Parses a size: bytes, or a number with a binary suffix `K`, `M`, `G`,
-/// `T` (optionally followed by `iB` or `B`), as `fallocate -l` takes it.
-///
-/// # Errors
-/// A message naming the text for anything else or an overflow.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| std::format!("`{s}` is not a size"))?;
-    let shift = match unit.trim_end_matches("iB").trim_end_matches('B') {
-        "" => 0,
-        "K" | "k" => 10,
-        "M" | "m" => 20,
-        "G" | "g" => 30,
-        "T" | "t" => 40,
-        _ => return Err(std::format!("`{s}`: unknown unit (K, M, G, T)")),
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| std::format!("`{s}`: too large"))
 }
 
 /// One line as `debugfs -R "ex PATH"` prints it: level/depth, entry/count,
