@@ -26,7 +26,7 @@
 //! page goes through [`BuddyAllocator::free_pages`]`(pfn, 0)`, which drops
 //! the page's reference, refuses to free a poisoned page and merges the
 //! page with its free buddies. That call is spacekit's single-page fast
-//! path (issue 14: a few nanoseconds per page), so the benchmark measures
+//! path (a few nanoseconds per page), so the benchmark measures
 //! the batching against a fast per-page free, not against a slow one.
 
 use spacekit::buddy::{BuddyAllocator, BuddyError, FreeSummary};

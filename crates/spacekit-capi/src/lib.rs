@@ -1,4 +1,4 @@
-//! C ABI for spacekit (issue 17): `libspacekit.so` / `libspacekit.a` and
+//! C ABI for spacekit: `libspacekit.so` / `libspacekit.a` and
 //! `include/spacekit.h` (generated from this crate by cbindgen).
 //!
 //! Conventions every function here follows:

@@ -1,5 +1,5 @@
 #![cfg(all(feature = "ext4", unix))]
-//! Crash soak of ext4 writes (issue 18): a child process makes random file
+//! Crash soak of ext4 writes: a child process makes random file
 //! changes on a real image, flushing after each, and is killed with SIGKILL
 //! at a random moment, again and again.
 //!

@@ -1,4 +1,4 @@
-//! `DirtyBitmap`'s atomics model-checked with loom (issue 18).
+//! `DirtyBitmap`'s atomics model-checked with loom.
 //!
 //! Under `--cfg loom` the bitmap's words are `loom::sync::atomic::AtomicU64`
 //! (`src/dirty/sync.rs`), so every model below runs the library's own

@@ -1,5 +1,5 @@
 //! `bench buddy`: single-page allocation and free, the buddy allocator's
-//! everyday path (issue 14), spacekit's [`BuddyAllocator`] against
+//! everyday path, spacekit's [`BuddyAllocator`] against
 //! `buddy_system_allocator`'s `FrameAllocator<11>` (max order 10, like
 //! ours) over the same zone.
 //!

@@ -30,7 +30,7 @@
 //! * `before`: [`baselines::buddy::free_contig_range_page_by_page`], the
 //!   pre-seed loop on the same allocator (one `free_pages(p, 0)` per page:
 //!   reference drop, poison check, buddy merge). This is spacekit's own
-//!   single-page fast path (issue 14: a bar of 6 ns per page), so the
+//!   single-page fast path (its bar: 6 ns per page), so the
 //!   batching's ratio over it is the honest one, not a ratio over a slow
 //!   single-page free,
 //! * `spacekit`: [`BuddyAllocator::free_contig_range`],

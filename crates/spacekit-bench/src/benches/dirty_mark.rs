@@ -1,4 +1,4 @@
-//! `bench dirty-mark`: the VMM side of dirty-page tracking (issue 14),
+//! `bench dirty-mark`: the VMM side of dirty-page tracking,
 //! spacekit's atomic [`DirtyBitmap`] against rust-vmm `vm-memory`'s
 //! `AtomicBitmap` (feature `backend-bitmap`), the bitmap Cloud Hypervisor
 //! and other rust-vmm VMMs mark when the VMM itself writes guest memory and

@@ -1,4 +1,4 @@
-//! `bench migrate` (issue 15): a pre-copy live migration of a real KVM guest
+//! `bench migrate`: a pre-copy live migration of a real KVM guest
 //! (`spacekit::kvm`), and every round's table built three ways from the same
 //! harvested logs.
 //!

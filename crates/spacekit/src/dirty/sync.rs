@@ -1,5 +1,5 @@
 //! The atomics of [`super::DirtyBitmap`]: core's, or loom's under
-//! `--cfg loom` (issue 18: `tests/loom_dirty.rs` model-checks `mark`,
+//! `--cfg loom` (`tests/loom_dirty.rs` model-checks `mark`,
 //! `reset_range`, `harvest_into` and `take` over every interleaving).
 //!
 //! Only what the bitmap uses is re-exported, so a normal build compiles
