@@ -99,6 +99,7 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         stop_below_bytes: a.stop_below,
         dma_writes_per_sec: a.dma,
         round_gap: Duration::from_millis(a.gap_ms),
+        ..MigrateConfig::default()
     };
     let tty = io::stderr().is_terminal();
     let result = kvm::migrate(&guest, &mut stream, &mcfg, |r, _| {
