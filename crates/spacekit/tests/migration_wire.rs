@@ -1419,3 +1419,67 @@ fn errors_display() {
     let boxed: Box<dyn std::error::Error> = Box::new(MigrationError::Abandoned);
     assert_eq!(boxed.to_string(), "the sender abandoned the migration");
 }
+
+/// `receive_on_unix_socket` replaces a stale socket at its path, but never
+/// another file: a regular file there is refused and left as it was.
+#[test]
+fn unix_receiver_replaces_only_a_stale_socket() {
+    use spacekit::migration::receive_on_unix_socket;
+    use std::os::unix::net::UnixListener;
+    let dir = std::env::temp_dir().join(format!("spacekit-listen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A regular file.
+    let file = dir.join("precious.txt");
+    std::fs::write(&file, b"keep me").unwrap();
+    let path = file.clone();
+    let refusal = thread::spawn(move || receive_on_unix_socket(&path, 4096));
+    let t = std::time::Instant::now();
+    while !refusal.is_finished() && t.elapsed() < std::time::Duration::from_secs(5) {
+        thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if !refusal.is_finished() {
+        // It replaced the file with a socket and waits: let it go, then fail.
+        drop(UnixStream::connect(&file));
+        let _ = refusal.join();
+        panic!("the receiver replaced the regular file with a socket");
+    }
+    match refusal.join().unwrap() {
+        Err(MigrationError::Io { kind, message }) => {
+            assert_eq!(kind, io::ErrorKind::AlreadyExists, "{message}");
+            assert!(message.contains("not a socket"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+    // A directory.
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    assert!(receive_on_unix_socket(&sub, 4096).is_err());
+    assert!(sub.is_dir());
+    // A stale socket (its listener gone) is replaced, and served.
+    let sock = dir.join("rx.sock");
+    drop(UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let path = sock.clone();
+    let dest = thread::spawn(move || receive_on_unix_socket(&path, 8192));
+    let mut tx = loop {
+        // Until the receiver has replaced the stale socket and listens.
+        if let Ok(s) = UnixStream::connect(&sock) {
+            break s;
+        }
+        thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let src = vec![0x42u8; 8192];
+    let mut sender = Sender::new();
+    sender.start(&mut tx).unwrap();
+    sender.send_config(&mut tx, b"{}").unwrap();
+    sender
+        .send_memory(&mut tx, &table(&[(0, 8192)]), &src)
+        .unwrap();
+    sender.send_state(&mut tx, b"{}").unwrap();
+    sender.complete(&mut tx).unwrap();
+    let (summary, memory) = dest.join().unwrap().unwrap();
+    assert_eq!(summary.bytes, 8192);
+    assert!(memory == src);
+    let _ = std::fs::remove_dir_all(&dir);
+}
