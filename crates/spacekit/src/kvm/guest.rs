@@ -674,6 +674,10 @@ const PORT_QUOTA: u16 = 0x11;
 
 fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), KvmError> {
     loop {
+        // How far this vCPU's ring had been read when it entered the guest:
+        // a full exit with nothing left to collect is an overflow only if
+        // nobody (the harvest) read the ring since.
+        let fetched_at_entry = shared.ring.as_ref().map(|r| r.fetched(i as usize));
         let exit = vcpu.run();
         match exit {
             Ok(VcpuExit::IoOut(port, _)) if port == PORT_PAUSED || port == PORT_QUOTA => {
@@ -695,13 +699,10 @@ fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), 
                 // The ring is (softly) full: collect it into the pending list
                 // and reset it, then go back in.
                 if let Some(ring) = &shared.ring {
-                    // Nothing to collect yet still full: the ring overflowed
-                    // (its indices can no longer reach a reset), so this vCPU
-                    // cannot run again. The harvest reports it.
-                    if ring.collect(vm)? == 0 {
-                        ring.mark_overflowed();
-                        return Err(KvmError::RingOverflow);
-                    }
+                    // An overflow here stops this vCPU; the harvest reports
+                    // it. Collecting nothing because the harvest just
+                    // emptied the ring is not one (RingSet::full_exit).
+                    ring.full_exit(vm, i as usize, fetched_at_entry.unwrap_or(0))?;
                 } else {
                     return Err(KvmError::UnexpectedExit {
                         vcpu: i,
