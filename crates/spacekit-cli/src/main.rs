@@ -51,14 +51,7 @@ fn main() -> ExitCode {
         Command::Dirty(args) => dirty::run(&args),
         Command::Ext4(args) => ext4::run(&args),
         Command::Maps(args) => maps::run(&args),
-        Command::Migrate(args) => match migrate::run(&args) {
-            Err(migrate::Failure::Usage(e)) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-            Err(migrate::Failure::Failed(e)) => Err(e),
-            Ok(()) => Ok(()),
-        },
+        Command::Migrate(args) => migrate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -148,6 +148,50 @@ impl Default for GuestConfig {
     }
 }
 
+impl GuestConfig {
+    /// Checks what [`Guest::start`] refuses without asking the host: the
+    /// memory size (a non-zero multiple of 2 MiB with room for the guest's
+    /// 64 pages of code and tables), the vCPU count, the hot set, and a
+    /// ring's entries (a power of two of at least 256: one page; the host's
+    /// own maximum is checked when the guest starts).
+    ///
+    /// # Errors
+    /// [`KvmError::BadConfig`].
+    pub fn check(&self) -> Result<(), KvmError> {
+        let bad = |reason: std::string::String| Err(KvmError::BadConfig { reason });
+        let Some(layout) = Layout::new(self.mem_size) else {
+            return bad(format!(
+                "memory size {} must be a non-zero multiple of 2 MiB with room for 64 pages",
+                self.mem_size
+            ));
+        };
+        if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
+            return bad(format!("{} vCPUs (1..={MAX_VCPUS})", self.vcpus));
+        }
+        if let Workload::Hot {
+            hot_pages,
+            hot_percent,
+        } = self.workload
+        {
+            if hot_pages == 0 || hot_pages > layout.region_pages || hot_percent > 100 {
+                return bad(format!(
+                    "hot set of {hot_pages} pages at {hot_percent}% (region: {} pages)",
+                    layout.region_pages
+                ));
+            }
+        }
+        if let DirtyMode::Ring { entries } = self.dirty {
+            if !entries.is_power_of_two() || u64::from(entries) * 16 < PAGE {
+                return bad(format!(
+                    "ring of {entries} entries: a power of two of at least {}",
+                    PAGE / 16
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What the host has asked of the vCPUs, and how many have answered.
 #[derive(Default)]
 struct RunState {
@@ -218,31 +262,10 @@ impl Guest {
     /// [`KvmError::MissingCapability`] for a dirty mode the kernel lacks;
     /// [`KvmError::Ioctl`] for any other KVM failure.
     pub fn start(config: GuestConfig) -> Result<Guest, KvmError> {
+        config.check()?;
         let layout = Layout::new(config.mem_size).ok_or_else(|| KvmError::BadConfig {
-            reason: format!(
-                "memory size {} must be a non-zero multiple of 2 MiB with room for 64 pages",
-                config.mem_size
-            ),
+            reason: format!("memory size {}", config.mem_size),
         })?;
-        if config.vcpus == 0 || config.vcpus > MAX_VCPUS {
-            return Err(KvmError::BadConfig {
-                reason: format!("{} vCPUs (1..={MAX_VCPUS})", config.vcpus),
-            });
-        }
-        if let Workload::Hot {
-            hot_pages,
-            hot_percent,
-        } = config.workload
-        {
-            if hot_pages == 0 || hot_pages > layout.region_pages || hot_percent > 100 {
-                return Err(KvmError::BadConfig {
-                    reason: format!(
-                        "hot set of {hot_pages} pages at {hot_percent}% (region: {} pages)",
-                        layout.region_pages
-                    ),
-                });
-            }
-        }
         let size = usize::try_from(config.mem_size).map_err(|_| KvmError::Map {
             size: config.mem_size,
             reason: "larger than the address space".to_string(),

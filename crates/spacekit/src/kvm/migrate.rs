@@ -140,12 +140,21 @@ pub struct MigrationReport {
     pub dma_writes: u64,
     /// Pre-copy wall time (round 0 start to the pause).
     pub precopy: Duration,
+    /// The guest's target write rate (its `writes_per_sec`; 0 = unpaced).
+    pub requested_write_rate: u64,
 }
 
 impl MigrationReport {
     /// The guest's write rate during pre-copy, in writes per second.
     pub fn guest_write_rate(&self) -> f64 {
         self.guest_writes as f64 / self.precopy.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether a paced guest reached at least 90% of its target write rate
+    /// during pre-copy (always true when unpaced). A guest whose every
+    /// write to a logged page exits to KVM may not reach it.
+    pub fn rate_reached(&self) -> bool {
+        self.guest_write_rate() >= 0.9 * self.requested_write_rate as f64
     }
 
     /// Pages dirtied per second during pre-copy (the rounds after round 0,
@@ -190,6 +199,16 @@ impl core::fmt::Display for MigrationReport {
             self.precopy,
             self.dma_writes
         )?;
+        if !self.rate_reached() {
+            writeln!(
+                f,
+                "the guest made {:.0} writes/s, short of the {} asked ({:.0}%): its vCPUs could \
+                 not write faster on this host; the migration ran at the rate reached",
+                self.guest_write_rate(),
+                self.requested_write_rate,
+                100.0 * self.guest_write_rate() / self.requested_write_rate as f64
+            )?;
+        }
         if self.pages_checked {
             write!(
                 f,
@@ -339,7 +358,10 @@ fn run<S: Read + Write + ?Sized>(
     let source = GuestSource::new(guest);
     let mut tracker = DirtyTracker::new(guest);
     let mut table = MemoryRangeTable::new();
-    let mut report = MigrationReport::default();
+    let mut report = MigrationReport {
+        requested_write_rate: guest.config().writes_per_sec,
+        ..MigrationReport::default()
+    };
     match &config.vm_config {
         Some(c) => sender.send_config(stream, c)?,
         None => sender.send_config(stream, &default_config(guest))?,

@@ -80,6 +80,23 @@ impl Status {
     }
 }
 
+/// Where a [`Receiver`](super::Receiver) is in the protocol: Cloud Hypervisor's
+/// `ReceiveMigrationState` (without its memory-fd state, which spacekit
+/// does not serve).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReceiveState {
+    /// Connected; waiting for `Start`.
+    Established,
+    /// `Start` accepted; waiting for `Config`.
+    Started,
+    /// `Config` accepted; `Memory` (and page hashes, if negotiated) until
+    /// `State`.
+    Configured,
+    /// `State` accepted; waiting for `Complete` or `CompletePaused`.
+    StateReceived,
+}
+
 /// The protocol version spacekit sends in `Start`: Cloud Hypervisor's
 /// `CURRENT_PROTOCOL_VERSION`, 0 (a zero version field is its legacy `v0`).
 pub const PROTOCOL_VERSION: u16 = 0;

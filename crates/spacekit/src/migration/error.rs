@@ -4,8 +4,7 @@ use std::fmt;
 use std::io;
 use std::string::{String, ToString};
 
-use super::command::{Command, Status};
-use super::receiver::ReceiveState;
+use super::command::{Command, ReceiveState, Status};
 
 /// What went wrong on a migration stream, on either side.
 ///

@@ -59,10 +59,10 @@ mod source;
 mod unix;
 mod wire;
 
-pub use command::{version_supported, Command, Extensions, Status, PROTOCOL_VERSION};
+pub use command::{version_supported, Command, Extensions, ReceiveState, Status, PROTOCOL_VERSION};
 pub use error::MigrationError;
 pub use receiver::{
-    ReceiveState, ReceiveSummary, Receiver, DRAIN_LIMIT_BYTES, MAX_PAYLOAD_BYTES, MAX_TABLE_BYTES,
+    ReceiveSummary, Receiver, DRAIN_LIMIT_BYTES, MAX_PAYLOAD_BYTES, MAX_TABLE_BYTES,
 };
 pub use sender::{SendStats, Sender, DEFAULT_BUFFER_BYTES};
 pub use source::{diff_pages, hash_pages, MemorySource};

@@ -3,7 +3,9 @@
 use alloc::vec::Vec;
 use std::io::{Read, Write};
 
-use super::command::{accept_padding, offered, version_supported, Command, Extensions, Status};
+use super::command::{
+    accept_padding, offered, version_supported, Command, Extensions, ReceiveState, Status,
+};
 use super::error::MigrationError;
 use super::source::page_count;
 use super::wire::{
@@ -51,23 +53,6 @@ pub struct ReceiveSummary {
     /// The migration ended with [`Command::CompletePaused`]: the source VM
     /// was paused, so the destination stays paused.
     pub paused: bool,
-}
-
-/// Where a [`Receiver`] is in the protocol: Cloud Hypervisor's
-/// `ReceiveMigrationState` (without its memory-fd state, which spacekit
-/// does not serve).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ReceiveState {
-    /// Connected; waiting for `Start`.
-    Established,
-    /// `Start` accepted; waiting for `Config`.
-    Started,
-    /// `Config` accepted; `Memory` (and page hashes, if negotiated) until
-    /// `State`.
-    Configured,
-    /// `State` accepted; waiting for `Complete` or `CompletePaused`.
-    StateReceived,
 }
 
 /// What the serve loop does after a request.

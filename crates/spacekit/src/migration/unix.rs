@@ -32,6 +32,7 @@ pub fn receive_on_unix_socket(
         kind,
         message,
     };
+    remove_stale_socket(path)?;
     let bytes = usize::try_from(size).map_err(|_| {
         io(
             std::io::ErrorKind::OutOfMemory,
@@ -46,7 +47,6 @@ pub fn receive_on_unix_socket(
         )
     })?;
     memory.resize(bytes, 0u8);
-    remove_stale_socket(path)?;
     let listener = UnixListener::bind(path).map_err(|e| io(e.kind(), e.to_string()))?;
     let accepted = listener.accept();
     let _ = std::fs::remove_file(path);

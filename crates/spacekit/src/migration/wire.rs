@@ -56,7 +56,7 @@ impl TryFrom<u16> for Status {
 /// On the wire, 16 bytes: `command` as a `u16`, 6 bytes of
 /// `command_headers` (zero except in `Start`, whose first two bytes are the
 /// protocol version and whose next four offer spacekit's
-/// [`Extensions`](super::Extensions)), then `length` as a `u64`, the number
+/// [`Extensions`](super::command::Extensions)), then `length` as a `u64`, the number
 /// of payload bytes that follow the header. Cloud
 /// Hypervisor writes the `#[repr(C)]` struct in native byte order; spacekit
 /// always uses little-endian, which is the same bytes on little-endian hosts
@@ -97,9 +97,9 @@ impl Request {
     /// A `Start` request carrying protocol `version` in its first two
     /// header bytes, as Cloud Hypervisor's `Request::start` does, and
     /// offering `offer` in the next four (all zero for
-    /// [`Extensions::NONE`](super::Extensions::NONE): exactly Cloud
+    /// [`Extensions::NONE`](super::command::Extensions::NONE): exactly Cloud
     /// Hypervisor's bytes).
-    pub fn start(version: u16, offer: super::Extensions) -> Self {
+    pub fn start(version: u16, offer: super::command::Extensions) -> Self {
         Request {
             command: Command::Start,
             command_headers: super::command::start_headers(version, offer),
@@ -159,7 +159,7 @@ impl Request {
 ///
 /// On the wire, 16 bytes: `status` as a `u16`, 6 bytes of `padding` (zero,
 /// except that a spacekit receiver accepts extensions in its answer to a
-/// `Start` that offered them: see [`Extensions`](super::Extensions)), then
+/// `Start` that offered them: see [`Extensions`](super::command::Extensions)), then
 /// `length` as a `u64`, the payload bytes that follow (0 except for
 /// [`Command::PageHashes`]). Little-endian, as [`Request`].
 ///
