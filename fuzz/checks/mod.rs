@@ -17,6 +17,7 @@ pub mod freespace;
 pub mod input;
 pub mod maps;
 pub mod rangetree;
+pub mod session;
 pub mod wire;
 
 /// Every target: its name (the directory under `fuzz/corpus/` and
@@ -29,6 +30,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("ext4", ext4::run),
     ("dirty", dirty::run),
     ("migration_wire", wire::run),
+    ("migration_session", session::run),
     ("proc_maps", maps::run),
     ("rangetree", rangetree::run),
     ("buddy", buddy::run),

@@ -60,3 +60,33 @@ for t, sizes in [("dirty", [64, 300, 2000]), ("rangetree", [64, 400, 1500]),
                  ("bitmap", [64, 500, 1500]), ("crc32c", [16, 100, 3000])]:
     for n in sizes:
         put(t, f"random-{n}", rnd(n))
+
+# migration_session (appended last so the seeds above keep their bytes):
+# sender offer (u16) and canned answer (16 bytes); memory size (u16), fill;
+# receiver flags (extensions off, payload cap, table cap, refusing handler,
+# drain limit); then ops, each a selector byte and its fields
+# (fuzz/checks/session.rs).
+def sk_answer(bits):
+    return struct.pack("<H2sH2xQ", 1, b"SK", bits, 0)
+def start_op(offer):
+    return bytes([0, 1, 1 if offer else 0]) + (struct.pack("<H", 1) if offer else b"")
+def payload_op(kind, data):
+    return bytes([kind, len(data)]) + data
+def memory_op(ranges, fill=7):
+    b = bytes([3, len(ranges)])
+    for gpa, ln in ranges:
+        b += struct.pack("<HH", gpa, ln)
+    return b + bytes([1, fill])
+head = struct.pack("<H", 1) + sk_answer(1) + struct.pack("<H", 8192) + bytes([0xee])
+happy = (start_op(True) + payload_op(1, b'{"cfg":1}') + memory_op([(0, 100), (4096, 599)])
+         + bytes([9]) + struct.pack("<I", 4096) + payload_op(2, b"{}") + bytes([9]) + struct.pack("<I", 3000) + bytes([4]))
+put("migration_session", "happy", head + bytes([0, 0, 0, 0, 0]) + happy)
+put("migration_session", "plain-receiver", head + bytes([1, 0, 0, 0, 0]) + happy)
+put("migration_session", "paused", head + bytes([0, 0, 0, 0, 0]) + start_op(False) + payload_op(1, b"c") + payload_op(2, b"s") + bytes([5]))
+put("migration_session", "bad-version", head + bytes([0, 0, 0, 0, 0]) + bytes([0, 0]) + struct.pack("<H", 1) + bytes([0]) + payload_op(1, b"c"))
+put("migration_session", "refused-config", head + bytes([0, 0, 0, 1, ord("{"), 0]) + start_op(True) + payload_op(1, b"{x}"))
+put("migration_session", "payload-cap", head + bytes([0, 1]) + struct.pack("<H", 4) + bytes([0, 0, 0]) + start_op(False) + payload_op(1, b"12345"))
+put("migration_session", "memoryfd-drained", head + bytes([0, 0, 0, 0, 1]) + struct.pack("<H", 100) + start_op(False) + bytes([7]) + struct.pack("<H", 250) + bytes([4]))
+put("migration_session", "out-of-order", head + bytes([0, 0, 0, 0, 0]) + start_op(False) + memory_op([(0, 10)]) + bytes([4]))
+put("migration_session", "unknown-and-pagefault", head + bytes([0, 0, 0, 0, 0]) + start_op(True) + payload_op(1, b"c") + bytes([8]) + bytes([10]) + struct.pack("<HH", 0x5349, 20))
+put("migration_session", "abandon", struct.pack("<H", 0) + bytes(16) + struct.pack("<H", 4096) + bytes([1, 0, 0, 0, 0, 0]) + start_op(False) + payload_op(1, b"c") + bytes([6, 0]))

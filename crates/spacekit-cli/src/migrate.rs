@@ -1,5 +1,5 @@
 //! `spacekit migrate`: a pre-copy live migration of a real KVM guest's
-//! memory to a receiver process, in Cloud Hypervisor's wire format.
+//! memory to a receiver process, in Cloud Hypervisor's protocol.
 
 use std::io::{self, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{error::ErrorKind, Args};
 use serde_json::json;
 use spacekit::kvm::{self, DirtyMode, Guest, GuestConfig, MigrateConfig, Workload};
 use spacekit::migration::receive_on_unix_socket;
@@ -20,10 +20,12 @@ use crate::maps::parse_size;
     after_long_help = "Starts a guest on /dev/kvm whose vCPUs write one byte to pages \
     chosen by the workload and migrates its memory while it runs: round 0 sends all of it; each \
     later round harvests KVM's dirty log (or ring) and the VMM's own log, builds the table of \
-    dirty ranges and sends them over a Unix socket in Cloud Hypervisor's format. Below \
+    dirty ranges and sends them over a Unix socket in Cloud Hypervisor's protocol. Below \
     --stop-below, or after --rounds, the vCPUs are paused, the last round is sent and every \
-    page's CRC-32C is compared. Without --to, a receiver child (`spacekit migrate --receive`) \
-    is started. Exits non-zero if any page differs."
+    page's CRC-32C is compared, unless the receiver is a plain Cloud Hypervisor one (the output \
+    says so). Without --to, a receiver child (`spacekit migrate --receive`) is started.\n\n\
+    Exit status: 0 success; 1 failure (the migration, a page that differs, a --listen path in \
+    use); 2 bad arguments, refused before anything starts (--size not a multiple of 2 MiB, ...)."
 )]
 pub struct MigrateArgs {
     /// Guest memory (a multiple of 2 MiB; K/M/G suffixes).
@@ -82,23 +84,26 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    let (mem_size, vcpus, seed) = (a.size, a.vcpus, a.seed);
-    let guest = Guest::start(GuestConfig {
-        mem_size,
-        vcpus,
+    let cfg = GuestConfig {
+        mem_size: a.size,
+        vcpus: a.vcpus,
         workload: a.workload,
         writes_per_sec: a.rate,
         max_writes: 0,
-        seed,
+        seed: a.seed,
         dirty: a.mode,
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    if let Err(e) = cfg.check() {
+        clap::Error::raw(ErrorKind::ValueValidation, format!("{e}\n")).exit(); // status 2
+    }
+    let guest = Guest::start(cfg).map_err(|e| e.to_string())?;
     let (mut stream, child) = connect(a)?;
     let mcfg = MigrateConfig {
         max_rounds: a.rounds,
         stop_below_bytes: a.stop_below,
         dma_writes_per_sec: a.dma,
         round_gap: Duration::from_millis(a.gap_ms),
+        ..MigrateConfig::default()
     };
     let tty = io::stderr().is_terminal();
     let result = kvm::migrate(&guest, &mut stream, &mcfg, |r, _| {
@@ -110,7 +115,8 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     if tty {
         eprint!("\r{:50}\r", "");
     }
-    let child_msg = finish_child(child);
+    drop(stream); // or a receiver child still reading it never exits
+    let child_msg = child.map(finish_child).unwrap_or_default();
     let report = result.map_err(|e| format!("{e}{child_msg}"))?;
     guest.stop().map_err(|e| e.to_string())?;
     let ns = |d: Duration| d.as_nanos() as f64;
@@ -132,7 +138,8 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
             "precopy_ns": ns(report.precopy), "guest_writes": report.guest_writes,
             "guest_writes_per_sec": report.guest_write_rate(),
             "dirty_pages_per_sec": report.dirty_page_rate(), "dma_writes": report.dma_writes,
-            "differing_pages": report.differing_pages,
+            "requested_writes_per_sec": a.rate, "rate_reached": report.rate_reached(),
+            "pages_checked": report.pages_checked, "differing_pages": report.differing_pages,
         });
         println!("{out:#}");
     } else {
@@ -157,14 +164,9 @@ fn connect(a: &MigrateArgs) -> Result<(UnixStream, Option<Child>), String> {
     let path = std::env::temp_dir().join(format!("spacekit-migrate-{}.sock", std::process::id()));
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
-        .args([
-            "migrate",
-            "--receive",
-            "--size",
-            &a.size.to_string(),
-            "--listen",
-        ])
+        .args("migrate --receive --listen".split(' '))
         .arg(&path)
+        .arg(format!("--size={}", a.size))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -178,7 +180,7 @@ fn connect(a: &MigrateArgs) -> Result<(UnixStream, Option<Child>), String> {
                 let exited = child.try_wait().ok().flatten();
                 if exited.is_some() || t.elapsed() > Duration::from_secs(10) {
                     let _ = child.kill();
-                    let why = finish_child(Some(child));
+                    let why = finish_child(child);
                     return Err(format!("the receiver did not listen: {e}{why}"));
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -187,16 +189,21 @@ fn connect(a: &MigrateArgs) -> Result<(UnixStream, Option<Child>), String> {
     }
 }
 
-/// Waits for the receiver child; its error output if it failed.
-fn finish_child(child: Option<Child>) -> String {
-    match child.map(|c| c.wait_with_output()) {
-        None => String::new(),
-        Some(Ok(out)) if out.status.success() => String::new(),
-        Some(Ok(out)) => format!(
+/// Waits for the receiver child, at most 30 s (then kills it); its error
+/// output if it failed.
+fn finish_child(mut child: Child) -> String {
+    let t = Instant::now();
+    while matches!(child.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill(); // harmless once it has exited
+    match child.wait_with_output() {
+        Ok(out) if out.status.success() => String::new(),
+        Ok(out) => format!(
             " (receiver: {}, {})",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ),
-        Some(Err(e)) => format!(" (waiting for the receiver: {e})"),
+        Err(e) => format!(" (waiting for the receiver: {e})"),
     }
 }

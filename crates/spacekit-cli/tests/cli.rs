@@ -798,6 +798,55 @@ fn maps_help_explains_the_window() {
     }
 }
 
+/// `spacekit migrate`'s exit status rule, as its `--help` states it: every
+/// bad argument is 2 and is refused before anything starts (no guest, no
+/// receiver); 1 is a failure while running, such as a `--listen` path
+/// that holds a file (left as it was). No `/dev/kvm` needed: nothing
+/// reaches it.
+#[test]
+fn migrate_bad_arguments_exit_2() {
+    let out = spacekit().args(["migrate", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Exit status"), "{help}");
+    assert!(help.contains("2 bad arguments"), "{help}");
+    let keep = tmp("keep-me.txt");
+    std::fs::write(&keep, b"precious").unwrap();
+    let keep_arg = keep.to_str().unwrap().to_string();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--size", "3M"],
+        vec!["--size", "0"],
+        vec!["--size", "lots"],
+        vec!["--vcpus", "0"],
+        vec!["--vcpus", "64"],
+        vec!["--mode", "ring:3"],
+        vec!["--workload", "nope"],
+        vec!["--rate", "-1"],
+        vec!["--receive"],
+    ];
+    for args in cases {
+        let out = spacekit().arg("migrate").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "migrate {args:?}: {err}");
+        assert!(err.contains("error"), "migrate {args:?}: {err}");
+    }
+    let out = spacekit()
+        .args([
+            "migrate",
+            "--receive",
+            "--size",
+            "2M",
+            "--listen",
+            &keep_arg,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read(&keep).unwrap(), b"precious");
+    std::fs::remove_file(&keep).ok();
+}
+
 #[test]
 fn quick_cma_writes_the_documented_rows() {
     let rows = quick_rows("cma");

@@ -276,6 +276,48 @@ fn migrate_and_check(cfg: GuestConfig, mcfg: spacekit::kvm::MigrateConfig) {
     guest.stop().unwrap();
 }
 
+/// A failure after `Start` while the stream still works (here the
+/// receiver's memory is one page larger, so the page-hash lists differ in
+/// length) makes `migrate` send `Abandon`, as documented: the receiver
+/// returns `Abandoned` instead of seeing the stream end.
+#[test]
+fn a_failed_migration_sends_abandon() {
+    use spacekit::kvm::KvmError;
+    use spacekit::migration::{MigrationError, Receiver};
+    use std::os::unix::net::UnixStream;
+    if !kvm_or_skip("a_failed_migration_sends_abandon") {
+        return;
+    }
+    let size = 64usize << 20;
+    let guest = Guest::start(GuestConfig {
+        mem_size: size as u64,
+        ..GuestConfig::default()
+    })
+    .expect("guest starts");
+    let (mut a, mut b) = UnixStream::pair().unwrap();
+    let receiver = std::thread::spawn(move || {
+        let mut memory = vec![0u8; size + 4096];
+        Receiver::new(&mut memory).serve(&mut b)
+    });
+    let mcfg = spacekit::kvm::MigrateConfig {
+        max_rounds: 1,
+        ..Default::default()
+    };
+    let res = spacekit::kvm::migrate(&guest, &mut a, &mcfg, |_, _| {});
+    assert!(
+        matches!(
+            res,
+            Err(KvmError::Migration(
+                MigrationError::PageCountMismatch { .. }
+            ))
+        ),
+        "{res:?}"
+    );
+    drop(a); // without Abandon, the receiver sees the stream end
+    assert_eq!(receiver.join().unwrap(), Err(MigrationError::Abandoned));
+    guest.stop().unwrap();
+}
+
 #[test]
 fn migration_of_a_256_mib_guest_is_byte_identical() {
     if !kvm_or_skip("migration_of_a_256_mib_guest_is_byte_identical") {

@@ -153,6 +153,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         stop_below_bytes: 1 << 20,
         dma_writes_per_sec: 1000,
         round_gap: Duration::from_millis(50),
+        ..MigrateConfig::default()
     };
     let mut rounds: Vec<RoundTimes> = Vec::new();
     let mut failure = None;

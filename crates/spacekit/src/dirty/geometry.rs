@@ -8,7 +8,9 @@ use super::error::DirtyError;
 /// `base + i * page_size`.
 ///
 /// Validated once, by [`Geometry::new`]: the page size is a power of two
-/// (any, not only 4096, which Cloud Hypervisor hard-codes), held as a
+/// (any: Cloud Hypervisor's `MemoryRangeTable::from_dirty_bitmap` also
+/// takes a page size, which its memory manager's `dirty_log` sets to 4096
+/// and virtio-mem to its block size; it does not check it), held as a
 /// [`NonZeroU64`] like vm-memory's `NonZeroUsize` page size. Whether a given
 /// bitmap's pages all have addresses (its last page must end at or below
 /// 2^64) depends on the bitmap's length, so that is checked where a bitmap

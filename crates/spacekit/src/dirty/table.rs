@@ -125,9 +125,11 @@ impl MemoryRangeTable {
     /// (within the scan's `merge_gap` pages) is joined to it, so a log
     /// appended in slices gives the same table as the whole log.
     ///
-    /// Cloud Hypervisor's `MemoryRangeTable::from_dirty_bitmap`, without its
-    /// step per dirty page, its hard-coded 4 KiB pages or its silent
-    /// truncation of two logs of different lengths.
+    /// Cloud Hypervisor's `MemoryRangeTable::from_dirty_bitmap` (which takes
+    /// the start address and page size too; its memory manager's
+    /// `dirty_log` passes 4096), without its step per dirty page or the
+    /// silent truncation of two logs of different lengths that `dirty_log`'s
+    /// `zip` of KVM's and the VMM's bitmaps does before calling it.
     ///
     /// ```
     /// use spacekit::dirty::{Geometry, MemoryRange, MemoryRangeTable, Scan};

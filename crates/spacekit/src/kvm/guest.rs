@@ -148,6 +148,50 @@ impl Default for GuestConfig {
     }
 }
 
+impl GuestConfig {
+    /// Checks what [`Guest::start`] refuses without asking the host: the
+    /// memory size (a non-zero multiple of 2 MiB with room for the guest's
+    /// 64 pages of code and tables), the vCPU count, the hot set, and a
+    /// ring's entries (a power of two of at least 256: one page; the host's
+    /// own maximum is checked when the guest starts).
+    ///
+    /// # Errors
+    /// [`KvmError::BadConfig`].
+    pub fn check(&self) -> Result<(), KvmError> {
+        let bad = |reason: std::string::String| Err(KvmError::BadConfig { reason });
+        let Some(layout) = Layout::new(self.mem_size) else {
+            return bad(format!(
+                "memory size {} must be a non-zero multiple of 2 MiB with room for 64 pages",
+                self.mem_size
+            ));
+        };
+        if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
+            return bad(format!("{} vCPUs (1..={MAX_VCPUS})", self.vcpus));
+        }
+        if let Workload::Hot {
+            hot_pages,
+            hot_percent,
+        } = self.workload
+        {
+            if hot_pages == 0 || hot_pages > layout.region_pages || hot_percent > 100 {
+                return bad(format!(
+                    "hot set of {hot_pages} pages at {hot_percent}% (region: {} pages)",
+                    layout.region_pages
+                ));
+            }
+        }
+        if let DirtyMode::Ring { entries } = self.dirty {
+            if !entries.is_power_of_two() || u64::from(entries) * 16 < PAGE {
+                return bad(format!(
+                    "ring of {entries} entries: a power of two of at least {}",
+                    PAGE / 16
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What the host has asked of the vCPUs, and how many have answered.
 #[derive(Default)]
 struct RunState {
@@ -218,31 +262,10 @@ impl Guest {
     /// [`KvmError::MissingCapability`] for a dirty mode the kernel lacks;
     /// [`KvmError::Ioctl`] for any other KVM failure.
     pub fn start(config: GuestConfig) -> Result<Guest, KvmError> {
+        config.check()?;
         let layout = Layout::new(config.mem_size).ok_or_else(|| KvmError::BadConfig {
-            reason: format!(
-                "memory size {} must be a non-zero multiple of 2 MiB with room for 64 pages",
-                config.mem_size
-            ),
+            reason: format!("memory size {}", config.mem_size),
         })?;
-        if config.vcpus == 0 || config.vcpus > MAX_VCPUS {
-            return Err(KvmError::BadConfig {
-                reason: format!("{} vCPUs (1..={MAX_VCPUS})", config.vcpus),
-            });
-        }
-        if let Workload::Hot {
-            hot_pages,
-            hot_percent,
-        } = config.workload
-        {
-            if hot_pages == 0 || hot_pages > layout.region_pages || hot_percent > 100 {
-                return Err(KvmError::BadConfig {
-                    reason: format!(
-                        "hot set of {hot_pages} pages at {hot_percent}% (region: {} pages)",
-                        layout.region_pages
-                    ),
-                });
-            }
-        }
         let size = usize::try_from(config.mem_size).map_err(|_| KvmError::Map {
             size: config.mem_size,
             reason: "larger than the address space".to_string(),
@@ -674,6 +697,10 @@ const PORT_QUOTA: u16 = 0x11;
 
 fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), KvmError> {
     loop {
+        // How far this vCPU's ring had been read when it entered the guest:
+        // a full exit with nothing left to collect is an overflow only if
+        // nobody (the harvest) read the ring since.
+        let fetched_at_entry = shared.ring.as_ref().map(|r| r.fetched(i as usize));
         let exit = vcpu.run();
         match exit {
             Ok(VcpuExit::IoOut(port, _)) if port == PORT_PAUSED || port == PORT_QUOTA => {
@@ -695,13 +722,10 @@ fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), 
                 // The ring is (softly) full: collect it into the pending list
                 // and reset it, then go back in.
                 if let Some(ring) = &shared.ring {
-                    // Nothing to collect yet still full: the ring overflowed
-                    // (its indices can no longer reach a reset), so this vCPU
-                    // cannot run again. The harvest reports it.
-                    if ring.collect(vm)? == 0 {
-                        ring.mark_overflowed();
-                        return Err(KvmError::RingOverflow);
-                    }
+                    // An overflow here stops this vCPU; the harvest reports
+                    // it. Collecting nothing because the harvest just
+                    // emptied the ring is not one (RingSet::full_exit).
+                    ring.full_exit(vm, i as usize, fetched_at_entry.unwrap_or(0))?;
                 } else {
                     return Err(KvmError::UnexpectedExit {
                         vcpu: i,

@@ -1,13 +1,18 @@
 //! Pre-copy live migration of a running guest's memory.
 //!
-//! Round 0 sends all of memory; every later round harvests the logs
+//! The stream is Cloud Hypervisor's protocol ([`crate::migration::Sender`]):
+//! `Start`, `Config` (the caller's payload, or a small JSON description of
+//! the test guest), the memory rounds, `State`, `Complete`. Round 0 sends all
+//! of memory; every later round harvests the logs
 //! ([`DirtyTracker::harvest`]), builds the table of dirty ranges
-//! ([`DirtyTracker::build`]) and sends the ranges with their bytes in Cloud
-//! Hypervisor's format ([`crate::migration::Sender`]). When a round's dirty
-//! bytes fall below the threshold, or after the last round allowed, the vCPUs
-//! and the host's DMA writer are paused, the last round is sent, and the
-//! destination's CRC-32C of every page is compared with the source's. The
-//! downtime is the time from the pause to the last round's acknowledgement.
+//! ([`DirtyTracker::build`]) and sends the ranges with their bytes. When a
+//! round's dirty bytes fall below the threshold, or after the last round
+//! allowed, the vCPUs and the host's DMA writer are paused and the last round
+//! is sent; then, if the receiver accepted spacekit's page-hash extension,
+//! the destination's CRC-32C of every page is compared with the source's (a
+//! plain Cloud Hypervisor receiver does not offer it, and the report says
+//! the pages were not compared). The downtime is the time from the pause to
+//! the last round's acknowledgement.
 //!
 //! A host thread can write into guest memory through vm-memory while the
 //! guest runs (as a virtio device's DMA does); those writes are logged in
@@ -25,7 +30,7 @@ use super::error::KvmError;
 use super::guest::{Guest, GuestMem};
 use super::tracker::DirtyTracker;
 use crate::dirty::MemoryRangeTable;
-use crate::migration::{diff_pages, hash_pages, MemorySource, Sender};
+use crate::migration::{diff_pages, hash_pages, Extensions, MemorySource, MigrationError, Sender};
 
 /// A guest's memory as a migration source: copies go through vm-memory's
 /// volatile accessors, since the guest may be writing the same bytes.
@@ -70,6 +75,12 @@ pub struct MigrateConfig {
     pub dma_writes_per_sec: u64,
     /// Pause between rounds (lets the guest dirty memory; 0 = none).
     pub round_gap: Duration,
+    /// The `Config` payload (the VMM's configuration; `None`: a small JSON
+    /// object describing the test guest's memory size, vCPUs and seed).
+    pub vm_config: Option<Vec<u8>>,
+    /// The `State` payload (the VMM's device state; `None`: a small JSON
+    /// object with the guest's write count at the pause).
+    pub vm_state: Option<Vec<u8>>,
 }
 
 impl Default for MigrateConfig {
@@ -79,6 +90,8 @@ impl Default for MigrateConfig {
             stop_below_bytes: 1 << 20,
             dma_writes_per_sec: 1000,
             round_gap: Duration::from_millis(20),
+            vm_config: None,
+            vm_state: None,
         }
     }
 }
@@ -115,8 +128,11 @@ pub struct MigrationReport {
     pub rounds: Vec<RoundReport>,
     /// From the pause to the last round's acknowledgement.
     pub downtime: Duration,
+    /// Whether the pages were compared: the receiver accepted spacekit's
+    /// page-hash extension (a plain Cloud Hypervisor receiver does not).
+    pub pages_checked: bool,
     /// Pages whose CRC-32C differs between source and destination (must be
-    /// empty).
+    /// empty; empty too when `pages_checked` is false).
     pub differing_pages: Vec<u64>,
     /// Guest writes during pre-copy (all vCPUs).
     pub guest_writes: u64,
@@ -124,12 +140,21 @@ pub struct MigrationReport {
     pub dma_writes: u64,
     /// Pre-copy wall time (round 0 start to the pause).
     pub precopy: Duration,
+    /// The guest's target write rate (its `writes_per_sec`; 0 = unpaced).
+    pub requested_write_rate: u64,
 }
 
 impl MigrationReport {
     /// The guest's write rate during pre-copy, in writes per second.
     pub fn guest_write_rate(&self) -> f64 {
         self.guest_writes as f64 / self.precopy.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether a paced guest reached at least 90% of its target write rate
+    /// during pre-copy (always true when unpaced). A guest whose every
+    /// write to a logged page exits to KVM may not reach it.
+    pub fn rate_reached(&self) -> bool {
+        self.guest_write_rate() >= 0.9 * self.requested_write_rate as f64
     }
 
     /// Pages dirtied per second during pre-copy (the rounds after round 0,
@@ -174,11 +199,29 @@ impl core::fmt::Display for MigrationReport {
             self.precopy,
             self.dma_writes
         )?;
-        write!(
-            f,
-            "{} pages differ between source and destination",
-            self.differing_pages.len()
-        )
+        if !self.rate_reached() {
+            writeln!(
+                f,
+                "the guest made {:.0} writes/s, short of the {} asked ({:.0}%): its vCPUs could \
+                 not write faster on this host; the migration ran at the rate reached",
+                self.guest_write_rate(),
+                self.requested_write_rate,
+                100.0 * self.guest_write_rate() / self.requested_write_rate as f64
+            )?;
+        }
+        if self.pages_checked {
+            write!(
+                f,
+                "{} pages differ between source and destination",
+                self.differing_pages.len()
+            )
+        } else {
+            write!(
+                f,
+                "pages not compared: the receiver did not accept spacekit's page-hash check \
+                 (a plain Cloud Hypervisor peer)"
+            )
+        }
     }
 }
 
@@ -252,32 +295,77 @@ impl Drop for DmaWriter {
     }
 }
 
-/// Migrates `guest`'s memory over `stream` to a [`Receiver`] (the guest
-/// keeps running until the last round; it is left paused on return).
-/// `on_round` sees every round's report and the tracker holding that
-/// round's harvested logs, after the round is sent (and, for the last, after
-/// the downtime is taken), so a caller can time other table builders on the
-/// same logs.
+/// Migrates `guest`'s memory over `stream` to a receiver speaking Cloud
+/// Hypervisor's protocol — a [`Receiver`], or a Cloud Hypervisor receiver
+/// (the guest keeps running until the last round; it is left paused on
+/// return). `on_round` sees every round's report and the tracker holding
+/// that round's harvested logs, after the round is sent (and, for the last,
+/// after the downtime is taken), so a caller can time other table builders
+/// on the same logs.
 ///
 /// # Errors
-/// [`KvmError::Migration`] for a stream or receiver failure (the receiver
-/// is sent Abandon where the stream still works); [`KvmError`]s of the
-/// harvest.
+/// [`KvmError::Migration`] for a stream or receiver failure; [`KvmError`]s
+/// of the harvest. After any failure past `Start`, the receiver is sent
+/// `Abandon` (best effort) unless the stream itself failed (an I/O error or
+/// a stream that ended).
 ///
 /// [`Receiver`]: crate::migration::Receiver
 pub fn migrate<S: Read + Write + ?Sized>(
     guest: &Guest,
     stream: &mut S,
     config: &MigrateConfig,
-    mut on_round: impl FnMut(&RoundReport, &DirtyTracker),
+    on_round: impl FnMut(&RoundReport, &DirtyTracker),
 ) -> Result<MigrationReport, KvmError> {
     let mut sender = Sender::new();
+    sender.start(stream)?;
+    match run(guest, stream, config, &mut sender, on_round) {
+        Ok(report) => Ok(report),
+        Err(e) => {
+            let stream_failed = matches!(
+                e,
+                KvmError::Migration(MigrationError::Io { .. } | MigrationError::Truncated { .. })
+            );
+            if !stream_failed {
+                // Best effort: a receiver that refused a request has closed
+                // the stream, and this fails quietly.
+                let _ = sender.abandon(stream);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The JSON object sent as `Config` when the caller supplies none.
+fn default_config(guest: &Guest) -> Vec<u8> {
+    let c = guest.config();
+    std::format!(
+        r#"{{"spacekit_test_guest":{{"mem_size":{},"vcpus":{},"seed":{}}}}}"#,
+        c.mem_size,
+        c.vcpus,
+        c.seed
+    )
+    .into_bytes()
+}
+
+/// Everything after `Start`.
+fn run<S: Read + Write + ?Sized>(
+    guest: &Guest,
+    stream: &mut S,
+    config: &MigrateConfig,
+    sender: &mut Sender,
+    mut on_round: impl FnMut(&RoundReport, &DirtyTracker),
+) -> Result<MigrationReport, KvmError> {
     let source = GuestSource::new(guest);
     let mut tracker = DirtyTracker::new(guest);
     let mut table = MemoryRangeTable::new();
-    let mut report = MigrationReport::default();
-    sender.start(stream)?;
-
+    let mut report = MigrationReport {
+        requested_write_rate: guest.config().writes_per_sec,
+        ..MigrationReport::default()
+    };
+    match &config.vm_config {
+        Some(c) => sender.send_config(stream, c)?,
+        None => sender.send_config(stream, &default_config(guest))?,
+    }
     let writes0 = guest.writes();
     let t0 = Instant::now();
     let mut dma = DmaWriter::start(guest, config.dma_writes_per_sec, guest.config().seed);
@@ -350,9 +438,22 @@ pub fn migrate<S: Read + Write + ?Sized>(
         }
         round += 1;
     }
-    let remote = sender.page_hashes(stream, super::layout::PAGE)?;
-    let local = hash_pages(&source, super::layout::PAGE)?;
-    report.differing_pages = diff_pages(&local, &remote)?;
+    if sender.extensions().contains(Extensions::PAGE_HASHES) {
+        let remote = sender.page_hashes(stream, super::layout::PAGE)?;
+        let local = hash_pages(&source, super::layout::PAGE)?;
+        report.differing_pages = diff_pages(&local, &remote)?;
+        report.pages_checked = true;
+    }
+    match &config.vm_state {
+        Some(s) => sender.send_state(stream, s)?,
+        None => {
+            let s = std::format!(
+                r#"{{"spacekit_test_guest":{{"guest_writes":{}}}}}"#,
+                guest.writes()
+            );
+            sender.send_state(stream, s.as_bytes())?;
+        }
+    }
     sender.complete(stream)?;
     Ok(report)
 }

@@ -23,6 +23,9 @@ const GFN_RESET: u32 = 2;
 struct Ring {
     base: *mut kvm_dirty_gfn,
     entries: u32,
+    /// Whether `base` is an mmap of a vCPU fd (unmapped on drop); the unit
+    /// tests use plain memory instead.
+    mapped: bool,
 }
 
 struct RingInner {
@@ -81,6 +84,7 @@ impl RingSet {
             rings.push(Ring {
                 base: p.cast(),
                 entries,
+                mapped: true,
             });
         }
         Ok(RingSet {
@@ -97,6 +101,11 @@ impl RingSet {
     /// marks them for reset and resets the rings (which write-protects those
     /// pages again). Called by a harvest and by a vCPU whose ring is full.
     pub(crate) fn collect(&self, vm: &VmFd) -> Result<usize, KvmError> {
+        self.collect_with(&|| reset_rings(vm))
+    }
+
+    /// [`RingSet::collect`] with the reset ioctl as `reset`.
+    fn collect_with(&self, reset: &dyn Fn() -> Result<(), KvmError>) -> Result<usize, KvmError> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let inner = &mut *inner;
         let mut taken = 0;
@@ -132,16 +141,52 @@ impl RingSet {
             }
         }
         if taken > 0 {
-            // SAFETY: KVM_RESET_DIRTY_RINGS takes no argument.
-            let r = unsafe { ioctl(vm, KVM_RESET_DIRTY_RINGS()) };
-            if r < 0 {
-                return Err(KvmError::Ioctl {
-                    what: "KVM_RESET_DIRTY_RINGS",
-                    errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-                });
-            }
+            reset()?;
         }
         Ok(taken)
+    }
+
+    /// Entries read from ring `ring` so far (its fetch index). A vCPU
+    /// notes it before it enters the guest, for [`RingSet::full_exit`].
+    pub(crate) fn fetched(&self, ring: usize) -> u32 {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.fetch.get(ring).copied().unwrap_or(0)
+    }
+
+    /// A vCPU's `KVM_EXIT_DIRTY_RING_FULL` on ring `ring`, which held
+    /// `fetched_at_entry` fetched entries when the vCPU entered the guest:
+    /// collects (and resets) the rings so it can go back in.
+    ///
+    /// Collecting nothing is not by itself an overflow: the harvest may
+    /// have emptied this ring between the exit and this call (that is
+    /// exactly what it is for). Only a ring that is full yet has no entry to
+    /// collect and that nobody collected from since the vCPU entered is one
+    /// whose indices can no longer reach a reset; a ring pushed past its end
+    /// is found full to the last entry by [`RingSet::collect`].
+    ///
+    /// # Errors
+    /// [`KvmError::RingOverflow`] in the first case (the vCPU cannot run
+    /// again); the reset's error.
+    pub(crate) fn full_exit(
+        &self,
+        vm: &VmFd,
+        ring: usize,
+        fetched_at_entry: u32,
+    ) -> Result<(), KvmError> {
+        self.full_exit_with(&|| reset_rings(vm), ring, fetched_at_entry)
+    }
+
+    fn full_exit_with(
+        &self,
+        reset: &dyn Fn() -> Result<(), KvmError>,
+        ring: usize,
+        fetched_at_entry: u32,
+    ) -> Result<(), KvmError> {
+        if self.collect_with(reset)? > 0 || self.fetched(ring) != fetched_at_entry {
+            return Ok(());
+        }
+        self.mark_overflowed();
+        Err(KvmError::RingOverflow)
     }
 
     pub(crate) fn mark_overflowed(&self) {
@@ -169,7 +214,23 @@ impl RingSet {
     }
 }
 
+/// `KVM_RESET_DIRTY_RINGS` on `vm`.
+fn reset_rings(vm: &VmFd) -> Result<(), KvmError> {
+    // SAFETY: KVM_RESET_DIRTY_RINGS takes no argument.
+    let r = unsafe { ioctl(vm, KVM_RESET_DIRTY_RINGS()) };
+    if r < 0 {
+        return Err(KvmError::Ioctl {
+            what: "KVM_RESET_DIRTY_RINGS",
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        });
+    }
+    Ok(())
+}
+
 fn unmap(r: &Ring) {
+    if !r.mapped {
+        return;
+    }
     let bytes = r.entries as usize * core::mem::size_of::<kvm_dirty_gfn>();
     // SAFETY: the mapping `map` made, unmapped once.
     unsafe { libc::munmap(r.base.cast(), bytes) };
@@ -180,5 +241,101 @@ impl Drop for RingSet {
         for r in &self.rings {
             unmap(r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring set over plain memory: `entries` zeroed entries per ring.
+    fn fake(rings: usize, entries: u32) -> (RingSet, Vec<Vec<kvm_dirty_gfn>>) {
+        let mut mem: Vec<Vec<kvm_dirty_gfn>> = (0..rings)
+            .map(|_| std::vec![kvm_dirty_gfn::default(); entries as usize])
+            .collect();
+        let set = RingSet {
+            rings: mem
+                .iter_mut()
+                .map(|m| Ring {
+                    base: m.as_mut_ptr(),
+                    entries,
+                    mapped: false,
+                })
+                .collect(),
+            inner: Mutex::new(RingInner {
+                fetch: std::vec![0; rings],
+                pending: Vec::new(),
+                overflowed: false,
+            }),
+        };
+        (set, mem)
+    }
+
+    /// What KVM does: publishes an entry for page `offset` at `index`.
+    fn push(mem: &mut [kvm_dirty_gfn], index: usize, offset: u64) {
+        mem[index].slot = 0;
+        mem[index].offset = offset;
+        mem[index].flags = GFN_DIRTY;
+    }
+
+    fn ok() -> Result<(), KvmError> {
+        Ok(())
+    }
+
+    /// A vCPU exits because its ring is (softly) full, but the harvest
+    /// empties that ring before the vCPU collects: collecting nothing then
+    /// is that race, not an overflow, and no page is lost.
+    #[test]
+    fn a_ring_the_harvest_emptied_is_not_an_overflow() {
+        let (set, mut mem) = fake(2, 8);
+        let at_entry = set.fetched(0);
+        for i in 0..6 {
+            push(&mut mem[0], i, 100 + i as u64);
+        }
+        // The harvest runs first and takes all six.
+        assert_eq!(set.collect_with(&ok).unwrap(), 6);
+        // Then the vCPU handles its full exit.
+        set.full_exit_with(&ok, 0, at_entry)
+            .expect("an emptied ring is not an overflow");
+        let mut pages = Vec::new();
+        set.collect_with(&ok).unwrap();
+        {
+            let mut inner = set.inner.lock().unwrap();
+            assert!(!inner.overflowed);
+            core::mem::swap(&mut pages, &mut inner.pending);
+        }
+        assert_eq!(pages, [100, 101, 102, 103, 104, 105]);
+    }
+
+    /// A full exit with entries to collect is the normal case.
+    #[test]
+    fn a_full_exit_collects() {
+        let (set, mut mem) = fake(1, 8);
+        let at_entry = set.fetched(0);
+        for i in 0..6 {
+            push(&mut mem[0], i, i as u64);
+        }
+        set.full_exit_with(&ok, 0, at_entry).unwrap();
+        assert_eq!(set.fetched(0), 6);
+        assert!(!set.inner.lock().unwrap().overflowed);
+    }
+
+    /// Full, nothing to collect, and nobody collected since the vCPU
+    /// entered: the indices cannot reach a reset; and a ring found full to
+    /// its last entry was pushed past its end. Both are overflows.
+    #[test]
+    fn real_overflows_are_reported() {
+        let (set, _mem) = fake(1, 8);
+        let at_entry = set.fetched(0);
+        assert!(matches!(
+            set.full_exit_with(&ok, 0, at_entry),
+            Err(KvmError::RingOverflow)
+        ));
+        let (set, mut mem) = fake(1, 8);
+        for i in 0..8 {
+            push(&mut mem[0], i, i as u64);
+        }
+        assert_eq!(set.collect_with(&ok).unwrap(), 8);
+        assert!(set.inner.lock().unwrap().overflowed);
     }
 }

@@ -4,13 +4,15 @@ use std::fmt;
 use std::io;
 use std::string::{String, ToString};
 
-use super::command::{Command, Status};
+use super::command::{Command, ReceiveState, Status};
 
 /// What went wrong on a migration stream, on either side.
 ///
 /// The receiver answers every request it refuses with an error
-/// [`Response`](super::Response) (best effort: the stream may be gone) and
-/// then returns one of these; the sender returns one when its own checks
+/// [`Response`](super::Response) (best effort: the stream may be gone),
+/// after reading and discarding what is left of the request's payload (up
+/// to [`Receiver::drain_limit`](super::Receiver::drain_limit)), and then
+/// returns one of these; the sender returns one when its own checks
 /// refuse a call (nothing written), when the receiver answers with an error,
 /// or when the stream fails.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,8 +90,9 @@ pub enum MigrationError {
     /// receiver acknowledged it.
     Abandoned,
     /// A request whose `length` does not fit its command: not 0 for
-    /// [`Command::Start`], [`Command::Complete`] and [`Command::Abandon`],
-    /// not 8 for [`Command::PageHashes`].
+    /// [`Command::Start`], [`Command::Complete`],
+    /// [`Command::CompletePaused`] and [`Command::Abandon`], not 8 for
+    /// [`Command::PageHashes`].
     UnexpectedPayload {
         /// The request's command.
         command: Command,
@@ -106,18 +109,62 @@ pub enum MigrationError {
         /// The response's `length` field.
         length: u64,
     },
-    /// A command this receiver does not implement: it carries guest memory
-    /// only, not Cloud Hypervisor's VM configuration and device state
-    /// ([`Command::Config`], [`Command::State`]), memory file descriptors
-    /// ([`Command::MemoryFd`]) or [`Command::CompletePaused`].
+    /// A command this receiver knows but does not serve: memory file
+    /// descriptors ([`Command::MemoryFd`], Cloud Hypervisor's local
+    /// migration) and post-copy page faults ([`Command::PageFault`]).
     Unsupported {
         /// The command.
         command: Command,
     },
-    /// A request other than [`Command::Start`] before the migration started.
+    /// A request other than [`Command::Start`] (or `Abandon`) before the
+    /// migration started.
     NotStarted {
         /// The command.
         command: Command,
+    },
+    /// A `Start` carrying a protocol version the receiver does not support
+    /// (see [`version_supported`](super::version_supported)): refused, as
+    /// Cloud Hypervisor's receiver refuses it.
+    UnsupportedVersion {
+        /// The version in the request.
+        version: u16,
+    },
+    /// A request the protocol does not allow in the receiver's state, as
+    /// Cloud Hypervisor's receiver state machine refuses it: `Memory`
+    /// before `Config` or after `State`, `Complete` before `State`, a
+    /// second `Start` or `Config`, ...
+    OutOfOrder {
+        /// The request's command.
+        command: Command,
+        /// The receiver's state when it arrived.
+        state: ReceiveState,
+    },
+    /// A spacekit extension request ([`Command::PageHashes`]) on a stream
+    /// where the receiver did not accept that extension in its answer to
+    /// `Start`. The sender returns it before writing anything; the receiver
+    /// refuses such a request.
+    NotNegotiated {
+        /// The extension's command.
+        command: Command,
+    },
+    /// A `Config` or `State` payload longer than the receiver accepts (see
+    /// [`Receiver::max_payload_bytes`](super::Receiver::max_payload_bytes)).
+    PayloadTooLarge {
+        /// The request's command.
+        command: Command,
+        /// The payload length from the request header.
+        len: u64,
+        /// The largest payload accepted.
+        max: u64,
+    },
+    /// The receiver's caller refused a `Config` or `State` payload (the
+    /// handler given to [`Receiver::serve_with`](super::Receiver::serve_with)
+    /// returned an error).
+    PayloadRefused {
+        /// The request's command.
+        command: Command,
+        /// The handler's reason.
+        reason: String,
     },
     /// A page size of 0 for page hashes.
     BadPageSize {
@@ -220,6 +267,25 @@ impl fmt::Display for MigrationError {
             }
             MigrationError::NotStarted { command } => {
                 write!(f, "{command:?} request before the migration started")
+            }
+            MigrationError::UnsupportedVersion { version } => write!(
+                f,
+                "migration protocol version {version} is not supported (this receiver speaks {})",
+                super::command::PROTOCOL_VERSION
+            ),
+            MigrationError::OutOfOrder { command, state } => {
+                write!(f, "{command:?} request out of order (receiver state {state:?})")
+            }
+            MigrationError::NotNegotiated { command } => write!(
+                f,
+                "{command:?} is a spacekit extension the receiver did not accept"
+            ),
+            MigrationError::PayloadTooLarge { command, len, max } => write!(
+                f,
+                "{command:?} payload of {len} bytes is larger than the {max} bytes accepted"
+            ),
+            MigrationError::PayloadRefused { command, reason } => {
+                write!(f, "{command:?} payload refused: {reason}")
             }
             MigrationError::BadPageSize { page_size } => {
                 write!(f, "page size {page_size} for page hashes (must be at least 1)")

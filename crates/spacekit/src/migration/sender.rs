@@ -4,7 +4,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use std::io::{Read, Write};
 
-use super::command::{Command, Status};
+use super::command::{accepted, Command, Extensions, Status, PROTOCOL_VERSION};
 use super::error::MigrationError;
 use super::source::MemorySource;
 use super::wire::{check_range, read_full, write_all, Request, Response, REQUEST_BYTES};
@@ -25,10 +25,22 @@ pub struct SendStats {
     pub wire_bytes: u64,
 }
 
-/// The source side of Cloud Hypervisor's migration stream, for guest
-/// memory: Cloud Hypervisor's `send_migration` memory path (`Start`, one
-/// `Memory` request per pre-copy round, `Complete`), plus spacekit's
-/// [`Command::PageHashes`].
+/// The source side of Cloud Hypervisor's migration stream: the requests of
+/// Cloud Hypervisor's `send_migration`, in its order — [`Sender::start`]
+/// (protocol version [`PROTOCOL_VERSION`]), [`Sender::send_config`] with
+/// the VMM's own configuration payload, one [`Sender::send_memory`] per
+/// pre-copy round (or per part of a partitioned round),
+/// [`Sender::send_state`] with the VMM's own state payload, then
+/// [`Sender::complete`] or [`Sender::complete_paused`]; or
+/// [`Sender::abandon`] — plus spacekit's [`Command::PageHashes`] where the
+/// receiver accepted it.
+///
+/// [`Sender::start`] offers spacekit's [`Extensions`] in header bytes Cloud
+/// Hypervisor ignores; [`Sender::extensions`] then says which ones the
+/// receiver accepted (none for a plain Cloud Hypervisor receiver), and an
+/// extension request that was not accepted is refused before anything is
+/// written ([`MigrationError::NotNegotiated`]), so a plain peer never sees
+/// one.
 ///
 /// Each call writes one request, then waits for the receiver's
 /// [`Response`]; any status but [`Status::Ok`] is
@@ -39,6 +51,8 @@ pub struct SendStats {
 #[derive(Debug)]
 pub struct Sender {
     buf: Vec<u8>,
+    offer: Extensions,
+    accepted: Extensions,
 }
 
 impl Default for Sender {
@@ -57,7 +71,17 @@ impl Sender {
     pub fn with_buffer_size(bytes: usize) -> Self {
         Sender {
             buf: vec![0; bytes.max(WIRE_RANGE_BYTES)],
+            offer: Extensions::ALL,
+            accepted: Extensions::NONE,
         }
+    }
+
+    /// Sets the extensions [`Sender::start`] offers ([`Extensions::NONE`]:
+    /// send exactly Cloud Hypervisor's `Start`). The default offers
+    /// [`Extensions::ALL`].
+    pub fn with_extensions(mut self, offer: Extensions) -> Self {
+        self.offer = offer;
+        self
     }
 
     /// The bounce buffer's size in bytes.
@@ -65,20 +89,71 @@ impl Sender {
         self.buf.len()
     }
 
-    /// Sends [`Command::Start`] and waits for the receiver's answer.
+    /// The extensions the receiver accepted in its answer to the last
+    /// [`Sender::start`] (none before it, and none from a plain Cloud
+    /// Hypervisor receiver).
+    pub fn extensions(&self) -> Extensions {
+        self.accepted
+    }
+
+    /// Sends [`Command::Start`] with protocol version [`PROTOCOL_VERSION`]
+    /// and the offered extensions, waits for the receiver's answer, and
+    /// keeps the extensions it accepted ([`Sender::extensions`]).
     ///
     /// # Errors
-    /// [`MigrationError::Rejected`], [`MigrationError::BadResponseLength`],
+    /// [`MigrationError::Rejected`] (a receiver that does not support the
+    /// version refuses it), [`MigrationError::BadResponseLength`],
     /// [`MigrationError::UnknownStatus`], [`MigrationError::Truncated`],
     /// [`MigrationError::Io`].
     pub fn start<S: Read + Write + ?Sized>(
         &mut self,
         stream: &mut S,
     ) -> Result<(), MigrationError> {
-        simple(stream, Command::Start)
+        self.accepted = Extensions::NONE;
+        let cmd = Command::Start;
+        send(
+            stream,
+            &Request::start(PROTOCOL_VERSION, self.offer).to_bytes(),
+            cmd,
+        )?;
+        flush(stream, cmd)?;
+        let resp = expect_ok(stream, cmd)?;
+        self.accepted = accepted(&resp.padding).intersection(self.offer);
+        Ok(())
     }
 
-    /// Sends [`Command::Complete`] and waits for the receiver's answer.
+    /// Sends [`Command::Config`] with the VMM's configuration `payload`
+    /// (opaque to spacekit; Cloud Hypervisor's receiver expects its
+    /// `VmMigrationConfig` as JSON) and waits for the receiver's answer.
+    /// Cloud Hypervisor's order: once, after `Start`, before any memory.
+    ///
+    /// # Errors
+    /// As [`Sender::start`].
+    pub fn send_config<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+        payload: &[u8],
+    ) -> Result<(), MigrationError> {
+        with_payload(stream, Command::Config, payload)
+    }
+
+    /// Sends [`Command::State`] with the VMM's device and vCPU state
+    /// `payload` (opaque to spacekit; Cloud Hypervisor's receiver expects
+    /// its snapshot as JSON) and waits for the receiver's answer. Cloud
+    /// Hypervisor's order: once, after the last memory round.
+    ///
+    /// # Errors
+    /// As [`Sender::start`].
+    pub fn send_state<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+        payload: &[u8],
+    ) -> Result<(), MigrationError> {
+        with_payload(stream, Command::State, payload)
+    }
+
+    /// Sends [`Command::Complete`] (the destination VM is to run) and
+    /// waits for the receiver's answer.
     ///
     /// # Errors
     /// As [`Sender::start`].
@@ -87,6 +162,18 @@ impl Sender {
         stream: &mut S,
     ) -> Result<(), MigrationError> {
         simple(stream, Command::Complete)
+    }
+
+    /// Sends [`Command::CompletePaused`] (the source VM was paused, so the
+    /// destination stays paused) and waits for the receiver's answer.
+    ///
+    /// # Errors
+    /// As [`Sender::start`].
+    pub fn complete_paused<S: Read + Write + ?Sized>(
+        &mut self,
+        stream: &mut S,
+    ) -> Result<(), MigrationError> {
+        simple(stream, Command::CompletePaused)
     }
 
     /// Sends [`Command::Abandon`] and waits for the receiver's answer.
@@ -177,12 +264,14 @@ impl Sender {
     }
 
     /// Asks the receiver for the standard CRC-32C of each `page_size`-byte
-    /// page of its memory (spacekit's [`Command::PageHashes`]; a Cloud
-    /// Hypervisor receiver refuses it), to compare with
-    /// [`hash_pages`](super::hash_pages) of the source through
+    /// page of its memory (spacekit's [`Command::PageHashes`], only when the
+    /// receiver accepted [`Extensions::PAGE_HASHES`] at `Start`), to compare
+    /// with [`hash_pages`](super::hash_pages) of the source through
     /// [`diff_pages`](super::diff_pages).
     ///
     /// # Errors
+    /// [`MigrationError::NotNegotiated`] when the receiver did not accept
+    /// the extension (a plain Cloud Hypervisor receiver; nothing written);
     /// [`MigrationError::BadPageSize`] for 0 (nothing written);
     /// [`MigrationError::BadResponseLength`] for an answer that is not a
     /// whole number of hashes; then as [`Sender::start`].
@@ -191,6 +280,11 @@ impl Sender {
         stream: &mut S,
         page_size: u64,
     ) -> Result<Vec<u32>, MigrationError> {
+        if !self.accepted.contains(Extensions::PAGE_HASHES) {
+            return Err(MigrationError::NotNegotiated {
+                command: Command::PageHashes,
+            });
+        }
         if page_size == 0 {
             return Err(MigrationError::BadPageSize { page_size });
         }
@@ -246,7 +340,20 @@ fn simple<S: Read + Write + ?Sized>(
 ) -> Result<(), MigrationError> {
     send(stream, &Request::new(command, 0).to_bytes(), command)?;
     flush(stream, command)?;
-    expect_ok(stream, command)
+    expect_ok(stream, command).map(|_| ())
+}
+
+/// Sends a request with `payload` and waits for an empty [`Status::Ok`].
+fn with_payload<S: Read + Write + ?Sized>(
+    stream: &mut S,
+    command: Command,
+    payload: &[u8],
+) -> Result<(), MigrationError> {
+    let header = Request::new(command, payload.len() as u64).to_bytes();
+    send(stream, &header, command)?;
+    send(stream, payload, command)?;
+    flush(stream, command)?;
+    expect_ok(stream, command).map(|_| ())
 }
 
 /// Writes `bytes` of a `command` request. A receiver that refuses a
@@ -297,8 +404,12 @@ fn rejected_or<S: Read + ?Sized>(
     }
 }
 
-/// Reads the answer to `command` and requires an empty [`Status::Ok`].
-fn expect_ok<S: Read + ?Sized>(stream: &mut S, command: Command) -> Result<(), MigrationError> {
+/// Reads the answer to `command` and requires an empty [`Status::Ok`];
+/// returns it (its padding carries the extensions accepted at `Start`).
+fn expect_ok<S: Read + ?Sized>(
+    stream: &mut S,
+    command: Command,
+) -> Result<Response, MigrationError> {
     let resp = Response::read_from(stream)?;
     if resp.status != Status::Ok {
         return Err(MigrationError::Rejected {
@@ -312,5 +423,5 @@ fn expect_ok<S: Read + ?Sized>(stream: &mut S, command: Command) -> Result<(), M
             length: resp.length,
         });
     }
-    Ok(())
+    Ok(resp)
 }

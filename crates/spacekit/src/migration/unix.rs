@@ -1,6 +1,8 @@
 //! A receiver on a Unix socket path: what `spacekit migrate --receive` runs.
 
-use std::os::unix::net::UnixListener;
+use std::io::ErrorKind;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::string::ToString;
 use std::vec::Vec;
@@ -12,9 +14,16 @@ use super::receiver::{ReceiveSummary, Receiver};
 /// socket `path`, serves one migration into that memory, and returns the
 /// summary and the memory.
 ///
+/// Only a stale socket at `path` (one nothing listens on any more: a
+/// connection to it is refused) is replaced. Any other file there is left
+/// alone and refused, and so is a socket something still accepts on (that
+/// listener sees one connection that closes at once).
+///
 /// # Errors
-/// [`MigrationError::Io`] when the memory cannot be allocated or the socket
-/// cannot be bound or accepted; otherwise what [`Receiver::serve`] returns.
+/// [`MigrationError::Io`] when the memory cannot be allocated, when `path`
+/// is taken ([`ErrorKind::AlreadyExists`] for a file that is not a socket,
+/// [`ErrorKind::AddrInUse`] for a live socket), or when the socket cannot be
+/// bound or accepted; otherwise what [`Receiver::serve`] returns.
 pub fn receive_on_unix_socket(
     path: &Path,
     size: u64,
@@ -23,6 +32,7 @@ pub fn receive_on_unix_socket(
         kind,
         message,
     };
+    remove_stale_socket(path)?;
     let bytes = usize::try_from(size).map_err(|_| {
         io(
             std::io::ErrorKind::OutOfMemory,
@@ -37,11 +47,43 @@ pub fn receive_on_unix_socket(
         )
     })?;
     memory.resize(bytes, 0u8);
-    let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path).map_err(|e| io(e.kind(), e.to_string()))?;
     let accepted = listener.accept();
     let _ = std::fs::remove_file(path);
     let (mut stream, _) = accepted.map_err(|e| io(e.kind(), e.to_string()))?;
     let summary = Receiver::new(&mut memory).serve(&mut stream)?;
     Ok((summary, memory))
+}
+
+/// Removes `path` if it is a stale Unix socket; does nothing if nothing is
+/// there; refuses anything else.
+fn remove_stale_socket(path: &Path) -> Result<(), MigrationError> {
+    let shown = path.display();
+    let io = |kind: ErrorKind, message: std::string::String| MigrationError::Io { kind, message };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(e.kind(), std::format!("{shown}: {e}"))),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(io(
+            ErrorKind::AlreadyExists,
+            std::format!("{shown} exists and is not a socket: refusing to replace it"),
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(io(
+            ErrorKind::AddrInUse,
+            std::format!("{shown}: a receiver is already listening there"),
+        )),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+            std::fs::remove_file(path).map_err(|e| {
+                io(
+                    e.kind(),
+                    std::format!("remove the stale socket {shown}: {e}"),
+                )
+            })
+        }
+        Err(e) => Err(io(e.kind(), std::format!("{shown}: {e}"))),
+    }
 }

@@ -29,6 +29,7 @@ impl TryFrom<u16> for Command {
             6 => Command::Abandon,
             7 => Command::MemoryFd,
             8 => Command::CompletePaused,
+            9 => Command::PageFault,
             0x5348 => Command::PageHashes,
             _ => return Err(MigrationError::UnknownCommand { value }),
         })
@@ -53,8 +54,10 @@ impl TryFrom<u16> for Status {
 /// A request header: Cloud Hypervisor's `vm_migration::protocol::Request`.
 ///
 /// On the wire, 16 bytes: `command` as a `u16`, 6 bytes of
-/// `command_headers` (written as zeros, ignored when read), then `length`
-/// as a `u64`, the number of payload bytes that follow the header. Cloud
+/// `command_headers` (zero except in `Start`, whose first two bytes are the
+/// protocol version and whose next four offer spacekit's
+/// [`Extensions`](super::command::Extensions)), then `length` as a `u64`, the number
+/// of payload bytes that follow the header. Cloud
 /// Hypervisor writes the `#[repr(C)]` struct in native byte order; spacekit
 /// always uses little-endian, which is the same bytes on little-endian hosts
 /// (x86_64, and aarch64 as Linux runs it).
@@ -73,22 +76,51 @@ impl TryFrom<u16> for Status {
 pub struct Request {
     /// What the request asks for.
     pub command: Command,
+    /// The six bytes after the command (Cloud Hypervisor's
+    /// `command_headers`): zero but in `Start`.
+    pub command_headers: [u8; 6],
     /// Payload bytes that follow the header.
     pub length: u64,
 }
 
 impl Request {
-    /// A request for `command` with `length` bytes of payload.
+    /// A request for `command` with `length` bytes of payload and zero
+    /// `command_headers`.
     pub fn new(command: Command, length: u64) -> Self {
-        Request { command, length }
+        Request {
+            command,
+            command_headers: [0; 6],
+            length,
+        }
+    }
+
+    /// A `Start` request carrying protocol `version` in its first two
+    /// header bytes, as Cloud Hypervisor's `Request::start` does, and
+    /// offering `offer` in the next four (all zero for
+    /// [`Extensions::NONE`](super::command::Extensions::NONE): exactly Cloud
+    /// Hypervisor's bytes).
+    pub fn start(version: u16, offer: super::command::Extensions) -> Self {
+        Request {
+            command: Command::Start,
+            command_headers: super::command::start_headers(version, offer),
+            length: 0,
+        }
+    }
+
+    /// The protocol version in the first two header bytes (meaningful in a
+    /// `Start` request; Cloud Hypervisor's `sender_protocol_version`).
+    pub fn version(&self) -> u16 {
+        u16::from_le_bytes([self.command_headers[0], self.command_headers[1]])
     }
 
     /// The 16 bytes on the wire.
     pub fn to_bytes(&self) -> [u8; REQUEST_BYTES] {
-        header(self.command.value(), self.length)
+        let mut b = header(self.command.value(), self.length);
+        b[2..8].copy_from_slice(&self.command_headers);
+        b
     }
 
-    /// Parses 16 bytes from the wire, ignoring `command_headers`.
+    /// Parses 16 bytes from the wire.
     ///
     /// # Errors
     /// [`MigrationError::UnknownCommand`].
@@ -96,6 +128,7 @@ impl Request {
         let (command, length) = split_header(bytes);
         Ok(Request {
             command: Command::try_from(command)?,
+            command_headers: six(bytes),
             length,
         })
     }
@@ -124,10 +157,11 @@ impl Request {
 
 /// A response header: Cloud Hypervisor's `vm_migration::protocol::Response`.
 ///
-/// On the wire, 16 bytes: `status` as a `u16`, 6 bytes of padding (written
-/// as zeros, ignored when read), then `length` as a `u64`, the payload bytes
-/// that follow (0 except for [`Command::PageHashes`]). Little-endian, as
-/// [`Request`].
+/// On the wire, 16 bytes: `status` as a `u16`, 6 bytes of `padding` (zero,
+/// except that a spacekit receiver accepts extensions in its answer to a
+/// `Start` that offered them: see [`Extensions`](super::command::Extensions)), then
+/// `length` as a `u64`, the payload bytes that follow (0 except for
+/// [`Command::PageHashes`]). Little-endian, as [`Request`].
 ///
 /// ```
 /// use spacekit::migration::{Response, Status};
@@ -141,14 +175,21 @@ impl Request {
 pub struct Response {
     /// Whether the request succeeded.
     pub status: Status,
+    /// The six bytes after the status: zero but in a spacekit receiver's
+    /// answer to a `Start` that offered extensions.
+    pub padding: [u8; 6],
     /// Payload bytes that follow the header.
     pub length: u64,
 }
 
 impl Response {
-    /// A response with `status` and `length` bytes of payload.
+    /// A response with `status`, zero padding and `length` bytes of payload.
     pub fn new(status: Status, length: u64) -> Self {
-        Response { status, length }
+        Response {
+            status,
+            padding: [0; 6],
+            length,
+        }
     }
 
     /// [`Status::Ok`], no payload.
@@ -163,10 +204,12 @@ impl Response {
 
     /// The 16 bytes on the wire.
     pub fn to_bytes(&self) -> [u8; RESPONSE_BYTES] {
-        header(self.status.value(), self.length)
+        let mut b = header(self.status.value(), self.length);
+        b[2..8].copy_from_slice(&self.padding);
+        b
     }
 
-    /// Parses 16 bytes from the wire, ignoring the padding.
+    /// Parses 16 bytes from the wire.
     ///
     /// # Errors
     /// [`MigrationError::UnknownStatus`].
@@ -174,6 +217,7 @@ impl Response {
         let (status, length) = split_header(bytes);
         Ok(Response {
             status: Status::try_from(status)?,
+            padding: six(bytes),
             length,
         })
     }
@@ -207,8 +251,14 @@ fn header(first: u16, length: u64) -> [u8; 16] {
     b
 }
 
+/// Bytes 2..8 of a 16-byte header.
+fn six(b: &[u8; 16]) -> [u8; 6] {
+    let [_, _, c0, c1, c2, c3, c4, c5, ..] = *b;
+    [c0, c1, c2, c3, c4, c5]
+}
+
 /// The `u16` and `u64` fields of a 16-byte header.
-fn split_header(b: &[u8; 16]) -> (u16, u64) {
+pub(crate) fn split_header(b: &[u8; 16]) -> (u16, u64) {
     let [a0, a1, _, _, _, _, _, _, rest @ ..] = *b;
     (u16::from_le_bytes([a0, a1]), u64::from_le_bytes(rest))
 }
@@ -300,7 +350,7 @@ mod tests {
     use super::*;
     use crate::dirty::MemoryRangeTable;
 
-    const COMMANDS: [Command; 9] = [
+    const COMMANDS: [Command; 10] = [
         Command::Start,
         Command::Config,
         Command::State,
@@ -309,13 +359,14 @@ mod tests {
         Command::Abandon,
         Command::MemoryFd,
         Command::CompletePaused,
+        Command::PageFault,
         Command::PageHashes,
     ];
 
     #[test]
     fn command_values_are_cloud_hypervisors() {
         let values: Vec<u16> = COMMANDS.iter().map(|c| c.value()).collect();
-        assert_eq!(values, [1, 2, 3, 4, 5, 6, 7, 8, 0x5348]);
+        assert_eq!(values, [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x5348]);
         assert_eq!(Status::Invalid.value(), 0);
         assert_eq!(Status::Ok.value(), 1);
         assert_eq!(Status::Error.value(), 2);
@@ -331,10 +382,13 @@ mod tests {
                 assert_eq!(b[2..8], [0; 6], "command_headers are zero");
                 assert_eq!(b[8..], len.to_le_bytes());
                 assert_eq!(Request::from_bytes(&b), Ok(r));
-                // Non-zero command_headers are ignored.
+                // Non-zero command_headers are kept, not interpreted.
                 let mut h = b;
                 h[2..8].copy_from_slice(&[0xff; 6]);
-                assert_eq!(Request::from_bytes(&h), Ok(r));
+                let got = Request::from_bytes(&h).unwrap();
+                assert_eq!((got.command, got.length), (c, len));
+                assert_eq!(got.command_headers, [0xff; 6]);
+                assert_eq!(got.to_bytes(), h);
             }
         }
     }
@@ -351,7 +405,9 @@ mod tests {
                 assert_eq!(Response::from_bytes(&b), Ok(r));
                 let mut h = b;
                 h[2..8].copy_from_slice(&[0xa5; 6]);
-                assert_eq!(Response::from_bytes(&h), Ok(r));
+                let got = Response::from_bytes(&h).unwrap();
+                assert_eq!((got.status, got.length, got.padding), (s, len, [0xa5; 6]));
+                assert_eq!(got.to_bytes(), h);
             }
         }
         assert_eq!(Response::ok(), Response::new(Status::Ok, 0));
@@ -360,7 +416,7 @@ mod tests {
 
     #[test]
     fn unknown_values_are_typed_errors() {
-        let known = |v: u16| (1..=8).contains(&v) || v == 0x5348;
+        let known = |v: u16| (1..=9).contains(&v) || v == 0x5348;
         for v in (0..=u16::MAX).filter(|v| !known(*v)) {
             let b = header(v, 0);
             assert_eq!(
@@ -374,6 +430,46 @@ mod tests {
                 Err(MigrationError::UnknownStatus { value: v })
             );
         }
+    }
+
+    #[test]
+    fn start_carries_the_version_and_the_offer() {
+        use crate::migration::Extensions;
+        // Cloud Hypervisor's Start: version 0, all six bytes zero.
+        let plain = Request::start(0, Extensions::NONE).to_bytes();
+        assert_eq!(plain, [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let r = Request::start(0x0102, Extensions::PAGE_HASHES);
+        let b = r.to_bytes();
+        assert_eq!(b[..8], [1, 0, 2, 1, b'S', b'K', 1, 0]);
+        let back = Request::from_bytes(&b).unwrap();
+        assert_eq!(back.version(), 0x0102);
+        assert_eq!(
+            crate::migration::command::offered(&back.command_headers),
+            Extensions::PAGE_HASHES
+        );
+        // Unknown bits are dropped; no marker, no offer.
+        assert_eq!(
+            crate::migration::command::offered(&[0, 0, b'S', b'K', 0xff, 0xff]),
+            Extensions::ALL
+        );
+        assert_eq!(
+            crate::migration::command::offered(&[0, 0, 0, 0, 1, 0]),
+            Extensions::NONE
+        );
+        let p = crate::migration::command::accept_padding(Extensions::PAGE_HASHES);
+        assert_eq!(p, [b'S', b'K', 1, 0, 0, 0]);
+        assert_eq!(
+            crate::migration::command::accepted(&p),
+            Extensions::PAGE_HASHES
+        );
+        assert_eq!(
+            crate::migration::command::accept_padding(Extensions::NONE),
+            [0; 6]
+        );
+        assert_eq!(
+            crate::migration::command::accepted(&[0; 6]),
+            Extensions::NONE
+        );
     }
 
     #[test]
