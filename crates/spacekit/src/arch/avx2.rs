@@ -108,6 +108,12 @@ unsafe impl Vector for Avx2 {
     }
 
     #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        // SAFETY: AVX2 as above.
+        Avx2(unsafe { _mm256_add_epi64(self.0, b.0) })
+    }
+
+    #[inline(always)]
     fn sum(self) -> u64 {
         let mut lanes = [0u64; 4];
         // SAFETY: AVX2 as above; `lanes` is 32 bytes (an unaligned store).

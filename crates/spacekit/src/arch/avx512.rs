@@ -92,6 +92,12 @@ unsafe impl Vector for Avx512 {
     }
 
     #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        // SAFETY: AVX-512 F as above.
+        Avx512(unsafe { _mm512_add_epi64(self.0, b.0) })
+    }
+
+    #[inline(always)]
     fn sum(self) -> u64 {
         // SAFETY: AVX-512 F as above.
         unsafe { _mm512_reduce_add_epi64(self.0) as u64 }

@@ -59,6 +59,11 @@ unsafe impl Vector for Word {
     }
 
     #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        Word(self.0.wrapping_add(b.0))
+    }
+
+    #[inline(always)]
     fn sum(self) -> u64 {
         self.0
     }

@@ -75,6 +75,9 @@ pub(crate) unsafe trait Vector: Copy {
     /// `acc` plus each lane's number of set bits, lane by lane.
     fn add_popcnt(acc: Self, v: Self) -> Self;
 
+    /// Lane-wise wrapping sum.
+    fn add(self, b: Self) -> Self;
+
     /// The sum of the lanes.
     fn sum(self) -> u64;
 

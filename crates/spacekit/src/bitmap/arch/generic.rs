@@ -129,7 +129,10 @@ const PREFETCH: usize = 128;
 ///
 /// Each step folds its `FOLD` vectors into their lane-wise minimum (a lane
 /// of the minimum is zero iff that lane is zero in some vector) and tests it
-/// once. Only a hit looks at the vectors one by one.
+/// once. Only a hit looks at the vectors one by one. With `FOLD == 1` (one
+/// word per step, the scalar level) there is nothing to fold: the search is
+/// the vector-at-a-time loop alone, one `first_zero_lane` per vector, not a
+/// test followed by a second one to place the hit.
 #[inline(always)]
 fn zero_chunk_scan<V: Vector, const C: usize>(
     words: &[u64],
@@ -153,7 +156,7 @@ fn zero_chunk_scan<V: Vector, const C: usize>(
         // are in bounds.
         unsafe { V::load(words, i) }
     };
-    while i + zstep <= n {
+    while fold > 1 && i + zstep <= n {
         // A prefetch never faults, so it may point past the slice; the
         // address is only computed (wrapping), never dereferenced by us.
         let ahead = words.as_ptr().wrapping_add(i + PREFETCH);
@@ -210,11 +213,17 @@ pub(crate) fn first_zero_chunk<V: Vector>(
 }
 
 /// Number of set bits in `words`: four accumulators of per-lane counts,
-/// the tail through partial loads.
+/// added lane-wise and summed once; the tail a vector, then a word, at a
+/// time. A one-lane vector (the scalar level) and slices shorter than a step
+/// count word by word, which the compiler turns into its own unrolled loop
+/// (vectorised on baseline x86_64, `popcnt` with the level's features).
 #[inline(always)]
 pub(crate) fn count_ones<V: Vector>(words: &[u64]) -> usize {
     let n = words.len();
     let step = 4 * V::LANES;
+    if V::LANES == 1 || n < step {
+        return scalar::count_ones(words);
+    }
     let mut i = 0;
     let mut acc = [V::splat(0); 4];
     while i + step <= n {
@@ -225,22 +234,27 @@ pub(crate) fn count_ones<V: Vector>(words: &[u64]) -> usize {
         }
         i += step;
     }
-    while i < n {
-        let k = (n - i).min(V::LANES);
-        // SAFETY: `i + k <= n`, `k <= LANES`.
-        let v = unsafe { V::load_part(words, i, k) };
+    while i + V::LANES <= n {
+        // SAFETY: `i + LANES <= n`.
+        let v = unsafe { V::load(words, i) };
         acc[0] = V::add_popcnt(acc[0], v);
-        i += k;
+        i += V::LANES;
     }
-    (acc[0].sum() + acc[1].sum() + acc[2].sum() + acc[3].sum()) as usize
+    let total = acc[0].add(acc[1]).add(acc[2].add(acc[3])).sum() as usize;
+    total + scalar::count_ones(&words[i..])
 }
 
 /// The word holding the `n`-th set bit (from 0) and the bit's rank inside
 /// it, or `Err(n - total)` when `words` holds `total <= n` set bits: steps
 /// of four vectors counted at once, the step that holds the bit narrowed by
-/// the portable loop.
+/// the portable loop. A one-lane vector (the scalar level) runs the portable
+/// loop throughout: its blocks of eight words, counted by one auto-vectorised
+/// sum, beat four one-word steps.
 #[inline(always)]
 pub(crate) fn nth_word<V: Vector>(words: &[u64], mut n: usize) -> Result<(usize, u32), usize> {
+    if V::LANES == 1 {
+        return scalar::nth_word(words, n);
+    }
     let len = words.len();
     let step = 4 * V::LANES;
     let mut i = 0;
