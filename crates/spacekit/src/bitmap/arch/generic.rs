@@ -236,8 +236,13 @@ pub(crate) fn count_ones<V: Vector>(words: &[u64]) -> usize {
     }
     let mut i = 0;
     let mut acc = [V::splat(0); 4];
-    while i + step <= n {
-        // SAFETY: `i + step <= n`.
+    // The bound of the whole steps, computed once: the loop then keeps one
+    // index (`i + step <= n` each step costs it a second one, and the loop
+    // is front-end bound).
+    let full = n - n % step;
+    while i < full {
+        // SAFETY: `i < full`, a multiple of `step` no greater than `n`, so
+        // `i + step <= n`.
         let v = unsafe { load4::<V>(words, i) };
         for (a, x) in acc.iter_mut().zip(v) {
             *a = V::add_popcnt(*a, x);
