@@ -6,6 +6,16 @@ use proptest::prelude::*;
 use spacekit::__testing::{ranges_or_with, ranges_with, scan_with, ScanOpts};
 use spacekit::dirty::{DirtyBitmap, DirtyError, Geometry, MemoryRange, MemoryRangeTable, Scan};
 
+/// Prints one line when this machine cannot run the AVX-512 level, so a
+/// run of the every-path tests that never exercised those loops says so.
+/// Called once per such test.
+fn note_skipped_levels() {
+    use spacekit::arch::{Level, LevelKind};
+    if cfg!(target_arch = "x86_64") && !Level::available().any(|l| l.kind() == LevelKind::Avx512) {
+        println!("AVX-512 level not available on this machine: its tests were skipped");
+    }
+}
+
 /// `Geometry::new(base, page)`, for valid test inputs.
 fn geo(base: u64, page: u64) -> Geometry {
     Geometry::new(base, page).unwrap()
@@ -214,6 +224,7 @@ fn runs_crossing_words_coalesce() {
 
 #[test]
 fn runs_crossing_every_chunk_edge() {
+    note_skipped_levels();
     // Blocks of 1..=5 words over 24 words; runs of every length from 1 to
     // 130 bits placed at every offset around each block edge, plus a run
     // spanning several blocks and one reaching the end of the bitmap.
@@ -289,6 +300,7 @@ fn extend_joins_across_calls_and_spans_are_checked() {
 
 #[test]
 fn large_bitmaps_agree_on_every_path() {
+    note_skipped_levels();
     // Big enough for the default parallel block size (16 Ki words) to split
     // the work several ways; densities from clean to full.
     let nw = 5 * 16 * 1024 + 77;

@@ -32,7 +32,15 @@
 //! ```
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod scalar;
+mod vector;
+#[cfg(target_arch = "x86_64")]
 mod x86_64;
+
+pub(crate) use vector::{run, Job, Vector};
 
 use core::fmt;
 
@@ -530,6 +538,16 @@ pub fn cpu_features() -> impl Iterator<Item = (&'static str, bool)> + Clone {
 /// reports; dispatch uses a [`Level`].
 pub fn cpu_level() -> LevelKind {
     LevelKind::of(cpu_caps())
+}
+
+/// For tests that run every level of [`Level::available`]: prints one line
+/// when this machine cannot run the AVX-512 level, so a run that never
+/// exercised those loops says so. Call once per test.
+#[cfg(test)]
+pub(crate) fn note_skipped_levels() {
+    if cfg!(target_arch = "x86_64") && !Level::available().any(|l| l.kind() == LevelKind::Avx512) {
+        std::println!("AVX-512 level not available on this machine: its tests were skipped");
+    }
 }
 
 #[cfg(test)]

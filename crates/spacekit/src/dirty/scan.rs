@@ -32,15 +32,15 @@
 //! `count_edges`, a branch-free popcount of the edge masks.
 //!
 //! This file holds the level-independent algorithm. The word-parallel pieces
-//! (stage 1, the edge count) are kernels in `arch/` (`scalar.rs`,
-//! `x86_64/avx2.rs`), and every entry point below hands its work to
-//! `arch::run` as a `Job`, which matches the `Level` once and runs the whole
-//! job compiled for it.
+//! (stage 1, stage 2, the edge count) are in `arch/generic.rs`, written once
+//! over `crate::arch::Vector`, and every entry point below hands its work to
+//! `crate::arch::run` as a `Job`, which matches the `Level` once and runs
+//! the whole job compiled for it.
 
-use crate::arch::Level;
+use crate::arch::{self, Job, Level, Vector};
 
+use super::arch::generic;
 pub(crate) use super::arch::Words;
-use super::arch::{self, Job, Kernel};
 use super::error::DirtyError;
 
 /// Edge positions buffered before they are paired into ranges.
@@ -169,9 +169,9 @@ impl<W: Words> Scanner<W> {
 
     /// Appends edge positions to `buf[k..]` until fewer than 65 slots remain
     /// or the scan ends; returns the new `k`. `buf.len()` must be `BUF`.
-    /// `K`: the kernels of the level the caller is compiled for.
+    /// `V`: the vector type of the level the caller is compiled for.
     #[inline(always)]
-    fn fill_with<K: Kernel>(&mut self, buf: &mut [u64], k: usize) -> usize {
+    fn fill_with<V: Vector>(&mut self, buf: &mut [u64], k: usize) -> usize {
         let mut k = k;
         let src = self.src;
         loop {
@@ -188,7 +188,7 @@ impl<W: Words> Scanner<W> {
                 let w = src.word(j);
                 let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
                 let e = w ^ ((w << 1) | below);
-                k = K::expand(j as u64 * 64, e, buf, k, self.dense);
+                k = generic::expand::<V>(j as u64 * 64, e, buf, k, self.dense);
             }
             self.mask = 0;
             if self.i >= self.end {
@@ -222,7 +222,7 @@ impl<W: Words> Scanner<W> {
                     let w = src.word(j);
                     let e = w ^ ((w << 1) | below);
                     marked += usize::from(e != 0);
-                    k = K::expand(j as u64 * 64, e, buf, k, true);
+                    k = generic::expand::<V>(j as u64 * 64, e, buf, k, true);
                     below = w >> 63;
                     j += 1;
                 }
@@ -233,7 +233,7 @@ impl<W: Words> Scanner<W> {
                 }
                 continue;
             }
-            let (m, carry) = K::marks(src, self.i, n, self.carry);
+            let (m, carry) = generic::marks::<V, _>(src, self.i, n, self.carry);
             self.mbase = self.i;
             self.mask = m;
             // Dense when more than 7/8 of the batch's words have edges.
@@ -274,8 +274,8 @@ struct Fill<'s, 'b, W> {
 impl<W: Words> Job for Fill<'_, '_, W> {
     type Output = usize;
     #[inline(always)]
-    fn run<K: Kernel>(self) -> usize {
-        self.s.fill_with::<K>(self.buf, self.k)
+    fn run<V: Vector>(self) -> usize {
+        self.s.fill_with::<V>(self.buf, self.k)
     }
 }
 
@@ -310,7 +310,7 @@ struct CountEdges<W> {
 impl<W: Words> Job for CountEdges<W> {
     type Output = usize;
     #[inline(always)]
-    fn run<K: Kernel>(self) -> usize {
+    fn run<V: Vector>(self) -> usize {
         let CountEdges {
             src,
             from,
@@ -320,7 +320,7 @@ impl<W: Words> Job for CountEdges<W> {
         let (mut i, mut n) = (from, 0);
         while i < end {
             let c = (i + BATCH).min(end);
-            let e = K::count_edges(src, i, c);
+            let e = generic::count_edges::<V, _>(src, i, c);
             n += e;
             i = c;
             if e == 0 && i < end {
@@ -368,7 +368,7 @@ struct ExtendRanges<'o, W> {
 impl<W: Words> Job for ExtendRanges<'_, W> {
     type Output = ();
     #[inline(always)]
-    fn run<K: Kernel>(self) {
+    fn run<V: Vector>(self) {
         let ExtendRanges {
             src,
             level,
@@ -380,7 +380,7 @@ impl<W: Words> Job for ExtendRanges<'_, W> {
         let mut s = Scanner::new(src, 0, src.len(), level, true);
         let mut k = 0;
         loop {
-            k = s.fill_with::<K>(&mut buf, k);
+            k = s.fill_with::<V>(&mut buf, k);
             let n = k / 2;
             out.reserve(n);
             let len = out.len();
@@ -491,6 +491,7 @@ mod tests {
 
     #[test]
     fn every_level_matches_the_model() {
+        crate::arch::note_skipped_levels();
         let mut rng = Rng(0x5CA2_D1E7);
         for case in 0..300 {
             let n = rng.below(300) as usize;

@@ -1,117 +1,70 @@
-//! Word-skipping primitives, one instantiation per [`Level`].
+//! Word-skipping primitives, written once and run at every [`Level`].
 //!
 //! Long scans in the bitmap engine spend their time skipping words that cannot
 //! hold an answer: all-zero words when looking for a set bit, all-one words when
 //! looking for a clear bit, and words without a zero byte/half/quarter when
-//! looking for a long clear run. Those loops live here, in two
-//! instantiations:
-//!
-//! * [`scalar`] — portable Rust, one word (or a haszero bit trick) at a time;
-//! * `x86_64::avx2` — four 256-bit loads per step (128 bytes); eight,
-//!   folded into one lane-wise minimum, for the zero-lane search;
-//! * `x86_64::avx512` — four 512-bit loads per step (256 bytes), compares
-//!   into mask registers, `vpopcntq` counts.
+//! looking for a long clear run. Those loops live in [`generic`], written once
+//! over the per-ISA [`crate::arch::Vector`] trait (one word, four words in a
+//! 256-bit AVX2 register or eight in a 512-bit AVX-512 one), and
+//! [`scalar`] holds the portable word-at-a-time pieces they use for heads
+//! and tails.
 //!
 //! Every search carries the [`Level`] its bitmap was built with (detected
-//! once by [`crate::arch`]) by value, and each entry point below matches it
-//! once per call, never per word; tests run every level of
+//! once by [`crate::arch`]) by value, and each entry point below hands its
+//! loop to [`crate::arch::run`], which matches it once per call, never per
+//! word, and runs the loop compiled for the level; tests run every level of
 //! [`Level::available`] through the same assertions.
 
+pub(crate) mod generic;
 pub(crate) mod scalar;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod x86_64;
 
-use crate::arch::{Isa, Level};
+use crate::arch::{Job, Level, Vector};
+use core::marker::PhantomData;
 pub(crate) use scalar::Chunk;
 
-/// Index of the first word at or after `from` that differs from `pat`
-/// (`pat` = 0: first non-zero word; `pat` = !0: first word with a clear bit).
-// Out of line on purpose: callers look a few words ahead inline first, so
-// only long skips get here, and keeping both loops out of the callers
-// keeps the hot searches small enough to inline.
-#[inline(never)]
-pub(crate) fn first_diff(level: Level, words: &[u64], from: usize, pat: u64) -> Option<usize> {
-    match level.isa() {
-        Isa::Scalar => scalar::first_diff(words, from, pat),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` comes from a `Level` of kind `Avx2`, which
-        // `crate::arch` only builds once the CPU reported AVX2 (and POPCNT
-        // and BMI1).
-        Isa::Avx2 => unsafe { x86_64::avx2::first_diff(words, from, pat) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
-        // proves AVX-512 F, BW, VL and VPOPCNTDQ besides what AVX2 needs.
-        Isa::Avx512 => unsafe { x86_64::avx512::first_diff(words, from, pat) },
-    }
+/// Defines, for each loop of [`generic`], an entry point taking a [`Level`]
+/// that runs the loop compiled for it through [`crate::arch::run`].
+///
+/// The entry points are out of line on purpose: callers look a few words
+/// ahead inline first, so only long skips get here, and keeping the loops
+/// out of the callers keeps the hot searches small enough to inline.
+macro_rules! entry_points {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {$(
+        $(#[$doc])*
+        #[inline(never)]
+        pub(crate) fn $name<'a>(level: Level, $($arg: $ty),*) -> $out {
+            /// The loop's arguments, as a job for `crate::arch::run`.
+            struct Args<'a> {
+                $($arg: $ty,)*
+                _words: PhantomData<&'a [u64]>,
+            }
+            impl Job for Args<'_> {
+                type Output = $out;
+                #[inline(always)]
+                fn run<V: Vector>(self) -> $out {
+                    generic::$name::<V>($(self.$arg),*)
+                }
+            }
+            crate::arch::run(level, Args { $($arg,)* _words: PhantomData })
+        }
+    )*};
 }
 
-/// Index of the last word strictly before `end` that differs from `pat`.
-// Out of line on purpose, as `first_diff`.
-#[inline(never)]
-pub(crate) fn last_diff(level: Level, words: &[u64], end: usize, pat: u64) -> Option<usize> {
-    match level.isa() {
-        Isa::Scalar => scalar::last_diff(words, end, pat),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `first_diff`, the path proves AVX2 is present.
-        Isa::Avx2 => unsafe { x86_64::avx2::last_diff(words, end, pat) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
-        // proves AVX-512 F, BW, VL and VPOPCNTDQ besides what AVX2 needs.
-        Isa::Avx512 => unsafe { x86_64::avx512::last_diff(words, end, pat) },
-    }
-}
-
-/// Bit position of the first all-zero, `chunk`-aligned lane of `chunk` bits in
-/// `words[from..]`.
-// Out of line on purpose, as `first_diff`.
-#[inline(never)]
-pub(crate) fn first_zero_chunk(
-    level: Level,
-    words: &[u64],
-    from: usize,
-    chunk: Chunk,
-) -> Option<usize> {
-    match level.isa() {
-        Isa::Scalar => scalar::first_zero_chunk(words, from, chunk),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `first_diff`, the path proves AVX2 is present.
-        Isa::Avx2 => unsafe { x86_64::avx2::first_zero_chunk(words, from, chunk) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
-        // proves AVX-512 F, BW, VL and VPOPCNTDQ besides what AVX2 needs.
-        Isa::Avx512 => unsafe { x86_64::avx512::first_zero_chunk(words, from, chunk) },
-    }
-}
-
-/// Number of set bits in `words`.
-#[inline(never)]
-pub(crate) fn count_ones(level: Level, words: &[u64]) -> usize {
-    match level.isa() {
-        Isa::Scalar => scalar::count_ones(words),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` proves AVX2 and POPCNT (see `first_diff`).
-        Isa::Avx2 => unsafe { x86_64::avx2::count_ones(words) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
-        // proves AVX-512 F, BW, VL and VPOPCNTDQ besides what AVX2 needs.
-        Isa::Avx512 => unsafe { x86_64::avx512::count_ones(words) },
-    }
-}
-
-/// The word holding the `n`-th set bit and its rank there, or
-/// `Err(n - total)`.
-#[inline(never)]
-pub(crate) fn nth_word(level: Level, words: &[u64], n: usize) -> Result<(usize, u32), usize> {
-    match level.isa() {
-        Isa::Scalar => scalar::nth_word(words, n),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `count_ones`.
-        Isa::Avx2 => unsafe { x86_64::avx2::nth_word(words, n) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
-        // proves AVX-512 F, BW, VL and VPOPCNTDQ besides what AVX2 needs.
-        Isa::Avx512 => unsafe { x86_64::avx512::nth_word(words, n) },
-    }
+entry_points! {
+    /// Index of the first word at or after `from` that differs from `pat`
+    /// (`pat` = 0: first non-zero word; `pat` = !0: first word with a clear
+    /// bit).
+    fn first_diff(words: &'a [u64], from: usize, pat: u64) -> Option<usize>;
+    /// Index of the last word strictly before `end` that differs from `pat`.
+    fn last_diff(words: &'a [u64], end: usize, pat: u64) -> Option<usize>;
+    /// Bit position of the first all-zero, `chunk`-aligned lane of `chunk`
+    /// bits in `words[from..]`.
+    fn first_zero_chunk(words: &'a [u64], from: usize, chunk: Chunk) -> Option<usize>;
+    /// Number of set bits in `words`.
+    fn count_ones(words: &'a [u64]) -> usize;
+    /// The word holding the `n`-th set bit and its rank there, or
+    /// `Err(n - total)`.
+    fn nth_word(words: &'a [u64], n: usize) -> Result<(usize, u32), usize>;
 }
 
 #[cfg(test)]
@@ -124,6 +77,17 @@ mod tests {
     use super::*;
     use crate::test_rng::Rng;
     use alloc::vec::Vec;
+
+    /// The zero-chunk oracle, lane by lane: independent of the word tricks
+    /// of `scalar::first_zero_chunk`, which the scalar level runs.
+    fn naive_zero_chunk(words: &[u64], from: usize, chunk: Chunk) -> Option<usize> {
+        let c = chunk as usize;
+        let mask = if c == 64 { !0 } else { (1u64 << c) - 1 };
+        (from..words.len())
+            .flat_map(|i| (0..64 / c).map(move |l| (i, l)))
+            .find(|&(i, l)| (words[i] >> (l * c)) & mask == 0)
+            .map(|(i, l)| i * 64 + l * c)
+    }
 
     /// `n` words equal to `pat` but for a few words at random positions
     /// (each a random word, or `pat` with one bit flipped).
@@ -145,6 +109,7 @@ mod tests {
 
     #[test]
     fn every_level_agrees_with_scalar() {
+        crate::arch::note_skipped_levels();
         let mut rng = Rng(0xA512_0001);
         let chunks = [Chunk::B8, Chunk::B16, Chunk::B32, Chunk::B64];
         for case in 0..3000 {
@@ -189,7 +154,7 @@ mod tests {
                 );
                 assert_eq!(
                     first_zero_chunk(level, &lanes, from, chunk),
-                    scalar::first_zero_chunk(&lanes, from, chunk),
+                    naive_zero_chunk(&lanes, from, chunk),
                     "{}",
                     at("first_zero_chunk")
                 );
@@ -222,6 +187,7 @@ mod tests {
 
     #[test]
     fn zero_chunk_search_agrees_on_long_stretches() {
+        crate::arch::note_skipped_levels();
         // Long stretches (many 256-byte steps) with zero lanes planted in
         // every vector position of a step, every lane width, every skew of
         // the slice against cache lines and every start.
@@ -245,7 +211,7 @@ mod tests {
             let skew = rng.below(8) as usize;
             let words = &backing[skew..skew + n];
             let from = rng.below(n as u64 + 2) as usize;
-            let want = scalar::first_zero_chunk(words, from, chunk);
+            let want = naive_zero_chunk(words, from, chunk);
             for level in Level::available() {
                 assert_eq!(
                     first_zero_chunk(level, words, from, chunk),

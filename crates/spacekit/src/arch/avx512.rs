@@ -1,0 +1,223 @@
+//! The AVX-512 [`Vector`]: eight words in a 512-bit register, compares
+//! straight into mask registers, `vpopcntq` counts, masked loads for the
+//! tails and the edge expand by one `vpcompressb`.
+//!
+//! [`Avx512`] is private to this module and only instantiated by [`run`],
+//! which is compiled with AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2 (and AVX2,
+//! POPCNT, BMI1) and which callers reach only with a `Level` proving those
+//! features; that is what makes the intrinsics in the (safe) trait methods
+//! sound.
+
+use core::arch::x86_64::*;
+
+use super::vector::{Job, Vector};
+
+/// Eight words in a 512-bit vector.
+#[derive(Clone, Copy)]
+struct Avx512(__m512i);
+
+/// Runs `job` with [`Avx512`] vectors, the whole job compiled for them.
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2, AVX2,
+/// POPCNT and BMI1.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vpopcntdq,avx512vbmi2,avx2,popcnt,bmi1")]
+pub(crate) unsafe fn run<J: Job>(job: J) -> J::Output {
+    job.run::<Avx512>()
+}
+
+// SAFETY: `Avx512` is only instantiated by `run` (see the module
+// documentation); its loads read only the words their contracts name (a
+// masked load does not touch masked-off lanes), and `expand` stores only to
+// the 64 slots it is given.
+unsafe impl Vector for Avx512 {
+    const LANES: usize = 8;
+    // Four vectors, 256 bytes (four cache lines), per zero-lane step.
+    const FOLD: usize = 4;
+
+    #[inline(always)]
+    fn splat(x: u64) -> Self {
+        // SAFETY: AVX-512 F is enabled in `run`, the only instantiator.
+        Avx512(unsafe { _mm512_set1_epi64(x as i64) })
+    }
+
+    #[inline(always)]
+    unsafe fn load(words: &[u64], i: usize) -> Self {
+        debug_assert!(i + 8 <= words.len());
+        // SAFETY: AVX-512 F as above; the caller guarantees eight words
+        // from `i` are in bounds; the load is unaligned.
+        Avx512(unsafe { _mm512_loadu_si512(words.as_ptr().add(i).cast()) })
+    }
+
+    #[inline(always)]
+    unsafe fn load_part(words: &[u64], i: usize, k: usize) -> Self {
+        debug_assert!(k <= 8 && i + k <= words.len());
+        let m = ((1u32 << k) - 1) as __mmask8;
+        // SAFETY: AVX-512 F as above. A masked load reads only the `k`
+        // lanes its mask selects, all in bounds (the pointer itself is
+        // `words.as_ptr() + i <= end`); masked lanes do not fault.
+        Avx512(unsafe { _mm512_maskz_loadu_epi64(m, words.as_ptr().add(i).cast()) })
+    }
+
+    #[inline(always)]
+    fn or(self, b: Self) -> Self {
+        // SAFETY: AVX-512 F as above.
+        Avx512(unsafe { _mm512_or_si512(self.0, b.0) })
+    }
+
+    #[inline(always)]
+    fn ne_mask(self, pat: Self) -> u64 {
+        // SAFETY: AVX-512 F as above.
+        u64::from(unsafe { _mm512_cmpneq_epi64_mask(self.0, pat.0) })
+    }
+
+    /// Two ternary-logic ops (`(a ^ c) | (b ^ c)`, truth table 0x7E), an OR
+    /// and one test.
+    #[inline(always)]
+    fn any_ne4(v: [Self; 4], pat: Self) -> bool {
+        // SAFETY: AVX-512 F as above.
+        unsafe {
+            let d01 = _mm512_ternarylogic_epi64::<0x7E>(v[0].0, v[1].0, pat.0);
+            let d23 = _mm512_ternarylogic_epi64::<0x7E>(v[2].0, v[3].0, pat.0);
+            let o = _mm512_or_si512(d01, d23);
+            _mm512_test_epi64_mask(o, o) != 0
+        }
+    }
+
+    /// `vpopcntq`.
+    #[inline(always)]
+    fn add_popcnt(acc: Self, v: Self) -> Self {
+        // SAFETY: AVX-512 F and VPOPCNTDQ as above.
+        Avx512(unsafe { _mm512_add_epi64(acc.0, _mm512_popcnt_epi64(v.0)) })
+    }
+
+    #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        // SAFETY: AVX-512 F as above.
+        Avx512(unsafe { _mm512_add_epi64(self.0, b.0) })
+    }
+
+    #[inline(always)]
+    fn sum(self) -> u64 {
+        // SAFETY: AVX-512 F as above.
+        unsafe { _mm512_reduce_add_epi64(self.0) as u64 }
+    }
+
+    #[inline(always)]
+    fn min_lanes<const C: usize>(a: Self, b: Self) -> Self {
+        // SAFETY: AVX-512 F and BW as above.
+        Avx512(unsafe {
+            match C {
+                8 => _mm512_min_epu8(a.0, b.0),
+                16 => _mm512_min_epu16(a.0, b.0),
+                32 => _mm512_min_epu32(a.0, b.0),
+                _ => _mm512_min_epu64(a.0, b.0),
+            }
+        })
+    }
+
+    #[inline(always)]
+    fn has_zero_lane<const C: usize>(self) -> bool {
+        zero_lanes::<C>(self.0) != 0
+    }
+
+    #[inline(always)]
+    fn first_zero_lane<const C: usize>(self) -> Option<usize> {
+        let m = zero_lanes::<C>(self.0);
+        (m != 0).then(|| m.trailing_zeros() as usize * C)
+    }
+
+    /// `valignq` brings each lane the word below it from `prev`'s lane 7.
+    #[inline(always)]
+    fn edges(self, prev: &mut Self) -> Self {
+        // SAFETY: AVX-512 F as above.
+        unsafe {
+            let v = self.0;
+            // [prev7, v0, .., v6]: the word below each lane.
+            let below = _mm512_alignr_epi64::<7>(v, prev.0);
+            *prev = self;
+            // a ^ (b | c): truth table 0xF0 ^ (0xCC | 0xAA) = 0x1E.
+            Avx512(_mm512_ternarylogic_epi64::<0x1E>(
+                v,
+                _mm512_slli_epi64::<1>(v),
+                _mm512_srli_epi64::<63>(below),
+            ))
+        }
+    }
+
+    /// One `vpcompressb` of the byte indices 0..63 under the edge mask,
+    /// the first eight (sixteen when `dense`) widened to `u64`, plus `pos`,
+    /// stored unconditionally: no loop over the bits, and no branch unless
+    /// the word has more edges than that.
+    #[inline(always)]
+    fn expand(pos: u64, e: u64, s: &mut [u64], dense: bool) {
+        assert!(s.len() >= 64);
+        let n = e.count_ones() as usize;
+        // SAFETY: AVX-512 F, BW and VBMI2 as above; every store writes eight
+        // slots at `s[8g..8g + 8]` with `8g + 8 <= 64 <= s.len()`, and
+        // `IOTA` is 64 bytes.
+        unsafe {
+            let iota = _mm512_loadu_si512(IOTA.as_ptr().cast());
+            let idx = _mm512_maskz_compress_epi8(e, iota);
+            let p = _mm512_set1_epi64(pos as i64);
+            let out = s.as_mut_ptr();
+            // Group `g`: positions 8g..8g + 8, from bytes 8g..8g + 8 of `idx`.
+            let store = |g: usize, bytes: __m128i| {
+                let v = _mm512_add_epi64(_mm512_cvtepu8_epi64(bytes), p);
+                _mm512_storeu_si512(out.add(8 * g).cast(), v);
+            };
+            let lane0 = _mm512_castsi512_si128(idx);
+            store(0, lane0);
+            if dense || n > 8 {
+                store(1, _mm_unpackhi_epi64(lane0, lane0));
+            }
+            if n > 16 {
+                let lanes = [
+                    _mm512_extracti32x4_epi32::<1>(idx),
+                    _mm512_extracti32x4_epi32::<2>(idx),
+                    _mm512_extracti32x4_epi32::<3>(idx),
+                ];
+                let mut g = 2;
+                while 8 * g < n {
+                    let lane = lanes[g / 2 - 1];
+                    store(
+                        g,
+                        if g % 2 == 0 {
+                            lane
+                        } else {
+                            _mm_unpackhi_epi64(lane, lane)
+                        },
+                    );
+                    g += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The byte indices 0..63, which `vpcompressb` packs under an edge mask.
+const IOTA: [u8; 64] = {
+    let mut a = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        a[i] = i as u8;
+        i += 1;
+    }
+    a
+};
+
+/// Bit `k` set iff `C`-bit lane `k` of `v` is zero (64, 32, 16 or 8
+/// lanes). Only called from `Avx512`'s methods (so only inside `run`, with
+/// AVX-512 F and BW enabled).
+#[inline(always)]
+fn zero_lanes<const C: usize>(v: __m512i) -> u64 {
+    // SAFETY: AVX-512 F and BW are enabled wherever this is inlined.
+    unsafe {
+        match C {
+            8 => _mm512_testn_epi8_mask(v, v),
+            16 => u64::from(_mm512_testn_epi16_mask(v, v)),
+            32 => u64::from(_mm512_testn_epi32_mask(v, v)),
+            _ => u64::from(_mm512_testn_epi64_mask(v, v)),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The one kernel model of the library's SIMD code: a small per-ISA
+//! [`Vector`] trait, and [`run`], which runs a generic [`Job`] compiled for
+//! a [`Level`].
+//!
+//! Each word-parallel algorithm (the bitmap's word-skipping loops, the dirty
+//! scanner's stage 1 and edge count) is written once, in its module's
+//! `arch/generic.rs`, over `V: Vector`. The trait has three implementations,
+//! and nothing else differs between the levels:
+//!
+//! * [`Word`](super::scalar::Word) — one `u64`, portable Rust;
+//! * `Avx2` — a 256-bit vector of four words;
+//! * `Avx512` — a 512-bit vector of eight words, mask registers for the
+//!   compares, `vpopcntq`, masked tail loads and `vpcompressb`.
+//!
+//! Where an ISA needs a different instruction sequence rather than a
+//! different width (the AVX-512 expand of an edge mask with `vpcompressb`,
+//! the AVX2 prefetch of the zero-lane search), it is a method of the trait
+//! with a portable default, not a copy of the algorithm.
+//!
+//! Dispatch is one `match` per [`run`] call, never per word: a module wraps
+//! its work in a [`Job`] whose `run::<V>` is `#[inline(always)]`, and [`run`]
+//! calls it from an entry point compiled with the level's target features,
+//! so the whole generic algorithm is compiled for that ISA (memchr's
+//! `arch/generic` plus per-ISA `Vector` model).
+
+use super::{Isa, Level};
+
+/// The operations the generic algorithms need from one instruction set: a
+/// vector of `LANES` 64-bit words and what they do with it.
+///
+/// The vector types are private to their ISA files and only instantiated
+/// (as the `V` of a [`Job`]) by [`run`]'s entry point for that ISA, which is
+/// compiled with the ISA's target features and reached only with a
+/// [`Level`] proving the CPU has them; that is what makes the intrinsics in
+/// the safe methods sound. The `unsafe` methods are the loads, whose bounds
+/// the caller guarantees.
+///
+/// # Safety
+/// An implementation must only be instantiated by its own `run` entry point
+/// (as above), and its methods must do what their documentation says, in
+/// particular read no memory beyond what the loads' contracts allow: the
+/// generic algorithms rely on it for their own `unsafe` blocks.
+pub(crate) unsafe trait Vector: Copy {
+    /// 64-bit words per vector.
+    const LANES: usize;
+    /// Vectors folded into one test by a step of the zero-lane search
+    /// (a power of two, at most 8).
+    const FOLD: usize;
+
+    /// Every lane `x`.
+    fn splat(x: u64) -> Self;
+
+    /// Words `i..i + LANES` of `words` (an unaligned load).
+    ///
+    /// # Safety
+    /// `i + LANES <= words.len()`.
+    unsafe fn load(words: &[u64], i: usize) -> Self;
+
+    /// Words `i..i + k` in the low lanes, zeros above; no other word is
+    /// read.
+    ///
+    /// # Safety
+    /// `k <= LANES` and `i + k <= words.len()`.
+    unsafe fn load_part(words: &[u64], i: usize, k: usize) -> Self;
+
+    /// Lane-wise OR.
+    fn or(self, b: Self) -> Self;
+
+    /// Bit `k` set iff lane `k` of `self` differs from lane `k` of `pat`.
+    fn ne_mask(self, pat: Self) -> u64;
+
+    /// Whether any lane of the four vectors differs from `pat`.
+    fn any_ne4(v: [Self; 4], pat: Self) -> bool;
+
+    /// `acc` plus each lane's number of set bits, lane by lane.
+    fn add_popcnt(acc: Self, v: Self) -> Self;
+
+    /// Lane-wise wrapping sum.
+    fn add(self, b: Self) -> Self;
+
+    /// The sum of the lanes.
+    fn sum(self) -> u64;
+
+    /// A vector that is zero in a `C`-bit lane if `a` or `b` is (the
+    /// lane-wise unsigned minimum). It may also be zero in other lanes (the
+    /// AVX2 64-bit form is a 32-bit minimum): a prefilter whose hits the
+    /// search checks with [`Vector::first_zero_lane`].
+    fn min_lanes<const C: usize>(a: Self, b: Self) -> Self;
+
+    /// Whether some `C`-bit lane of `self` is zero.
+    fn has_zero_lane<const C: usize>(self) -> bool;
+
+    /// Bit offset, inside the vector, of the first zero `C`-bit lane.
+    fn first_zero_lane<const C: usize>(self) -> Option<usize>;
+
+    /// The edge masks `w ^ (w << 1 | below >> 63)` of each lane `w`, where
+    /// `below` is the word below the lane. `prev` is the carried state: set
+    /// it to [`Vector::splat`] of the word below lane 0 before the first
+    /// call; each call updates it for the next vector.
+    fn edges(self, prev: &mut Self) -> Self;
+
+    /// Hints that the line holding `p` will be read soon (never faults, so
+    /// `p` may point past the data). Default: nothing.
+    #[inline(always)]
+    fn prefetch(p: *const u64) {
+        let _ = p;
+    }
+
+    /// Writes the positions of `e`'s set bits, each plus `pos`, to `s` in
+    /// ascending order; slots past the `e.count_ones()`-th (of the first
+    /// 64) may receive garbage. `dense`: more edges per word are likely.
+    /// Default: a bit loop with eight (`dense`) or four unconditional
+    /// writes.
+    ///
+    /// # Panics
+    /// If `s` holds fewer than 64 slots.
+    #[inline(always)]
+    fn expand(pos: u64, e: u64, s: &mut [u64], dense: bool) {
+        if dense {
+            expand_bits::<8>(pos, e, s)
+        } else {
+            expand_bits::<4>(pos, e, s)
+        }
+    }
+}
+
+/// [`Vector::expand`]'s portable form with `U` unconditional writes, so the
+/// "more edges than that" branch stays rare. A mask with fewer edges writes
+/// position `pos + 64`, garbage past the live count.
+#[inline(always)]
+fn expand_bits<const U: usize>(pos: u64, mut e: u64, s: &mut [u64]) {
+    let n = e.count_ones() as usize;
+    let s = &mut s[..64];
+    for slot in &mut s[..U] {
+        *slot = pos + u64::from(e.trailing_zeros());
+        e &= e.wrapping_sub(1);
+    }
+    if n > U {
+        let mut j = U;
+        while e != 0 {
+            s[j] = pos + u64::from(e.trailing_zeros());
+            e &= e - 1;
+            j += 1;
+        }
+    }
+}
+
+/// A piece of work to run compiled for one level (see [`run`]).
+pub(crate) trait Job {
+    /// What the job returns.
+    type Output;
+    /// Runs the job with vector type `V`. Implementations are
+    /// `#[inline(always)]`, so the whole job is compiled inside the level's
+    /// entry point, with its target features.
+    fn run<V: Vector>(self) -> Self::Output;
+}
+
+/// Runs `job` compiled for `level`: one match per call, none per word.
+#[inline(always)]
+pub(crate) fn run<J: Job>(level: Level, job: J) -> J::Output {
+    match level.isa() {
+        Isa::Scalar => job.run::<super::scalar::Word>(),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` comes from a `Level` of kind `Avx2` or above,
+        // which `crate::arch` only builds once the CPU reported AVX2, POPCNT
+        // and BMI1.
+        Isa::Avx2 => unsafe { super::avx2::run(job) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
+        // proves AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2 besides everything
+        // the AVX2 level has.
+        Isa::Avx512 => unsafe { super::avx512::run(job) },
+    }
+}

@@ -1,0 +1,93 @@
+//! The dirty scanner's word-parallel pieces, written once over
+//! [`Vector`]: stage 1 of a batch ([`marks`]), stage 2 for one word
+//! ([`expand`]) and the parallel scan's sizing pass ([`count_edges`]). Each
+//! level runs them instantiated with its vector type by `crate::arch::run`.
+
+use super::scalar::{self, mark_word};
+use super::words::Words;
+use crate::arch::Vector;
+
+/// Words `i..i + LANES` of `src` (the OR of its parts) as one vector.
+///
+/// # Safety
+/// `i + V::LANES <= src.len()`.
+#[inline(always)]
+unsafe fn load<V: Vector, W: Words>(src: &W, i: usize) -> V {
+    let (a, b) = src.parts();
+    // SAFETY: the caller guarantees `i + LANES <= len`; `Words` (an
+    // `unsafe trait`) guarantees both parts hold `len` words.
+    unsafe {
+        let v = V::load(a, i);
+        match b {
+            None => v,
+            Some(b) => v.or(V::load(b, i)),
+        }
+    }
+}
+
+/// Stage 1 over words `[i, i + n)` (`n <= 64`), `carry` the bit below word
+/// `i`: bit `t` of the result is set when word `i + t` has edges. Also
+/// returns the carry out (bit 63 of the last word).
+///
+/// The vector loop reads the word below each lane, so it starts at word 1
+/// at the earliest; it runs while a whole vector fits, the rest goes word by
+/// word.
+#[inline(always)]
+pub(crate) fn marks<V: Vector, W: Words>(src: W, i: usize, n: usize, carry: u64) -> (u64, u64) {
+    let end = i + n;
+    let (mut j, mut m, mut carry) = (i, 0, carry);
+    if n > V::LANES {
+        if j == 0 {
+            m = mark_word(src.word(0), carry);
+            j = 1;
+        }
+        // The carried state of `Vector::edges`: the word below `j`.
+        let mut prev = V::splat(src.word(j - 1));
+        while j + V::LANES <= end {
+            // SAFETY: `j + LANES <= end <= src.len()`.
+            let v: V = unsafe { load(&src, j) };
+            let e = v.edges(&mut prev);
+            m |= e.ne_mask(V::splat(0)) << (j - i);
+            j += V::LANES;
+        }
+        carry = src.word(j - 1) >> 63;
+    }
+    scalar::marks_from(src, i, j, end, m, carry)
+}
+
+/// Stage 2 for one word: writes the positions of the set bits of edge mask
+/// `e` (possibly 0), each plus `pos` (the word's first bit), to `buf[k..]`
+/// in ascending order and returns `k` plus their number. `buf[k..k + 64]`
+/// must exist; slots past the returned index may be overwritten with
+/// garbage. `dense`: most words of the batch have edges (so more edges per
+/// word are likely).
+#[inline(always)]
+pub(crate) fn expand<V: Vector>(pos: u64, e: u64, buf: &mut [u64], k: usize, dense: bool) -> usize {
+    V::expand(pos, e, &mut buf[k..k + 64], dense);
+    k + e.count_ones() as usize
+}
+
+/// Number of edges in words `[from, end)` (no terminal edge): the edge
+/// masks of a vector per step, their bits counted lane by lane.
+#[cfg_attr(not(feature = "rayon"), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn count_edges<V: Vector, W: Words>(src: W, from: usize, end: usize) -> usize {
+    // Short blocks stay word by word; the first block's first word (no word
+    // below it) is counted on its own.
+    if end <= from + V::LANES {
+        return scalar::count_edges(src, from, end);
+    }
+    let head = usize::from(from == 0);
+    let mut j = from + head;
+    let mut acc = V::splat(0);
+    let mut prev = V::splat(src.word(j - 1));
+    while j + V::LANES <= end {
+        // SAFETY: `j + LANES <= end <= src.len()`.
+        let v: V = unsafe { load(&src, j) };
+        acc = V::add_popcnt(acc, v.edges(&mut prev));
+        j += V::LANES;
+    }
+    scalar::count_edges(src, from, from + head)
+        + acc.sum() as usize
+        + scalar::count_edges(src, j, end)
+}
