@@ -40,7 +40,25 @@ mod vector;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-pub(crate) use vector::{run, Job, Vector};
+pub(crate) use vector::{Job, Vector};
+
+/// Runs `job` compiled for `level`: one match per call, none per word.
+#[inline(always)]
+pub(crate) fn run<J: Job>(level: Level, job: J) -> J::Output {
+    match level.isa() {
+        Isa::Scalar => job.run::<scalar::Word>(),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` comes from a `Level` of kind `Avx2` or above,
+        // which `crate::arch` only builds once the CPU reported AVX2, POPCNT
+        // and BMI1.
+        Isa::Avx2 => unsafe { avx2::run(job) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
+        // proves AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2 besides everything
+        // the AVX2 level has.
+        Isa::Avx512 => unsafe { avx512::run(job) },
+    }
+}
 
 use core::fmt;
 

@@ -1,6 +1,6 @@
 //! The one kernel model of the library's SIMD code: a small per-ISA
 //! [`Vector`] trait, and [`run`], which runs a generic [`Job`] compiled for
-//! a [`Level`].
+//! a [`Level`](super::Level).
 //!
 //! Each word-parallel algorithm (the bitmap's word-skipping loops, the dirty
 //! scanner's stage 1 and edge count) is written once, in its module's
@@ -23,15 +23,13 @@
 //! so the whole generic algorithm is compiled for that ISA (memchr's
 //! `arch/generic` plus per-ISA `Vector` model).
 
-use super::{Isa, Level};
-
 /// The operations the generic algorithms need from one instruction set: a
 /// vector of `LANES` 64-bit words and what they do with it.
 ///
 /// The vector types are private to their ISA files and only instantiated
 /// (as the `V` of a [`Job`]) by [`run`]'s entry point for that ISA, which is
 /// compiled with the ISA's target features and reached only with a
-/// [`Level`] proving the CPU has them; that is what makes the intrinsics in
+/// [`Level`](super::Level) proving the CPU has them; that is what makes the intrinsics in
 /// the safe methods sound. The `unsafe` methods are the loads, whose bounds
 /// the caller guarantees.
 ///
@@ -145,7 +143,7 @@ fn expand_bits<const U: usize>(pos: u64, mut e: u64, s: &mut [u64]) {
     }
 }
 
-/// A piece of work to run compiled for one level (see [`run`]).
+/// A piece of work to run compiled for one level (see [`super::run`]).
 pub(crate) trait Job {
     /// What the job returns.
     type Output;
@@ -153,22 +151,4 @@ pub(crate) trait Job {
     /// `#[inline(always)]`, so the whole job is compiled inside the level's
     /// entry point, with its target features.
     fn run<V: Vector>(self) -> Self::Output;
-}
-
-/// Runs `job` compiled for `level`: one match per call, none per word.
-#[inline(always)]
-pub(crate) fn run<J: Job>(level: Level, job: J) -> J::Output {
-    match level.isa() {
-        Isa::Scalar => job.run::<super::scalar::Word>(),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` comes from a `Level` of kind `Avx2` or above,
-        // which `crate::arch` only builds once the CPU reported AVX2, POPCNT
-        // and BMI1.
-        Isa::Avx2 => unsafe { super::avx2::run(job) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx512` comes from a `Level` of kind `Avx512`, which
-        // proves AVX-512 F, BW, VL, VPOPCNTDQ and VBMI2 besides everything
-        // the AVX2 level has.
-        Isa::Avx512 => unsafe { super::avx512::run(job) },
-    }
 }
