@@ -1,5 +1,5 @@
 //! The one kernel model of the library's SIMD code: a small per-ISA
-//! [`Vector`] trait, and [`run`], which runs a generic [`Job`] compiled for
+//! [`Vector`] trait, and [`run`](super::run), which runs a generic [`Job`] compiled for
 //! a [`Level`](super::Level).
 //!
 //! Each word-parallel algorithm (the bitmap's word-skipping loops, the dirty
@@ -17,8 +17,8 @@
 //! the AVX2 prefetch of the zero-lane search), it is a method of the trait
 //! with a portable default, not a copy of the algorithm.
 //!
-//! Dispatch is one `match` per [`run`] call, never per word: a module wraps
-//! its work in a [`Job`] whose `run::<V>` is `#[inline(always)]`, and [`run`]
+//! Dispatch is one `match` per [`run`](super::run) call, never per word: a module wraps
+//! its work in a [`Job`] whose `run::<V>` is `#[inline(always)]`, and [`run`](super::run)
 //! calls it from an entry point compiled with the level's target features,
 //! so the whole generic algorithm is compiled for that ISA (memchr's
 //! `arch/generic` plus per-ISA `Vector` model).
@@ -27,7 +27,7 @@
 /// vector of `LANES` 64-bit words and what they do with it.
 ///
 /// The vector types are private to their ISA files and only instantiated
-/// (as the `V` of a [`Job`]) by [`run`]'s entry point for that ISA, which is
+/// (as the `V` of a [`Job`]) by [`run`](super::run)'s entry point for that ISA, which is
 /// compiled with the ISA's target features and reached only with a
 /// [`Level`](super::Level) proving the CPU has them; that is what makes the intrinsics in
 /// the safe methods sound. The `unsafe` methods are the loads, whose bounds
