@@ -1102,17 +1102,18 @@ impl Image {
 
     /// The extent root of a regular file.
     fn root_of_file(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
+        let inode = self.inode(ino)?;
+        if inode.mode & S_IFMT != S_IFREG {
+            return Err(Ext4Error::NotARegularFile { ino });
+        }
         if ino < self.info.first_ino {
-            // The journal, resize and other reserved inodes are not files.
+            // The journal and the resize inode are regular files to the
+            // format, not files of the user.
             return Err(invalid(
                 "ino",
                 ino.into(),
                 "reserved inode (below s_first_ino)",
             ));
-        }
-        let inode = self.inode(ino)?;
-        if inode.mode & S_IFMT != S_IFREG {
-            return Err(Ext4Error::NotARegularFile { ino });
         }
         if inode.flags & HUGE_FILE_FL != 0 {
             return Err(Ext4Error::Unsupported {

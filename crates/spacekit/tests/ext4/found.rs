@@ -485,12 +485,20 @@ fn files_the_kernel_would_not_change_are_refused() {
         "fallocate verity",
         "fs-verity",
     );
-    // The journal and other reserved inodes are not files.
-    for ino in [1, 5, 7, 8] {
+    // The resize inode (7, a regular file to the format) is not a user's
+    // file; other reserved inodes are not regular files at all.
+    assert!(
+        matches!(
+            img.truncate(7, 0),
+            Err(Ext4Error::InvalidArgument { what: "ino", .. })
+        ),
+        "truncate of the resize inode"
+    );
+    for ino in [1, 2, 5, 8] {
         assert!(
             matches!(
                 img.truncate(ino, 0),
-                Err(Ext4Error::InvalidArgument { what: "ino", .. })
+                Err(Ext4Error::NotARegularFile { .. } | Ext4Error::InvalidArgument { .. })
             ),
             "truncate of reserved inode {ino}"
         );
