@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `bitmap`: see `fuzz/checks/bitmap.rs` for what it checks.
+//! Fuzz target `bitmap`: see `crates/spacekit-testkit/src/checks/bitmap.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::bitmap::run(data));

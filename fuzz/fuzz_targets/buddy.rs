@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `buddy`: see `fuzz/checks/buddy.rs` for what it checks.
+//! Fuzz target `buddy`: see `crates/spacekit-testkit/src/checks/buddy.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::buddy::run(data));

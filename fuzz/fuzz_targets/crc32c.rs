@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `crc32c`: see `fuzz/checks/crc.rs` for what it checks.
+//! Fuzz target `crc32c`: see `crates/spacekit-testkit/src/checks/crc.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::crc::run(data));

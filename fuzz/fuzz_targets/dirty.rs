@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `dirty`: see `fuzz/checks/dirty.rs` for what it checks.
+//! Fuzz target `dirty`: see `crates/spacekit-testkit/src/checks/dirty.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::dirty::run(data));

@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `ext4`: see `fuzz/checks/ext4.rs` for what it checks.
+//! Fuzz target `ext4`: see `crates/spacekit-testkit/src/checks/ext4.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::ext4::run(data));

@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `freespace`: see `fuzz/checks/freespace.rs` for what it checks.
+//! Fuzz target `freespace`: see `crates/spacekit-testkit/src/checks/freespace.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::freespace::run(data));

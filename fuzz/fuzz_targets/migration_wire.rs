@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `migration_wire`: see `fuzz/checks/wire.rs` for what it checks.
+//! Fuzz target `migration_wire`: see `crates/spacekit-testkit/src/checks/wire.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::wire::run(data));

@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `proc_maps`: see `fuzz/checks/maps.rs` for what it checks.
+//! Fuzz target `proc_maps`: see `crates/spacekit-testkit/src/checks/maps.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::maps::run(data));

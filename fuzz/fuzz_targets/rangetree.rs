@@ -1,7 +1,6 @@
 #![no_main]
-//! Fuzz target `rangetree`: see `fuzz/checks/rangetree.rs` for what it checks.
+//! Fuzz target `rangetree`: see `crates/spacekit-testkit/src/checks/rangetree.rs` for what it checks.
 
-#[path = "../checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::rangetree::run(data));

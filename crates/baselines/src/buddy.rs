@@ -85,7 +85,7 @@ fn held_back(b: &BuddyAllocator, p: u64, sum: &mut FreeSummary) -> Result<(), Bu
 
 #[cfg(test)]
 mod tests {
-    use spacekit::__testing::Validate;
+    use spacekit::testing::Validate;
 
     use super::*;
 

@@ -322,3 +322,51 @@ fn no_source_names_an_issue_number() {
     }
     assert!(found.is_empty(), "issue numbers in the source: {found:?}");
 }
+
+/// Lines of `text` that pull a file in with `#[path]` or turn `dead_code`
+/// off for a whole file (`#![allow(dead_code)]`): shared test code lives in
+/// `spacekit-testkit`, a normal crate, instead.
+fn borrowed_files(text: &str) -> Vec<usize> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let l = l.trim_start();
+            l.starts_with("#[path") || l.starts_with("#![allow(dead_code")
+        })
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn the_borrowed_file_scan_sees_one() {
+    let text = "fn a() {}\n#[path = \"x.rs\"]\nmod x;\n  #![allow(dead_code)] // each binary\n";
+    assert_eq!(borrowed_files(text), [2, 4]);
+    assert!(borrowed_files("#[allow(dead_code)]\nfn f() {}\n// #[path]\n").is_empty());
+}
+
+#[test]
+fn no_file_is_pulled_in_with_path_or_without_dead_code() {
+    let top = crates_dir().parent().expect("workspace").to_path_buf();
+    let mut files = Vec::new();
+    rust_files(&top.join("crates"), &mut files);
+    rust_files(&top.join("fuzz"), &mut files);
+    let mut found = Vec::new();
+    for p in files
+        .iter()
+        .filter(|p| !p.components().any(|c| c.as_os_str() == "target"))
+    {
+        if p.ends_with("tests/house.rs") {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(p) else {
+            continue;
+        };
+        for line in borrowed_files(&text) {
+            found.push(format!("{}:{line}", p.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "#[path] or file-wide dead_code allows: {found:?}"
+    );
+}

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
-use spacekit::__testing::Validate;
 use spacekit::rangetree::maps::{Mapping, ProcMaps as Maps};
 use spacekit::rangetree::{RangeTree, RangeTreeError};
+use spacekit::testing::Validate;
 use spacekit_bench::{batch, Comparison, Medians, Timer};
 
 /// Lowest address mmap hands out (`vm.mmap_min_addr`'s usual value).

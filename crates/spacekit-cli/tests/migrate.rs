@@ -11,8 +11,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../../spacekit/tests/common/ch_peer.rs"]
-mod ch_peer;
+use spacekit_testkit::ch_peer;
 
 fn spacekit() -> Command {
     Command::new(env!("CARGO_BIN_EXE_spacekit"))

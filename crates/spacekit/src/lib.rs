@@ -62,7 +62,10 @@
 //! Off by default: `ext4` (implies `std`) — the `ext4` module;
 //! `vm-memory` (implies `std`) — `dirty::VmmBitmap`, vm-memory's bitmap
 //! traits over the dirty bitmap; `kvm` (implies `vm-memory`; Linux x86_64)
-//! — the `kvm` module, on kvm-ioctls and kvm-bindings.
+//! — the `kvm` module, on kvm-ioctls and kvm-bindings; `testing` — the
+//! `testing` module of hooks for tests, benchmarks and fuzzers (forcing a
+//! SIMD level, checking a structure's invariants), outside the stable API and
+//! absent from a default build.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
@@ -92,9 +95,9 @@ pub mod rangetree;
 #[cfg(test)]
 mod test_rng;
 
-#[doc(hidden)]
-#[path = "testing.rs"]
-pub mod __testing;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

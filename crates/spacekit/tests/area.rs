@@ -7,9 +7,9 @@
 use baselines::find_bit::{find_next_zero_area_off, AreaVariant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::{find_clear_area_stats, AtLevel};
 use spacekit::arch::Level;
 use spacekit::bitmap::{BitView, Bitmap, BitmapError, Bits, BitsMut};
+use spacekit::testing::{find_clear_area_stats, AtLevel};
 
 /// Whether `p` is acceptable: `(p + off) % align == 0` (wrapping, as the
 /// kernel's `(p + off) & mask`).

@@ -11,14 +11,13 @@ use baselines::find_bit::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::AtLevel;
 use spacekit::arch::Level;
 use spacekit::bitmap::{
     load_le_bytes, store_le_bytes, BitView, BitViewMut, Bitmap, BitmapError, Bits, BitsMut,
 };
+use spacekit::testing::{level_of, AtLevel};
 
-mod common;
-use common::*;
+use spacekit_testkit::bits::*;
 
 // ---------------------------------------------------------------------------
 // Model helpers
@@ -160,14 +159,14 @@ const LENS: &[usize] = &[
 fn forced_levels_are_really_those_levels() {
     let map = Bitmap::new(10);
     for level in Level::available() {
-        assert_eq!(AtLevel(&map, level).level(), level);
-        assert_eq!(AtLevel(map.view(), level).level(), level);
+        assert_eq!(level_of(&AtLevel(&map, level)), level);
+        assert_eq!(level_of(&AtLevel(map.view(), level)), level);
     }
-    assert_eq!(AtLevel(&map, Level::scalar()).level().name(), "scalar");
+    assert_eq!(level_of(&AtLevel(&map, Level::scalar())).name(), "scalar");
     // Without the hook, every bitmap type runs at the detected level.
-    assert_eq!(map.level(), Level::detect());
-    assert_eq!(map.view().level(), Level::detect());
-    assert_eq!(map.as_words().level(), Level::detect());
+    assert_eq!(level_of(&map), Level::detect());
+    assert_eq!(level_of(&map.view()), Level::detect());
+    assert_eq!(level_of(map.as_words()), Level::detect());
 }
 
 #[test]

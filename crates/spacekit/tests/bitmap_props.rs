@@ -8,14 +8,13 @@ use std::ops::{Bound, Range};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseResult;
-use spacekit::__testing::AtLevel;
 use spacekit::arch::Level;
 use spacekit::bitmap::{
     load_le_bytes, store_le_bytes, BitView, BitViewMut, Bitmap, BitmapError, Bits, BitsMut,
 };
+use spacekit::testing::AtLevel;
 
-mod common;
-use common::*;
+use spacekit_testkit::bits::*;
 
 type Bounds = (Bound<usize>, Bound<usize>);
 

@@ -11,8 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::thread;
 
-#[path = "common/ch_peer.rs"]
-mod ch_peer;
+use spacekit_testkit::ch_peer;
 
 use ch_peer::{ch_partition, ch_receive, ch_send, ChEnd};
 use spacekit::dirty::{MemoryRange, MemoryRangeTable};

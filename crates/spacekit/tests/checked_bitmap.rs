@@ -4,7 +4,7 @@
 //! built on both engines (`from_bytes`, which uses `Engine::detect()`, and
 //! `from_bytes_with(Engine::portable(), ..)`), and with a free-space index
 //! over all the bits or over the checksummed ones only, checked against the
-//! bits (`__testing::Validate`) and the model's free runs after every
+//! bits (`testing::Validate`) and the model's free runs after every
 //! operation.
 
 use std::ops::Bound;
@@ -14,11 +14,11 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseResult;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::bitmap::BitmapError;
 use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::crc32c::{self, CrcError, Engine};
 use spacekit::freespace::FreeSpaceError;
+use spacekit::testing::Validate;
 
 // ---------------------------------------------------------------------------
 // The reference and the model

@@ -3,8 +3,8 @@
 //! harvesting).
 
 use proptest::prelude::*;
-use spacekit::__testing::{ranges_or_with, ranges_with, scan_with, ScanOpts};
 use spacekit::dirty::{DirtyBitmap, DirtyError, Geometry, MemoryRange, MemoryRangeTable, Scan};
+use spacekit::testing::{ranges_or_with, ranges_with, scan_with, ScanOpts};
 
 /// Prints one line when this machine cannot run the AVX-512 level, so a
 /// run of the every-path tests that never exercised those loops says so.

@@ -23,13 +23,12 @@ use std::process::Command;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::crc32c;
-use spacekit::ext4::dir::{self, DxHash};
-use spacekit::ext4::raw::le32;
+use spacekit::ext4::raw::{self, le32};
 use spacekit::ext4::Ext4Error;
+use spacekit::testing::ext4::dir::{self, DxHash};
 
-#[path = "common/e2fs.rs"]
-mod e2fs;
 use e2fs::{have_e2fsprogs, tool, TempDir};
+use spacekit_testkit::e2fs;
 
 // ---------------------------------------------------------------------------
 // Tools and fixtures.
@@ -92,7 +91,7 @@ struct Fixture {
 }
 
 fn fixture(bs: usize) -> Fixture {
-    let dir = TempDir::new("ext4dir", &format!("b{bs}"));
+    let dir = TempDir::new(&format!("ext4dir-b{bs}"));
     let src = dir.path("src");
     fs::create_dir_all(src.join("small")).unwrap();
     fs::create_dir_all(src.join("big")).unwrap();
@@ -244,7 +243,7 @@ struct Parsed {
 }
 
 fn parse_dir(img: &Path, bs: usize, d: &Dir, fs_seed: u32) -> Parsed {
-    let seed = dir::inode_seed(fs_seed, d.ino, d.generation);
+    let seed = raw::inode_seed(fs_seed, d.ino, d.generation);
     let blocks: Vec<Vec<u8>> = d.blocks.iter().map(|&b| read_block(img, bs, b)).collect();
     let mut entries = BTreeSet::new();
     let mut index_blocks = BTreeSet::new();
@@ -334,7 +333,7 @@ fn blocks_parse_to_what_debugfs_lists_and_checksums_verify() {
             assert_eq!(root.indirect_levels, 1);
         }
         // A wrong seed fails every checksum.
-        let wrong = dir::inode_seed(sb.fs_seed, big.ino, big.generation + 1);
+        let wrong = raw::inode_seed(sb.fs_seed, big.ino, big.generation + 1);
         let b0 = read_block(&fx.img, bs, big.blocks[0]);
         assert!(matches!(
             dir::verify_dx(wrong, &b0),
@@ -348,7 +347,7 @@ fn blocks_parse_to_what_debugfs_lists_and_checksums_verify() {
         // A flipped byte in a leaf or in the counted index fails too.
         let mut bad = leaf.clone();
         bad[20] ^= 1;
-        let seed = dir::inode_seed(sb.fs_seed, big.ino, big.generation);
+        let seed = raw::inode_seed(sb.fs_seed, big.ino, big.generation);
         assert!(dir::verify_tail(seed, &bad).is_err());
         let mut bad = b0.clone();
         bad[44] ^= 1;
@@ -441,7 +440,7 @@ fn leaf_for_finds_the_block_holding_every_name() {
         let fx = fixture(bs);
         let sb = read_super(&fx.img);
         let big = dir_of(&fx.img, "/big");
-        let seed = dir::inode_seed(sb.fs_seed, big.ino, big.generation);
+        let seed = raw::inode_seed(sb.fs_seed, big.ino, big.generation);
         let blocks: Vec<Vec<u8>> = big
             .blocks
             .iter()
@@ -615,7 +614,7 @@ fn random_add_remove_on_real_leaves() {
     let sb = read_super(&fx.img);
     for path in ["/small", "/big"] {
         let d = dir_of(&fx.img, path);
-        let seed = dir::inode_seed(sb.fs_seed, d.ino, d.generation);
+        let seed = raw::inode_seed(sb.fs_seed, d.ino, d.generation);
         let p = parse_dir(&fx.img, fx.bs, &d, sb.fs_seed);
         for &l in p.leaves.iter().take(4) {
             let mut block = read_block(&fx.img, fx.bs, d.blocks[l as usize]);
@@ -640,7 +639,7 @@ fn remove_and_add_back_passes_e2fsck() {
         let sb = read_super(&fx.img);
         for (path, pick) in [("/small", 2usize), ("/big", 100)] {
             let d = dir_of(&fx.img, path);
-            let seed = dir::inode_seed(sb.fs_seed, d.ino, d.generation);
+            let seed = raw::inode_seed(sb.fs_seed, d.ino, d.generation);
             let p = parse_dir(&fx.img, bs, &d, sb.fs_seed);
             let l = p.leaves[p.leaves.len() / 2];
             let phys = d.blocks[l as usize];

@@ -24,13 +24,12 @@ use std::process::Command;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::crc32c;
-use spacekit::ext4::extent::{self, Extent, ExtentStore};
 use spacekit::ext4::raw::{le16, le32};
 use spacekit::ext4::{Ext4Error, Image, OpenMode};
+use spacekit::testing::ext4::extent::{self, Extent, ExtentStore};
 
-#[path = "common/e2fs.rs"]
-mod e2fs;
 use e2fs::{tool, TempDir};
+use spacekit_testkit::e2fs;
 
 // ---------------------------------------------------------------------------
 // In-memory store
@@ -898,7 +897,7 @@ fn real_trees_match_debugfs() {
     if !e2fs::have_e2fsprogs(&["mkfs.ext4", "debugfs", "e2fsck"]) {
         return;
     }
-    let dir = TempDir::new("extent", "real");
+    let dir = TempDir::new("extent-real");
     let img = fragmented_image(&dir);
     let bs = 1024;
     let mut depths = Vec::new();
@@ -950,7 +949,7 @@ fn real_tree_with_a_flipped_byte_is_refused() {
     if !e2fs::have_e2fsprogs(&["mkfs.ext4", "debugfs", "e2fsck"]) {
         return;
     }
-    let dir = TempDir::new("extent", "flip");
+    let dir = TempDir::new("extent-flip");
     let img = fragmented_image(&dir);
     let (root, seed) = inode_root(&img, "/f");
     let file = fs::OpenOptions::new()

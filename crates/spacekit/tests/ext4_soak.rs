@@ -68,13 +68,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
-use spacekit::ext4::files::ROOT_INO;
+use spacekit::ext4::ROOT_INO;
 use spacekit::ext4::{Ext4Error, Image, OpenMode};
+use spacekit::testing::Validate;
 
-#[path = "common/e2fs.rs"]
-mod e2fs;
 use e2fs::{have_e2fsprogs, tool, TempDir};
+use spacekit_testkit::e2fs;
 
 /// This test's name, for the child's `--exact`.
 const TEST_NAME: &str = "crash_soak";
@@ -1072,7 +1071,7 @@ struct Run {
 /// Runs `run.kills` kills over fresh images of every configuration.
 fn soak(run: &Run) -> Result<Stats, String> {
     let mut rng = SmallRng::seed_from_u64(run.seed);
-    let dir = TempDir::new("soak", "ext4");
+    let dir = TempDir::new("soak-ext4");
     let mut soaks: Vec<Soak> = CONFIGS.iter().map(|c| Soak::new(&dir, c)).collect();
     let mut stats = Stats::default();
     let start = Instant::now();

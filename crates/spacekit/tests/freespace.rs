@@ -7,10 +7,10 @@
 //! past them stay clear and unindexed) gives the same answers.
 
 use proptest::prelude::*;
-use spacekit::__testing::{validate_index, Validate};
 use spacekit::bitmap::{Bitmap, Bits, BitsMut};
 use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::freespace::{FreeSpaceError, FreeSpaceIndex};
+use spacekit::testing::{validate_index, Validate};
 
 /// First fit by scanning the bitmap: from the goal, then from 0 (below
 /// the goal), with the alignment and offset.

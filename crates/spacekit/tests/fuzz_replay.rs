@@ -1,6 +1,6 @@
 //! Replays every fuzz corpus and regression file on stable: each file in
 //! `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` goes through the
-//! same check the cargo-fuzz target runs (`fuzz/checks/`), so `cargo test`
+//! same check the cargo-fuzz target runs (`spacekit_testkit::checks`), so `cargo test`
 //! keeps every input the fuzzers found interesting, and every crash they
 //! found, passing without a nightly toolchain.
 //!
@@ -14,8 +14,7 @@ use std::fs;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-#[path = "../../../fuzz/checks/mod.rs"]
-mod checks;
+use spacekit_testkit::checks;
 
 /// Regressions of bugs in files another change is editing, reproduced but
 /// not fixed yet: `(target, file name, what fails)`.

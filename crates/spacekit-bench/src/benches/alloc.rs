@@ -58,8 +58,8 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
+use spacekit::testing::Validate;
 use vm_allocator::{AddressAllocator, AllocPolicy, RangeInclusive};
 
 use crate::chart::{Chart, XAxis};

@@ -43,8 +43,8 @@ use buddy_system_allocator::FrameAllocator;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyError};
+use spacekit::testing::Validate;
 
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};

@@ -66,8 +66,8 @@ use std::time::Duration;
 use buddy_system_allocator::FrameAllocator;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyError, FreeSummary};
+use spacekit::testing::Validate;
 
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};

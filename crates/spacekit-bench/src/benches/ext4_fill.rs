@@ -32,9 +32,9 @@ use std::hash::{Hash, Hasher};
 use spacekit::bitmap::{Bitmap, Bits, BitsMut};
 use spacekit::checked_bitmap::CheckedBitmap;
 use spacekit::crc32c;
-use spacekit::ext4::extent::{self, Extent, ExtentStore, EXTENT_MAGIC, MAX_INIT_LEN};
 use spacekit::ext4::raw::{self, bg, inode, le16, le32, put16, put32, sb};
 use spacekit::ext4::Ext4Error;
+use spacekit::testing::ext4::extent::{self, Extent, ExtentStore, EXTENT_MAGIC, MAX_INIT_LEN};
 
 use baselines::find_bit::{self, AreaVariant};
 

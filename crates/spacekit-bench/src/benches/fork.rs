@@ -36,8 +36,8 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use rangemap::RangeInclusiveMap;
-use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
+use spacekit::testing::Validate;
 
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};

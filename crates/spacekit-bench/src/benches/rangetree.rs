@@ -27,8 +27,8 @@ use std::hint::black_box;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::rangetree::RangeTree;
+use spacekit::testing::Validate;
 
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};

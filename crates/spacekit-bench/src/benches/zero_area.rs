@@ -22,9 +22,9 @@ use baselines::find_bit as kernel;
 use baselines::find_bit::AreaVariant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::{find_clear_area_stats, AtLevel};
 use spacekit::arch::Level;
 use spacekit::bitmap::{BitView, Bits};
+use spacekit::testing::{find_clear_area_stats, AtLevel};
 
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};

@@ -1,10 +1,10 @@
-//! The bitmap engine's test hooks, re-exported from `spacekit::__testing`
-//! (hidden, not part of the stable API): run a bitmap's queries at a chosen
+//! The bitmap engine's test hooks, re-exported from `spacekit::testing`
+//! (feature `testing`, not part of the stable API): run a bitmap's queries at a chosen
 //! SIMD level, and count the restarts of a clear-area search.
 
 use super::area;
 pub use super::area::AreaStats;
-use super::{check_align, sealed, BitmapError, Bits, BitsMut};
+use super::{check_align, sealed, BitmapError, Bits, BitsMut, IN};
 use crate::arch::Level;
 
 /// Runs every query of the wrapped bitmap at `level` (one of
@@ -13,7 +13,7 @@ use crate::arch::Level;
 /// through each level; benchmarks time the scalar fallback.
 ///
 /// ```
-/// use spacekit::__testing::AtLevel;
+/// use spacekit::testing::AtLevel;
 /// use spacekit::arch::Level;
 /// use spacekit::bitmap::{Bitmap, Bits};
 ///
@@ -25,7 +25,11 @@ use crate::arch::Level;
 #[derive(Clone, Debug)]
 pub struct AtLevel<B>(pub B, pub Level);
 
-impl<B> sealed::Sealed for AtLevel<B> {}
+impl<B> sealed::Sealed for AtLevel<B> {
+    fn level(&self, _: sealed::Internal) -> Level {
+        self.1
+    }
+}
 impl<B: Bits> Bits for AtLevel<B> {
     fn words(&self) -> &[u64] {
         self.0.words()
@@ -33,15 +37,13 @@ impl<B: Bits> Bits for AtLevel<B> {
     fn bit_len(&self) -> usize {
         self.0.bit_len()
     }
-    fn level(&self) -> Level {
-        self.1
+}
+impl<B: BitsMut> sealed::SealedMut for AtLevel<B> {
+    fn words_mut(&mut self, i: sealed::Internal) -> &mut [u64] {
+        self.0.words_mut(i)
     }
 }
-impl<B: BitsMut> BitsMut for AtLevel<B> {
-    fn words_mut_internal(&mut self) -> &mut [u64] {
-        self.0.words_mut_internal()
-    }
-}
+impl<B: BitsMut> BitsMut for AtLevel<B> {}
 
 /// [`Bits::find_clear_area`] (same arguments and errors, at `bits`' level),
 /// also returning how many times the search started over from a new
@@ -63,8 +65,14 @@ pub fn find_clear_area_stats<B: Bits + ?Sized>(
         start,
         nr,
         check_align(align, offset)?,
-        bits.level(),
+        bits.level(IN),
         &mut stats,
     );
     Ok((p, stats))
+}
+
+/// The SIMD level `bits`' queries run at (an [`AtLevel`]'s own, else the
+/// detected one).
+pub fn level_of<B: Bits + ?Sized>(bits: &B) -> Level {
+    bits.level(IN)
 }

@@ -58,6 +58,7 @@ mod area;
 mod bytes;
 mod error;
 mod find;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
 mod iter;
 mod le_words;
@@ -152,9 +153,33 @@ fn check_capacity(words: usize, len: usize) -> Result<(), BitmapError> {
     }
 }
 
+/// The part of [`Bits`] and [`BitsMut`] only this crate can call: each
+/// method takes an [`Internal`](sealed::Internal), which code outside the
+/// crate cannot build, so the SIMD level a bitmap carries and its raw
+/// mutable words stay inside (outside code gets `Bitmap::as_words_mut` and
+/// the like where that is sound).
 mod sealed {
-    pub trait Sealed {}
+    use crate::arch::Level;
+
+    /// Proof that a call comes from inside this module tree.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Internal(pub(in crate::bitmap) ());
+
+    pub trait Sealed {
+        /// The SIMD level searches run at.
+        fn level(&self, _: Internal) -> Level {
+            Level::detect()
+        }
+    }
+
+    pub trait SealedMut {
+        /// The words holding the bits, mutably.
+        fn words_mut(&mut self, _: Internal) -> &mut [u64];
+    }
 }
+
+/// The token for [`sealed`]'s methods.
+const IN: sealed::Internal = sealed::Internal(());
 
 /// Read-only bit queries, shared by every bitmap type in this module.
 ///
@@ -169,12 +194,6 @@ pub trait Bits: sealed::Sealed {
     /// Length in bits.
     fn bit_len(&self) -> usize;
 
-    /// The SIMD level searches run at.
-    #[doc(hidden)]
-    fn level(&self) -> Level {
-        Level::detect()
-    }
-
     /// Value of bit `index`, or `None` past the end (test_bit).
     fn get(&self, index: usize) -> Option<bool> {
         (index < self.bit_len()).then(|| self.words()[index / 64] >> (index % 64) & 1 == 1)
@@ -183,12 +202,12 @@ pub trait Bits: sealed::Sealed {
     /// First set bit at or after `from` (find_next_bit; the kernel returns
     /// `size` where this returns `None`).
     fn find_next_set(&self, from: usize) -> Option<usize> {
-        find::next_in::<false>(self.words(), from, self.bit_len(), self.level())
+        find::next_in::<false>(self.words(), from, self.bit_len(), self.level(IN))
     }
 
     /// First clear bit at or after `from` (find_next_zero_bit).
     fn find_next_clear(&self, from: usize) -> Option<usize> {
-        find::next_in::<true>(self.words(), from, self.bit_len(), self.level())
+        find::next_in::<true>(self.words(), from, self.bit_len(), self.level(IN))
     }
 
     /// Last set bit at or before `at`; `None` if there is none or `at` is past
@@ -197,7 +216,7 @@ pub trait Bits: sealed::Sealed {
         if at >= self.bit_len() {
             return None;
         }
-        find::prev_in::<false>(self.words(), 0, at + 1, self.level())
+        find::prev_in::<false>(self.words(), 0, at + 1, self.level(IN))
     }
 
     /// Last clear bit at or before `at`; `None` if there is none or `at` is
@@ -206,7 +225,7 @@ pub trait Bits: sealed::Sealed {
         if at >= self.bit_len() {
             return None;
         }
-        find::prev_in::<true>(self.words(), 0, at + 1, self.level())
+        find::prev_in::<true>(self.words(), 0, at + 1, self.level(IN))
     }
 
     /// First set bit (find_first_bit).
@@ -221,12 +240,12 @@ pub trait Bits: sealed::Sealed {
 
     /// Last set bit (find_last_bit).
     fn last_set(&self) -> Option<usize> {
-        find::prev_in::<false>(self.words(), 0, self.bit_len(), self.level())
+        find::prev_in::<false>(self.words(), 0, self.bit_len(), self.level(IN))
     }
 
     /// Last clear bit.
     fn last_clear(&self) -> Option<usize> {
-        find::prev_in::<true>(self.words(), 0, self.bit_len(), self.level())
+        find::prev_in::<true>(self.words(), 0, self.bit_len(), self.level(IN))
     }
 
     /// First set bit inside `range`.
@@ -238,7 +257,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::next_in::<false>(self.words(), s, e, self.level()))
+        Ok(find::next_in::<false>(self.words(), s, e, self.level(IN)))
     }
 
     /// First clear bit inside `range`.
@@ -250,7 +269,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::next_in::<true>(self.words(), s, e, self.level()))
+        Ok(find::next_in::<true>(self.words(), s, e, self.level(IN)))
     }
 
     /// Last set bit inside `range`: seed 000's `find_last_bit_range(addr, end,
@@ -263,7 +282,7 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::prev_in::<false>(self.words(), s, e, self.level()))
+        Ok(find::prev_in::<false>(self.words(), s, e, self.level(IN)))
     }
 
     /// Last clear bit inside `range`.
@@ -275,18 +294,18 @@ pub trait Bits: sealed::Sealed {
         range: impl RangeBounds<usize>,
     ) -> Result<Option<usize>, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::prev_in::<true>(self.words(), s, e, self.level()))
+        Ok(find::prev_in::<true>(self.words(), s, e, self.level(IN)))
     }
 
     /// Position of the `n`-th set bit, counting from 0 (find_nth_bit, which
     /// returns a value `>= size` where this returns `None`).
     fn nth_set(&self, n: usize) -> Option<usize> {
-        find::nth_set(self.words(), self.bit_len(), n, self.level())
+        find::nth_set(self.words(), self.bit_len(), n, self.level(IN))
     }
 
     /// Number of set bits (bitmap_weight).
     fn count_ones(&self) -> usize {
-        find::count_ones_in(self.words(), 0, self.bit_len(), self.level())
+        find::count_ones_in(self.words(), 0, self.bit_len(), self.level(IN))
     }
 
     /// Number of set bits in `range`.
@@ -295,7 +314,7 @@ pub trait Bits: sealed::Sealed {
     /// [`BitmapError::RangeOutOfBounds`] if the range does not fit.
     fn count_ones_in(&self, range: impl RangeBounds<usize>) -> Result<usize, BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        Ok(find::count_ones_in(self.words(), s, e, self.level()))
+        Ok(find::count_ones_in(self.words(), s, e, self.level(IN)))
     }
 
     /// Whether every bit in `range` is set (true for an empty range).
@@ -316,24 +335,24 @@ pub trait Bits: sealed::Sealed {
 
     /// Positions of the set bits at or after `from` (for_each_set_bit_from).
     fn iter_ones(&self, from: usize) -> Ones<'_> {
-        Ones::new(self.words(), self.bit_len(), from, self.level())
+        Ones::new(self.words(), self.bit_len(), from, self.level(IN))
     }
 
     /// Positions of the clear bits at or after `from` (for_each_clear_bit_from).
     fn iter_zeros(&self, from: usize) -> Zeros<'_> {
-        Zeros::new(self.words(), self.bit_len(), from, self.level())
+        Zeros::new(self.words(), self.bit_len(), from, self.level(IN))
     }
 
     /// Maximal runs of set bits at or after `from`, as half-open ranges
     /// (for_each_set_bitrange_from). A run that started before `from` is
     /// reported from `from`.
     fn set_runs(&self, from: usize) -> SetRuns<'_> {
-        SetRuns::new(self.words(), self.bit_len(), from, self.level())
+        SetRuns::new(self.words(), self.bit_len(), from, self.level(IN))
     }
 
     /// Maximal runs of clear bits at or after `from` (for_each_clear_bitrange_from).
     fn clear_runs(&self, from: usize) -> ClearRuns<'_> {
-        ClearRuns::new(self.words(), self.bit_len(), from, self.level())
+        ClearRuns::new(self.words(), self.bit_len(), from, self.level(IN))
     }
 
     /// Lowest `p >= start` such that bits `[p, p + nr)` are all clear and
@@ -380,7 +399,7 @@ pub trait Bits: sealed::Sealed {
             start,
             nr,
             check_align(align, offset)?,
-            self.level(),
+            self.level(IN),
             &mut AreaStats::default(),
         ))
     }
@@ -420,7 +439,7 @@ pub trait Bits: sealed::Sealed {
             start,
             nr,
             check_align_mask(align_mask, align_offset)?,
-            self.level(),
+            self.level(IN),
             &mut AreaStats::default(),
         ))
     }
@@ -428,18 +447,14 @@ pub trait Bits: sealed::Sealed {
 
 /// Bit updates. Every function leaves bits outside the named index or range
 /// untouched, including any bits the words hold past the length.
-pub trait BitsMut: Bits {
-    /// The words holding the bits, mutably.
-    #[doc(hidden)]
-    fn words_mut_internal(&mut self) -> &mut [u64];
-
+pub trait BitsMut: Bits + sealed::SealedMut {
     /// Sets bit `index` and returns its previous value (test_and_set_bit).
     ///
     /// # Errors
     /// [`BitmapError::IndexOutOfBounds`] past the end.
     fn set(&mut self, index: usize) -> Result<bool, BitmapError> {
         check_index(index, self.bit_len())?;
-        let w = &mut self.words_mut_internal()[index / 64];
+        let w = &mut self.words_mut(IN)[index / 64];
         let m = 1u64 << (index % 64);
         let old = *w & m != 0;
         *w |= m;
@@ -452,7 +467,7 @@ pub trait BitsMut: Bits {
     /// [`BitmapError::IndexOutOfBounds`] past the end.
     fn clear(&mut self, index: usize) -> Result<bool, BitmapError> {
         check_index(index, self.bit_len())?;
-        let w = &mut self.words_mut_internal()[index / 64];
+        let w = &mut self.words_mut(IN)[index / 64];
         let m = 1u64 << (index % 64);
         let old = *w & m != 0;
         *w &= !m;
@@ -465,7 +480,7 @@ pub trait BitsMut: Bits {
     /// [`BitmapError::IndexOutOfBounds`] past the end.
     fn flip(&mut self, index: usize) -> Result<bool, BitmapError> {
         check_index(index, self.bit_len())?;
-        let w = &mut self.words_mut_internal()[index / 64];
+        let w = &mut self.words_mut(IN)[index / 64];
         let m = 1u64 << (index % 64);
         let old = *w & m != 0;
         *w ^= m;
@@ -479,7 +494,7 @@ pub trait BitsMut: Bits {
     /// changes then.
     fn set_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        find::update_range(self.words_mut_internal(), s, e, RangeOp::Set);
+        find::update_range(self.words_mut(IN), s, e, RangeOp::Set);
         Ok(())
     }
 
@@ -490,7 +505,7 @@ pub trait BitsMut: Bits {
     /// changes then.
     fn clear_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        find::update_range(self.words_mut_internal(), s, e, RangeOp::Clear);
+        find::update_range(self.words_mut(IN), s, e, RangeOp::Clear);
         Ok(())
     }
 
@@ -501,7 +516,7 @@ pub trait BitsMut: Bits {
     /// changes then.
     fn flip_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
         let (s, e) = check_range(range, self.bit_len())?;
-        find::update_range(self.words_mut_internal(), s, e, RangeOp::Flip);
+        find::update_range(self.words_mut(IN), s, e, RangeOp::Flip);
         Ok(())
     }
 
@@ -509,7 +524,7 @@ pub trait BitsMut: Bits {
     fn fill(&mut self, value: bool) {
         let len = self.bit_len();
         let op = if value { RangeOp::Set } else { RangeOp::Clear };
-        find::update_range(self.words_mut_internal(), 0, len, op);
+        find::update_range(self.words_mut(IN), 0, len, op);
     }
 }
 
@@ -688,7 +703,11 @@ impl Bitmap {
     }
 }
 
-impl sealed::Sealed for Bitmap {}
+impl sealed::Sealed for Bitmap {
+    fn level(&self, _: sealed::Internal) -> Level {
+        self.level
+    }
+}
 impl Bits for Bitmap {
     fn words(&self) -> &[u64] {
         &self.words
@@ -696,15 +715,13 @@ impl Bits for Bitmap {
     fn bit_len(&self) -> usize {
         self.len
     }
-    fn level(&self) -> Level {
-        self.level
-    }
 }
-impl BitsMut for Bitmap {
-    fn words_mut_internal(&mut self) -> &mut [u64] {
+impl sealed::SealedMut for Bitmap {
+    fn words_mut(&mut self, _: sealed::Internal) -> &mut [u64] {
         &mut self.words
     }
 }
+impl BitsMut for Bitmap {}
 
 /// A borrowed, read-only bitmap over a caller's words.
 ///
@@ -738,16 +755,17 @@ impl<'a> BitView<'a> {
     }
 }
 
-impl sealed::Sealed for BitView<'_> {}
+impl sealed::Sealed for BitView<'_> {
+    fn level(&self, _: sealed::Internal) -> Level {
+        self.level
+    }
+}
 impl Bits for BitView<'_> {
     fn words(&self) -> &[u64] {
         self.words
     }
     fn bit_len(&self) -> usize {
         self.len
-    }
-    fn level(&self) -> Level {
-        self.level
     }
 }
 
@@ -775,7 +793,11 @@ impl<'a> BitViewMut<'a> {
     }
 }
 
-impl sealed::Sealed for BitViewMut<'_> {}
+impl sealed::Sealed for BitViewMut<'_> {
+    fn level(&self, _: sealed::Internal) -> Level {
+        self.level
+    }
+}
 impl Bits for BitViewMut<'_> {
     fn words(&self) -> &[u64] {
         self.words
@@ -783,15 +805,13 @@ impl Bits for BitViewMut<'_> {
     fn bit_len(&self) -> usize {
         self.len
     }
-    fn level(&self) -> Level {
-        self.level
-    }
 }
-impl BitsMut for BitViewMut<'_> {
-    fn words_mut_internal(&mut self) -> &mut [u64] {
+impl sealed::SealedMut for BitViewMut<'_> {
+    fn words_mut(&mut self, _: sealed::Internal) -> &mut [u64] {
         self.words
     }
 }
+impl BitsMut for BitViewMut<'_> {}
 
 impl sealed::Sealed for [u64] {}
 impl Bits for [u64] {
@@ -802,21 +822,23 @@ impl Bits for [u64] {
         self.len().saturating_mul(64)
     }
 }
-impl BitsMut for [u64] {
-    fn words_mut_internal(&mut self) -> &mut [u64] {
+impl sealed::SealedMut for [u64] {
+    fn words_mut(&mut self, _: sealed::Internal) -> &mut [u64] {
         self
     }
 }
+impl BitsMut for [u64] {}
 
-impl<B: Bits + ?Sized> sealed::Sealed for &B {}
+impl<B: Bits + ?Sized> sealed::Sealed for &B {
+    fn level(&self, i: sealed::Internal) -> Level {
+        (**self).level(i)
+    }
+}
 impl<B: Bits + ?Sized> Bits for &B {
     fn words(&self) -> &[u64] {
         (**self).words()
     }
     fn bit_len(&self) -> usize {
         (**self).bit_len()
-    }
-    fn level(&self) -> Level {
-        (**self).level()
     }
 }

@@ -369,6 +369,7 @@ impl FreeMap {
     }
 
     /// Level `l` of order `o`'s map.
+    #[cfg(any(test, feature = "testing"))]
     pub fn level(&self, o: u32, l: usize) -> &[u64] {
         let m = &self.orders[o as usize];
         &self.words[m.start[l]..m.start[l] + m.len[l]]

@@ -95,17 +95,17 @@
 //! let done = zone.free_contig_range(cma, 16384)?;
 //! assert_eq!((done.freed, done.poisoned), (16383, 1));
 //! assert_eq!(zone.free_page_count(), (1 << 18) - 1);
-//! # use spacekit::__testing::Validate;
-//! # zone.validate().unwrap();
 //! # Ok::<(), spacekit::buddy::BuddyError>(())
 //! ```
 
+#[cfg(any(test, feature = "testing"))]
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
 mod freemap;
 mod meta;
+#[cfg(any(test, feature = "testing"))]
 mod validate;
 
 use freemap::FreeMap;
@@ -1051,7 +1051,8 @@ impl LockedBuddyAllocator {
 #[cfg(test)]
 mod tests;
 
-impl crate::__testing::Validate for BuddyAllocator {
+#[cfg(any(test, feature = "testing"))]
+impl crate::testing::Validate for BuddyAllocator {
     /// Checks every invariant: the free map and the per-page words agree
     /// (each set bit is a free, aligned, in-span block whose pages are
     /// exactly FREE; every free page is in exactly one block), no two free

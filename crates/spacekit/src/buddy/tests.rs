@@ -4,8 +4,8 @@
 
 use alloc::vec::Vec;
 
-use crate::__testing::Validate;
 use crate::test_rng::Rng;
+use crate::testing::Validate;
 
 use super::{BuddyAllocator, BuddyConfig, BuddyError};
 

@@ -1,9 +1,9 @@
-//! Test hooks for [`CheckedBitmap`] (see `spacekit::__testing`).
+//! Test hooks for [`CheckedBitmap`] (see `spacekit::testing`).
 
 use alloc::format;
 use alloc::string::String;
 
-use crate::__testing::Validate;
+use crate::testing::Validate;
 
 use super::CheckedBitmap;
 

@@ -28,6 +28,7 @@
 //! only change together, so no caller can let one fall behind the others.
 
 mod fit;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
 
 use alloc::vec::Vec;

@@ -1,5 +1,5 @@
-//! The dirty module's test hooks, re-exported from `spacekit::__testing`
-//! (hidden, not part of the stable API): tests and benchmarks use them to
+//! The dirty module's test hooks, re-exported from `spacekit::testing`
+//! (feature `testing`, not part of the stable API): tests and benchmarks use them to
 //! force each CPU level the machine runs, and small parallel blocks so that
 //! runs cross many block edges.
 

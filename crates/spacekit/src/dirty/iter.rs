@@ -24,7 +24,7 @@ impl<W: Words> RangeIter<W> {
     pub(super) fn new(src: W, geometry: Geometry, opts: ScanOpts) -> Result<Self, DirtyError> {
         geometry.check_span(src.len())?;
         Ok(RangeIter {
-            scan: Scanner::new(src, 0, src.len(), opts.backend, true),
+            scan: Scanner::new(src, 0, src.len(), opts.level(), true),
             buf: alloc::vec![0; scan::BUF],
             pos: 0,
             len: 0,

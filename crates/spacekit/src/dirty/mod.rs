@@ -53,6 +53,7 @@ mod atomic;
 mod builder;
 mod error;
 mod geometry;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
 mod iter;
 mod memory_range;
@@ -76,7 +77,9 @@ pub use table::{MemoryRangeTable, WIRE_RANGE_BYTES};
 #[cfg_attr(docsrs, doc(cfg(feature = "vm-memory")))]
 pub use vmm::{VmmBitmap, VmmBitmapSlice};
 
+use iter::RangeIter;
 use opts::ScanOpts;
+use scan::{One, Or};
 
 impl Geometry {
     /// The dirty ranges of `bitmap`, in ascending address order, each a
@@ -100,7 +103,11 @@ impl Geometry {
     /// [`DirtyError::OutOfRange`] if the bitmap's last page would end past
     /// 2^64.
     pub fn ranges<'a>(&self, bitmap: &'a [u64]) -> Result<DirtyRanges<'a>, DirtyError> {
-        hooks::ranges_with(*self, bitmap, ScanOpts::default())
+        Ok(DirtyRanges(RangeIter::new(
+            One(bitmap),
+            *self,
+            ScanOpts::default(),
+        )?))
     }
 
     /// The dirty ranges of `a | b` (a hypervisor's log and a VMM's own), as
@@ -125,6 +132,10 @@ impl Geometry {
         a: &'a [u64],
         b: &'a [u64],
     ) -> Result<DirtyRangesOr<'a>, DirtyError> {
-        hooks::ranges_or_with(*self, a, b, ScanOpts::default())
+        Ok(DirtyRangesOr(RangeIter::new(
+            Or::new(a, b)?,
+            *self,
+            ScanOpts::default(),
+        )?))
     }
 }

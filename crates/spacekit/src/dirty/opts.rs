@@ -1,28 +1,60 @@
-//! [`ScanOpts`]: how a scan runs (a test hook, re-exported from `hooks`).
+//! [`ScanOpts`]: how a scan runs. With the `testing` feature its fields are
+//! public (re-exported from `hooks`) so tests force each CPU level and small
+//! parallel blocks; without it the type is empty and every scan runs at the
+//! detected level with the default block size.
 
+#[cfg(any(test, feature = "testing"))]
 use alloc::vec::Vec;
 
 use crate::arch::Level;
+
+/// Words per block of the parallel scan, by default.
+const BLOCK_WORDS: usize = 16 * 1024;
 
 /// How a scan runs: which CPU level, and (for the parallel table build) how
 /// many words each parallel block holds.
 #[derive(Clone, Copy, Debug)]
 pub struct ScanOpts {
     /// The CPU level the scan is compiled for.
+    #[cfg(any(test, feature = "testing"))]
     pub backend: Level,
     /// Words per block of the parallel scan.
+    #[cfg(any(test, feature = "testing"))]
     pub block_words: usize,
 }
 
 impl Default for ScanOpts {
     fn default() -> Self {
         ScanOpts {
+            #[cfg(any(test, feature = "testing"))]
             backend: Level::detect(),
-            block_words: 16 * 1024,
+            #[cfg(any(test, feature = "testing"))]
+            block_words: BLOCK_WORDS,
         }
     }
 }
 
+impl ScanOpts {
+    /// The level the scan runs at.
+    #[inline]
+    pub(crate) fn level(self) -> Level {
+        #[cfg(any(test, feature = "testing"))]
+        return self.backend;
+        #[cfg(not(any(test, feature = "testing")))]
+        Level::detect()
+    }
+
+    /// Words per parallel block (at least 1).
+    #[inline]
+    pub(crate) fn block(self) -> usize {
+        #[cfg(any(test, feature = "testing"))]
+        return self.block_words.max(1);
+        #[cfg(not(any(test, feature = "testing")))]
+        BLOCK_WORDS
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
 impl ScanOpts {
     /// One `ScanOpts` per CPU level this machine runs ([`Level::available`]:
     /// scalar first, the detected level last), each with `block_words` words

@@ -36,7 +36,7 @@ fn write_block<W: Words>(
     base: u64,
     opts: ScanOpts,
 ) -> usize {
-    let be = opts.backend;
+    let be = opts.level();
     let mut buf = [0u64; scan::BUF];
     let mut s = Scanner::new(src, lo, hi, be, false);
     let mut k = 0;
@@ -175,12 +175,12 @@ impl MemoryRangeTable {
         parallel: bool,
     ) {
         #[cfg(feature = "rayon")]
-        if parallel && src.len() >= 2 * opts.block_words.max(1) {
+        if parallel && src.len() >= 2 * opts.block() {
             self.extend_par(src, shift, base, opts);
             return;
         }
         let _ = parallel;
-        scan::extend_ranges(src, opts.backend, &mut self.data, shift, base);
+        scan::extend_ranges(src, opts.level(), &mut self.data, shift, base);
     }
 
     /// The parallel scan: count edges per block, size each block's share of
@@ -192,9 +192,9 @@ impl MemoryRangeTable {
         use rayon::prelude::*;
 
         let n = src.len();
-        let bw = opts.block_words.max(1);
+        let bw = opts.block();
         let nblocks = n.div_ceil(bw);
-        let be = opts.backend;
+        let be = opts.level();
         let counts: Vec<usize> = (0..nblocks)
             .into_par_iter()
             .map(|b| scan::count_edges(src, b * bw, ((b + 1) * bw).min(n), be))

@@ -18,7 +18,9 @@
 //! another record of the flush.
 
 use std::borrow::Cow;
+#[cfg(any(test, feature = "testing"))]
 use std::format;
+#[cfg(any(test, feature = "testing"))]
 use std::string::String;
 use std::vec;
 use std::vec::Vec;
@@ -26,7 +28,7 @@ use std::vec::Vec;
 use super::error::{invalid, io, Ext4Error};
 use super::group::meta_in;
 use super::image::Image;
-use super::redo::{read_exact_at, Record};
+use super::redo::Record;
 
 /// The descriptor field naming an inode table in the metadata map.
 const INODE_TABLE: &str = "bg_inode_table";
@@ -61,8 +63,9 @@ impl Image {
         }
         let bs = self.info.block_size as usize;
         let mut data = vec![0u8; bs];
-        self.check_read_fault(block, "read block")?;
-        read_exact_at(&self.file, block * bs as u64, &mut data).map_err(io("read block"))?;
+        self.dev
+            .read_at(block * bs as u64, &mut data)
+            .map_err(io("read block"))?;
         Ok(Cow::Owned(data))
     }
 
@@ -169,6 +172,7 @@ impl Image {
     /// Every pending block is one block long, may be written as data or
     /// inode table, and overlaps none of the flush's other records (the
     /// superblock, descriptor-table blocks, bitmaps).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn validate_pending_blocks(&self) -> Result<(), String> {
         let bs = u64::from(self.info.block_size);
         for (&b, data) in &self.pending_blocks {

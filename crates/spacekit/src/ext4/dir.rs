@@ -16,7 +16,7 @@
 //! block exactly; with metadata_csum the chain ends 12 bytes early, at the
 //! checksum tail (`struct ext4_dir_entry_tail`: inode 0, rec_len 12,
 //! name_len 0, file_type 0xDE, then the raw CRC-32C of the block before it,
-//! seeded with the directory inode's seed, [`inode_seed`]). [`records`],
+//! seeded with the directory inode's seed, [`raw::inode_seed`](super::raw::inode_seed)). [`records`],
 //! [`entries`] and [`find`] parse and check a block as the kernel's
 //! `__ext4_check_dir_entry` does; [`add_entry`] and [`remove_entry`] edit it
 //! as `ext4_add_entry` / `ext4_delete_entry` do.
@@ -36,7 +36,7 @@
 //! use spacekit::ext4::dir;
 //!
 //! // A new leaf block of a directory with metadata_csum.
-//! let seed = dir::inode_seed(0x1234_5678, 12, 7);
+//! let seed = spacekit::ext4::raw::inode_seed(0x1234_5678, 12, 7);
 //! let mut block = dir::init_block(4096, Some(seed))?;
 //! assert!(dir::add_entry(&mut block, b"hello", 13, dir::FT_REG_FILE, true)?);
 //! assert!(dir::add_entry(&mut block, b"world", 14, dir::FT_DIR, true)?);
@@ -67,12 +67,15 @@ pub const FT_UNKNOWN: u8 = 0;
 /// `file_type` of a regular file (`EXT4_FT_REG_FILE`).
 pub const FT_REG_FILE: u8 = 1;
 /// `file_type` of a directory (`EXT4_FT_DIR`).
+#[cfg(any(test, feature = "testing"))]
 pub const FT_DIR: u8 = 2;
 /// `file_type` of a symbolic link (`EXT4_FT_SYMLINK`).
+#[cfg(any(test, feature = "testing"))]
 pub const FT_SYMLINK: u8 = 7;
 /// The longest name a directory entry holds (`EXT4_NAME_LEN`).
 pub const MAX_NAME_LEN: usize = 255;
 /// `s_flags` bit: directory hashes treat name bytes as signed chars.
+#[cfg(any(test, feature = "testing"))]
 pub const FLAGS_SIGNED_HASH: u32 = 0x1;
 /// `s_flags` bit: directory hashes treat name bytes as unsigned chars.
 pub const FLAGS_UNSIGNED_HASH: u32 = 0x2;
@@ -350,6 +353,7 @@ impl Iterator for Records<'_> {
 ///
 /// # Errors
 /// As [`iter_records`].
+#[cfg(any(test, feature = "testing"))]
 pub fn records(block: &[u8], csum: bool) -> Result<Vec<Record>, Ext4Error> {
     iter_records(block, csum).collect()
 }
@@ -394,18 +398,10 @@ pub fn find(block: &[u8], csum: bool, name: &[u8]) -> Result<Option<DirEntry>, E
     Ok(None)
 }
 
-/// The seed of an inode's metadata_csum checksums (the kernel's
-/// `ei->i_csum_seed`): raw CRC-32C of the little-endian inode number and then
-/// of its `i_generation`, from the file system's checksum seed
-/// ([`super::FsInfo::checksum_seed`]).
-pub fn inode_seed(fs_seed: u32, ino: u32, generation: u32) -> u32 {
-    let s = crc32c::raw(fs_seed, &ino.to_le_bytes());
-    crc32c::raw(s, &generation.to_le_bytes())
-}
-
 /// Whether the last 12 bytes of `block` hold a checksum tail
 /// (`ext4_dir_entry_tail`: inode 0, rec_len 12, name_len 0, file_type
 /// 0xDE), as the kernel's `get_dirent_tail` checks.
+#[cfg(any(test, feature = "testing"))]
 pub fn has_tail(block: &[u8]) -> bool {
     check_tail(block).is_ok()
 }
@@ -438,7 +434,7 @@ fn check_tail(block: &[u8]) -> Result<(), Ext4Error> {
 }
 
 /// The checksum a linear block's tail should hold (the kernel's
-/// `ext4_dirblock_csum`): raw CRC-32C from the directory's [`inode_seed`]
+/// `ext4_dirblock_csum`): raw CRC-32C from the directory's [`raw::inode_seed`](super::raw::inode_seed)
 /// over the block before the 12-byte tail. A full pass over the block; the
 /// edits here keep the tail by [`crate::crc32c::splice`] instead.
 pub fn tail_checksum(seed: u32, block: &[u8]) -> u32 {
@@ -492,7 +488,7 @@ pub fn sign_tail(seed: u32, block: &mut [u8]) -> Result<(), Ext4Error> {
 
 /// A new, empty linear directory block: one unused record (inode 0)
 /// spanning it and, with `seed` (metadata_csum: the directory's
-/// [`inode_seed`]), the signed checksum tail (as the kernel's
+/// [`raw::inode_seed`](super::raw::inode_seed)), the signed checksum tail (as the kernel's
 /// `ext4_append` + `ext4_init_dirblock`).
 ///
 /// # Errors
@@ -951,7 +947,7 @@ fn dx_count_offset(block: &[u8]) -> Result<usize, Ext4Error> {
 }
 
 /// The checksum a dx root or node's `dx_tail` should hold (the kernel's
-/// `ext4_dx_csum`): raw CRC-32C from the directory's [`inode_seed`] over the
+/// `ext4_dx_csum`): raw CRC-32C from the directory's [`raw::inode_seed`](super::raw::inode_seed) over the
 /// block up to the end of its `count` entries (stale entries between
 /// `count` and `limit` are not covered), continued over the whole 8-byte
 /// tail with its checksum field taken as zero (`dt_reserved`, then four
@@ -1297,6 +1293,7 @@ pub struct DxLevel {
 ///
 /// # Errors
 /// As [`dx_path`].
+#[cfg(any(test, feature = "testing"))]
 pub fn leaf_for<F>(
     name: &[u8],
     root_block: &[u8],
@@ -1317,7 +1314,7 @@ where
 /// the dx root in `root_block` down through `indirect_levels` dx nodes,
 /// each read by `read(logical_block)`.
 ///
-/// With `seed` (metadata_csum: the directory's [`inode_seed`]) every dx
+/// With `seed` (metadata_csum: the directory's [`raw::inode_seed`](super::raw::inode_seed)) every dx
 /// block's tail checksum is verified on the way. The name, if present, is
 /// in the returned leaf, except when a run of names with the same hash
 /// spans leaves: the kernel then also searches the following leaves while
@@ -1401,7 +1398,7 @@ pub struct LeafSplit {
 /// sorted by `(hash, minor_hash)` and the top ones, up to half the block's
 /// room, move to a new block; both blocks are written packed (each record
 /// its [`entry_size`], the last one taking the rest) and, with `seed`
-/// (metadata_csum: the directory's [`inode_seed`]), signed. Names keep
+/// (metadata_csum: the directory's [`raw::inode_seed`](super::raw::inode_seed)), signed. Names keep
 /// their inode and file type.
 ///
 /// # Errors
@@ -1465,7 +1462,7 @@ pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<Lea
 /// `entries.len()` and the entries are written in order (the first entry's
 /// hash is the count/limit pair, so only its block is written); the slots
 /// after them are zeroed, and with `seed` (metadata_csum: the directory's
-/// [`inode_seed`]) the dx tail is re-signed. For an index that splits or
+/// [`raw::inode_seed`](super::raw::inode_seed)) the dx tail is re-signed. For an index that splits or
 /// moves down a level (the kernel's `ext4_dx_add_entry`).
 ///
 /// # Errors
@@ -1551,7 +1548,7 @@ pub fn dx_set_levels(root: &mut [u8], levels: u8, seed: Option<u32>) -> Result<(
 
 /// Inserts the index entry `(hash, block)` into a dx root or node right
 /// after the entry at position `after` (the kernel's `dx_insert_block`),
-/// and with `seed` (metadata_csum: the directory's [`inode_seed`]) re-signs
+/// and with `seed` (metadata_csum: the directory's [`raw::inode_seed`](super::raw::inode_seed)) re-signs
 /// its dx tail (computed afresh: the entries after the new one move).
 ///
 /// Returns `Ok(false)`, with the block unchanged, when the block is full

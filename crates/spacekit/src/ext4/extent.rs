@@ -88,8 +88,10 @@
 //! ```
 
 use std::collections::BTreeMap;
+#[cfg(any(test, feature = "testing"))]
 use std::format;
 use std::ops::Range;
+#[cfg(any(test, feature = "testing"))]
 use std::string::String;
 use std::vec;
 use std::vec::Vec;
@@ -123,8 +125,7 @@ pub struct Extent {
     pub logical: u32,
     /// First physical block, 48 bits (`ee_start_hi:ee_start_lo`).
     pub physical: u64,
-    /// Blocks, 1 to [`MAX_INIT_LEN`] (to [`MAX_UNWRITTEN_LEN`] if
-    /// unwritten).
+    /// Blocks, 1 to 32,768 (to 32,767 if unwritten).
     pub len: u16,
     /// Allocated but not written (reads return zeros): `ee_len > 32768` on
     /// disk.
@@ -142,8 +143,8 @@ impl Extent {
         self.physical + u64::from(self.len)
     }
 
-    /// The longest extent of this kind: [`MAX_UNWRITTEN_LEN`] if unwritten,
-    /// else [`MAX_INIT_LEN`].
+    /// The longest extent of this kind: 32,767 blocks if unwritten, else
+    /// 32,768.
     pub fn max_len(unwritten: bool) -> u16 {
         if unwritten {
             MAX_UNWRITTEN_LEN
@@ -447,6 +448,7 @@ pub fn extents<S: ExtentStore + ?Sized>(
 ///
 /// # Errors
 /// As [`extents`].
+#[cfg(any(test, feature = "testing"))]
 pub fn tree_blocks<S: ExtentStore + ?Sized>(
     root: &[u8; ROOT_SIZE],
     store: &mut S,
@@ -609,6 +611,7 @@ pub fn truncate<S: ExtentStore + ?Sized>(
 /// full, depths, key order, each child's keys within its index range, no
 /// node other than the root empty, no block reached twice. For tests.
 #[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub fn validate<S: ExtentStore + ?Sized>(
     root: &[u8; ROOT_SIZE],
     store: &mut S,
@@ -644,6 +647,8 @@ pub fn validate<S: ExtentStore + ?Sized>(
 /// A node's entries, for [`walk`].
 enum Node<'a> {
     Leaf(&'a [Extent]),
+    /// Read only by [`validate`] (feature `testing`).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     Index(&'a [(u32, u64)]),
 }
 

@@ -47,13 +47,12 @@ use super::extent::{self, Extent, ExtentHeader, ExtentStore, ROOT_SIZE};
 use super::image::Image;
 use super::inode::off;
 use super::layout::{self, le16, le32, ChecksumKind};
+use super::stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
 use super::AllocRequest;
 
 /// `S_IFMT` and the types.
 const S_IFMT: u16 = 0xF000;
 const S_IFREG: u16 = 0x8000;
-/// `EXT4_EXTENTS_FL`.
-pub const EXTENTS_FL: u32 = 0x8_0000;
 /// incompat `filetype`: directory entries carry the file type.
 const INCOMPAT_FILETYPE: u32 = 0x2;
 /// incompat `dirdata`: directory entries may carry data after the name.
@@ -66,8 +65,6 @@ const INLINE_DATA_FL: u32 = 0x1000_0000;
 const VERITY_FL: u32 = 0x10_0000;
 /// incompat `ea_inode`: xattr values may live in inodes of their own.
 const INCOMPAT_EA_INODE: u32 = 0x400;
-/// `EXT4_CASEFOLD_FL`: the directory's names compare and hash casefolded.
-pub const CASEFOLD_FL: u32 = 0x4000_0000;
 /// ro_compat `huge_file`.
 const RO_COMPAT_HUGE_FILE: u32 = 0x8;
 /// `i_flags`: `i_blocks` counts file-system blocks.
@@ -81,61 +78,6 @@ const SB_FLAGS: usize = 0x160;
 const SB_LOG_GROUPS_PER_FLEX: usize = 0x174;
 /// Inode `i_crtime` and `i_crtime_extra`.
 const CRTIME: usize = 0x90;
-/// The root directory.
-pub const ROOT_INO: u32 = 2;
-
-/// What [`Image::stat`] reports about an inode.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stat {
-    /// The inode number.
-    pub ino: u32,
-    /// `i_mode` (type and permissions).
-    pub mode: u16,
-    /// `i_size`.
-    pub size: u64,
-    /// `i_blocks` in 512-byte units (debugfs's "Blockcount").
-    pub blocks: u64,
-    /// `i_flags`.
-    pub flags: u32,
-    /// `i_links_count`.
-    pub links: u16,
-    /// The extent tree's depth (0 without extents).
-    pub depth: u16,
-    /// Every node entry of the extent tree, as `debugfs -R "ex"` lists
-    /// them (index entries and leaves, depth first).
-    pub tree: Vec<TreeEntry>,
-    /// The leaf extents in logical order.
-    pub extents: Vec<Extent>,
-}
-
-/// One line of `debugfs`'s `ex` listing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TreeEntry {
-    /// The node's level (0: the root) and the tree's depth.
-    pub level: u16,
-    /// The tree's depth.
-    pub depth: u16,
-    /// The entry's index in its node (from 0) and the node's entry count.
-    pub index: u16,
-    /// The node's entries.
-    pub entries: u16,
-    /// First logical block.
-    pub logical: u32,
-    /// Last logical block (inclusive). For an index entry as libext2fs
-    /// (and so `debugfs ex`) reports it: up to the next entry's key minus
-    /// one, or the parent's end (for the root, `i_size` in blocks), the
-    /// length taken mod 2^32.
-    pub logical_end: u64,
-    /// The child block (index) or first physical block (leaf).
-    pub physical: u64,
-    /// Blocks mapped (leaf), or the index entry's length as libext2fs
-    /// reports it (mod 2^32).
-    pub len: u32,
-    /// Leaf entry, unwritten.
-    pub unwritten: bool,
-    /// Whether this is an index entry.
-    pub is_index: bool,
-}
 
 /// Where [`Image::create`] puts a new entry.
 enum Place {
@@ -1139,8 +1081,9 @@ impl Image {
     /// sparse tail). The file's mtime and ctime become now.
     ///
     /// # Errors
-    /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`]; as
-    /// [`extent::truncate`]. Nothing changes on an error.
+    /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`];
+    /// [`Ext4Error::Corrupt`] for a bad extent tree. Nothing changes on an
+    /// error.
     pub fn truncate(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
         self.atomically(|img| img.truncate_op(ino, size))
     }
@@ -1261,8 +1204,8 @@ impl Image {
     /// The parent's mtime and ctime become now.
     ///
     /// # Errors
-    /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`]; bad
-    /// blocks as [`extent::truncate`]; [`Ext4Error::Io`]. Nothing changes
+    /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`];
+    /// [`Ext4Error::Corrupt`] for a bad extent tree; [`Ext4Error::Io`]. Nothing changes
     /// on an error (checked before the first change, or undone).
     pub fn unlink(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| img.unlink_op(path))

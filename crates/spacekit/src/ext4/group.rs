@@ -1,9 +1,11 @@
 //! Per-group state: the metadata map, effective bitmaps of uninitialised
 //! groups, and the free-run search inside one group.
 
-use crate::__testing::Validate;
 use crate::bitmap::{BitView, Bitmap, BitmapError, Bits, BitsMut};
 use crate::checked_bitmap::CheckedBitmap;
+#[cfg(any(test, feature = "testing"))]
+use crate::testing::Validate;
+#[cfg(any(test, feature = "testing"))]
 use std::string::String;
 use std::vec::Vec;
 
@@ -233,6 +235,7 @@ impl Loaded {
 
     /// The kept checksum equals a fresh computation and the index (if
     /// built) equals one rebuilt from the bits.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn validate(&self) -> Result<(), String> {
         Validate::validate(&self.map)
     }

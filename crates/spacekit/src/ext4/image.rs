@@ -1,11 +1,11 @@
 //! [`Image`]: an ext4 image file and the metadata it holds in memory.
 
+use std::boxed::Box;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::path::PathBuf;
 use std::vec::Vec;
 
+use super::device::Device;
 use super::group::{Loaded, Meta};
 use super::layout::FsInfo;
 use super::mode::OpenMode;
@@ -18,7 +18,8 @@ pub(super) struct GroupCache {
     pub(super) inode: OnceCell<Loaded>,
 }
 
-/// An ext4 image file, opened read-only or read-write.
+/// An ext4 image, opened read-only or read-write on a [`Device`] (an image
+/// file by default).
 ///
 /// Changes ([`Image::alloc_blocks`], [`Image::free_blocks`],
 /// [`Image::alloc_inode`], [`Image::free_inode`],
@@ -40,8 +41,7 @@ pub(super) struct GroupCache {
 /// # Ok::<(), spacekit::ext4::Ext4Error>(())
 /// ```
 pub struct Image {
-    pub(super) file: File,
-    pub(super) log_path: PathBuf,
+    pub(super) dev: Box<dyn Device>,
     pub(super) mode: OpenMode,
     pub(super) info: FsInfo,
     /// The primary superblock, 1024 bytes, kept byte-exact.
@@ -66,10 +66,6 @@ pub struct Image {
     /// and the extent and directory blocks of files) by block number,
     /// written by [`Image::flush`] after the bitmaps (see `blocks.rs`).
     pub(super) pending_blocks: BTreeMap<u64, Vec<u8>>,
-    /// Fault injection: the step of the next flush that fails.
-    pub(super) fail_at: Option<usize>,
-    /// Fault injection: reading this block fails with an I/O error.
-    pub(super) fail_read: Option<u64>,
     /// While an operation runs: what it changed, as it was before (see
     /// `undo.rs`).
     pub(super) undo: Option<std::boxed::Box<Undo>>,
@@ -80,7 +76,7 @@ pub struct Image {
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Image")
-            .field("log_path", &self.log_path)
+            .field("device", &self.dev)
             .field("mode", &self.mode)
             .field("info", &self.info)
             .field("dirty_superblock", &self.dirty_sb)

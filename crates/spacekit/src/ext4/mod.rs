@@ -26,13 +26,22 @@
 //!
 //! # Files
 //!
-//! [`files`] makes spacekit an offline allocator whose results e2fsck
-//! accepts: [`Image::lookup`], [`Image::read_dir`], [`Image::stat`],
+//! spacekit is an offline allocator whose results e2fsck accepts:
+//! [`Image::lookup`], [`Image::read_dir`], [`Image::stat`],
 //! [`Image::create`], [`Image::fallocate`] (unwritten extents from the goal
-//! ext4 uses), [`Image::truncate`] and [`Image::unlink`], over the extent
-//! trees of [`extent`] and the directory blocks of [`dir`]. Blocks taken
+//! ext4 uses), [`Image::truncate`] and [`Image::unlink`], over extent trees
+//! and linear or htree directory blocks it reads and writes record by
+//! record. Blocks taken
 //! with [`Image::alloc_blocks`] directly belong to no file: e2fsck reports
 //! them as a leak.
+//!
+//! # Devices
+//!
+//! An image lives on a [`Device`]: [`Image::open`] opens a file
+//! ([`FileDevice`]: positioned reads and writes, the redo log beside it);
+//! [`Image::open_on`] takes any device, such as a [`MemDevice`] (an image
+//! in memory) or one of the caller's. Tests inject I/O faults with a device
+//! of their own; the image itself has no fault-injection state.
 //!
 //! # Reading
 //!
@@ -105,11 +114,21 @@
 
 mod alloc;
 mod blocks;
+mod device;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod dir;
+#[cfg(not(any(test, feature = "testing")))]
+mod dir;
 mod error;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod extent;
-pub mod files;
+#[cfg(not(any(test, feature = "testing")))]
+mod extent;
+mod files;
 mod group;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
 mod image;
 mod inode;
@@ -117,34 +136,39 @@ mod layout;
 mod mode;
 pub mod raw;
 mod redo;
+mod stat;
 mod undo;
 mod verify;
 
+use std::boxed::Box;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
+#[cfg(any(test, feature = "testing"))]
 use std::format;
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::string::{String, ToString};
+#[cfg(any(test, feature = "testing"))]
+use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
+pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
+pub use extent::Extent;
 pub use image::Image;
 pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 pub use mode::OpenMode;
+pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
 
 use error::{corrupt, invalid, io};
 use group::{desc_at, Loaded};
 use image::GroupCache;
 use layout::{Desc, DescMut, SB_OFFSET, SB_SIZE};
-use redo::{read_exact_at, Record};
+use redo::Record;
 use undo::Undo;
 
 /// A block allocation request for [`Image::alloc_blocks`].
@@ -221,22 +245,45 @@ impl Image {
     /// open with a complete log pending; [`Ext4Error::RedoLogMismatch`] for a
     /// log that belongs to another file system.
     pub fn open(path: impl AsRef<Path>, mode: OpenMode) -> Result<Image, Ext4Error> {
-        let path = path.as_ref();
-        let log_path = redo::log_path(path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(mode == OpenMode::ReadWrite)
-            .open(path)
-            .map_err(io("open image"))?;
+        let dev = FileDevice::open(path, mode == OpenMode::ReadWrite).map_err(io("open image"))?;
+        Image::open_on(Box::new(dev), mode)
+    }
+
+    /// Opens the ext4 image on `dev` (an in-memory image, or a device of
+    /// the caller's), as [`Image::open`] does a file: a pending redo log on
+    /// the device is replayed (read-write) or refused (read-only).
+    ///
+    /// ```
+    /// use spacekit::ext4::{Image, MemDevice, OpenMode};
+    ///
+    /// // Not an ext4 image: refused, with the field that is wrong.
+    /// let e = Image::open_on(Box::new(MemDevice::new(vec![0; 8192])), OpenMode::ReadOnly)
+    ///     .unwrap_err();
+    /// assert!(e.to_string().contains("s_magic"), "{e}");
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Image::open`]; [`Ext4Error::InvalidArgument`] for a read-write
+    /// open of a device that refuses writes.
+    pub fn open_on(mut dev: Box<dyn Device>, mode: OpenMode) -> Result<Image, Ext4Error> {
+        if mode == OpenMode::ReadWrite && !dev.writable() {
+            return Err(invalid(
+                "mode",
+                1,
+                "a read-write open of a read-only device",
+            ));
+        }
         match mode {
-            OpenMode::ReadWrite => redo::replay(&file, &log_path)?,
+            OpenMode::ReadWrite => redo::replay(&mut *dev)?,
             OpenMode::ReadOnly => {
-                if redo::pending(&log_path)? {
-                    return Err(Ext4Error::PendingRedoLog { path: log_path });
+                if redo::pending(&*dev)? {
+                    return Err(Ext4Error::PendingRedoLog {
+                        path: dev.log_name(),
+                    });
                 }
             }
         }
-        let image_len = (&file).seek(SeekFrom::End(0)).map_err(io("size image"))?;
+        let image_len = dev.len().map_err(io("size image"))?;
         if image_len < SB_OFFSET + SB_SIZE as u64 {
             return Err(corrupt(
                 "s_magic",
@@ -246,11 +293,12 @@ impl Image {
             ));
         }
         let mut sb = vec![0u8; SB_SIZE];
-        read_exact_at(&file, SB_OFFSET, &mut sb).map_err(io("read superblock"))?;
+        dev.read_at(SB_OFFSET, &mut sb)
+            .map_err(io("read superblock"))?;
         let info = layout::parse_superblock(&sb, image_len, mode)?;
         let bs = u64::from(info.block_size);
         let mut gdt = vec![0u8; info.desc_blocks as usize * info.block_size as usize];
-        read_exact_at(&file, info.gdt_start() * bs, &mut gdt)
+        dev.read_at(info.gdt_start() * bs, &mut gdt)
             .map_err(io("read group descriptors"))?;
         let meta = group::build_metadata(&info, &gdt)?;
         let sb_csum_ok = info.checksums != ChecksumKind::MetadataCsum
@@ -264,8 +312,7 @@ impl Image {
             .map(|_| GroupCache::default())
             .collect();
         Ok(Image {
-            file,
-            log_path,
+            dev,
             mode,
             info,
             sb,
@@ -280,14 +327,12 @@ impl Image {
             dirty_inode: BTreeSet::new(),
             pending_blocks: BTreeMap::new(),
             undo: None,
-            fail_at: None,
-            fail_read: None,
         })
     }
 
     /// The redo log path for the image at `image`: `<image>.spacekit-redo`.
     pub fn redo_log_path(image: impl AsRef<Path>) -> PathBuf {
-        redo::log_path(image.as_ref())
+        device::log_path(image.as_ref())
     }
 
     /// The geometry and features read from the superblock.
@@ -419,7 +464,6 @@ impl Image {
     /// happen: changes are refused earlier); [`Ext4Error::Io`] from any step.
     pub fn flush(&mut self) -> Result<(), Ext4Error> {
         if !self.is_dirty() {
-            self.fail_at = None;
             return Ok(());
         }
         if self.mode == OpenMode::ReadOnly {
@@ -427,33 +471,18 @@ impl Image {
         }
         let records = self.dirty_records();
         let (log, trailer_at) = redo::encode(&self.info.uuid, &records);
-        let mut steps = Steps {
-            fail_at: self.fail_at.take(),
-            done: 0,
-        };
+        let dev = &mut *self.dev;
         // The log: contents, then the trailer that makes it complete.
-        let log_file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&self.log_path)
-            .map_err(io("create redo log"))?;
-        steps.write(&log_file, 0, &log[..trailer_at], "write redo log")?;
-        steps.write(
-            &log_file,
-            trailer_at as u64,
-            &log[trailer_at..],
-            "write redo log",
-        )?;
-        steps.run("fsync redo log", || log_file.sync_all())?;
-        drop(log_file);
-        steps.run("fsync directory", || dir_sync(&self.log_path))?;
+        dev.write_log(0, &log[..trailer_at])
+            .map_err(io("write redo log"))?;
+        dev.write_log(trailer_at as u64, &log[trailer_at..])
+            .map_err(io("write redo log"))?;
+        dev.sync_log().map_err(io("fsync redo log"))?;
         for r in &records {
-            steps.write(&self.file, r.offset, &r.data, "write image")?;
+            dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
         }
-        steps.run("fsync image", || self.file.sync_all())?;
-        steps.run("remove redo log", || std::fs::remove_file(&self.log_path))?;
-        steps.run("fsync directory", || dir_sync(&self.log_path))?;
+        dev.sync().map_err(io("fsync image"))?;
+        dev.remove_log().map_err(io("remove redo log"))?;
         self.dirty_sb = false;
         self.dirty_gdt.clear();
         self.dirty_block.clear();
@@ -462,25 +491,15 @@ impl Image {
         Ok(())
     }
 
-    /// Fault injection (`spacekit::__testing::ext4::fail_write_after`): the
-    /// next flush fails at I/O step `n`.
-    pub(crate) fn fail_write_after(&mut self, n: usize) {
-        self.fail_at = Some(n);
+    /// The device under the image.
+    pub fn device(&self) -> &dyn Device {
+        &*self.dev
     }
 
-    /// Fault injection (`spacekit::__testing::ext4::fail_read_of`):
-    /// reading `block` (through the block cache or as a bitmap) fails.
-    pub(crate) fn fail_read_of(&mut self, block: Option<u64>) {
-        self.fail_read = block;
-    }
-
-    /// The injected read fault, if it is `block`'s.
-    fn check_read_fault(&self, block: u64, context: &'static str) -> Result<(), Ext4Error> {
-        if self.fail_read == Some(block) {
-            let e = std::io::Error::other("injected read fault");
-            return Err(io(context)(e));
-        }
-        Ok(())
+    /// Closes the image and returns its device. Unflushed changes are
+    /// discarded, as on drop.
+    pub fn into_device(self) -> Box<dyn Device> {
+        self.dev
     }
 
     /// Runs `f` as one operation: if it fails, every in-memory change it
@@ -550,7 +569,8 @@ impl Image {
     /// superblock's checksum is current; every pending block of the block
     /// cache is one block long, inside the file system, and overlaps no
     /// other record of the flush nor any metadata but an inode table. For
-    /// tests, through `spacekit::__testing::Validate`.
+    /// tests, through `spacekit::testing::Validate`.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn validate(&self) -> Result<(), String> {
         self.validate_pending_blocks()?;
         let csum = self.info.checksums == ChecksumKind::MetadataCsum;
@@ -719,8 +739,9 @@ impl Image {
     ) -> Result<Loaded, Ext4Error> {
         let bs = self.info.block_size as usize;
         let mut bytes = vec![0u8; bs];
-        self.check_read_fault(block, context)?;
-        read_exact_at(&self.file, block * bs as u64, &mut bytes).map_err(io(context))?;
+        self.dev
+            .read_at(block * bs as u64, &mut bytes)
+            .map_err(io(context))?;
         let map = CheckedBitmap::from_bytes(&bytes, self.info.checksum_seed, csum_len)
             .map_err(|_| corrupt("s_blocks_per_group", None, 0, "bitmap too large"))?;
         let csum_ok = self.info.checksums != ChecksumKind::MetadataCsum
@@ -864,62 +885,5 @@ impl Image {
                 group: Some(g),
             })
         }
-    }
-}
-
-/// Counts the I/O steps of one flush and fails the chosen one.
-struct Steps {
-    fail_at: Option<usize>,
-    done: usize,
-}
-
-impl Steps {
-    /// Whether this step is the one to fail.
-    fn next(&mut self) -> bool {
-        let fail = self.fail_at == Some(self.done);
-        self.done += 1;
-        fail
-    }
-
-    fn run(
-        &mut self,
-        context: &'static str,
-        f: impl FnOnce() -> std::io::Result<()>,
-    ) -> Result<(), Ext4Error> {
-        if self.next() {
-            return Err(injected(context));
-        }
-        f().map_err(io(context))
-    }
-
-    fn write(
-        &mut self,
-        file: &File,
-        offset: u64,
-        data: &[u8],
-        context: &'static str,
-    ) -> Result<(), Ext4Error> {
-        if self.next() {
-            // A torn write: half the bytes land, then the error.
-            let half = &data[..data.len() / 2];
-            redo::write_all_at(file, offset, half).map_err(io(context))?;
-            return Err(injected(context));
-        }
-        redo::write_all_at(file, offset, data).map_err(io(context))
-    }
-}
-
-fn injected(context: &'static str) -> Ext4Error {
-    Ext4Error::Io {
-        context,
-        source: std::io::Error::other("injected fault"),
-    }
-}
-
-fn dir_sync(path: &Path) -> std::io::Result<()> {
-    match redo::sync_dir(path) {
-        Ok(()) => Ok(()),
-        Err(Ext4Error::Io { source, .. }) => Err(source),
-        Err(e) => Err(std::io::Error::other(e.to_string())),
     }
 }

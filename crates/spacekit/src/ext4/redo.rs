@@ -19,13 +19,9 @@
 //! log is complete and fsynced, an incomplete log means the image was not
 //! touched and is discarded.
 
-use std::borrow::ToOwned;
-use std::fs::{self, File};
-use std::io::{self, Seek, SeekFrom};
-#[cfg(not(unix))]
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use std::vec::Vec;
+
+use super::device::Device;
 
 use super::error::{io, Ext4Error};
 use super::layout::{sb, SB_OFFSET};
@@ -42,13 +38,6 @@ const TRAILER: usize = 8;
 pub(crate) struct Record {
     pub(crate) offset: u64,
     pub(crate) data: Vec<u8>,
-}
-
-/// The log's path: the image's path with `.spacekit-redo` appended.
-pub(crate) fn log_path(image: &Path) -> PathBuf {
-    let mut s = image.as_os_str().to_owned();
-    s.push(".spacekit-redo");
-    PathBuf::from(s)
 }
 
 /// Serialises a log; returns the bytes and where the trailer starts.
@@ -108,44 +97,35 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record>)> {
     (at == trailer_at).then_some((uuid, records))
 }
 
-/// Reads the log at `path`: `Ok(None)` if there is none.
-fn read_log(path: &Path) -> Result<Option<Vec<u8>>, Ext4Error> {
-    match fs::read(path) {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io("read redo log")(e)),
-    }
-}
-
-/// Whether a complete log is waiting at `path` (an incomplete one is not:
+/// Whether a complete log is waiting on `dev` (an incomplete one is not:
 /// the image was never touched under it).
-pub(crate) fn pending(path: &Path) -> Result<bool, Ext4Error> {
-    Ok(read_log(path)?.is_some_and(|b| decode(&b).is_some()))
+pub(crate) fn pending(dev: &dyn Device) -> Result<bool, Ext4Error> {
+    let log = dev.read_log().map_err(io("read redo log"))?;
+    Ok(log.is_some_and(|b| decode(&b).is_some()))
 }
 
-/// Replays a complete log at `log` into `file`, fsyncs the image and removes
-/// the log; removes an incomplete log. Called before anything else reads the
-/// image.
-pub(crate) fn replay(file: &File, log: &Path) -> Result<(), Ext4Error> {
-    let Some(bytes) = read_log(log)? else {
+/// Replays a complete log on `dev` into its image, syncs the image and
+/// removes the log; removes an incomplete log. Called before anything else
+/// reads the image.
+pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
+    let Some(bytes) = dev.read_log().map_err(io("read redo log"))? else {
         return Ok(());
     };
     let Some((uuid, records)) = decode(&bytes) else {
-        remove_log(log)?;
-        return sync_dir(log);
+        return dev.remove_log().map_err(io("remove redo log"));
     };
     let mismatch = |reason| Ext4Error::RedoLogMismatch {
-        path: log.to_path_buf(),
+        path: dev.log_name(),
         reason,
     };
-    let mut f = file;
-    let image_len = f.seek(SeekFrom::End(0)).map_err(io("size image"))?;
+    let image_len = dev.len().map_err(io("size image"))?;
     let mut have = [0u8; 16];
     let uuid_at = SB_OFFSET + sb::UUID as u64;
     if image_len < uuid_at + 16 {
         return Err(mismatch("the image is too short to hold a superblock"));
     }
-    read_exact_at(file, uuid_at, &mut have).map_err(io("read superblock"))?;
+    dev.read_at(uuid_at, &mut have)
+        .map_err(io("read superblock"))?;
     if have != uuid {
         return Err(mismatch(
             "the log belongs to a file system with another UUID",
@@ -159,67 +139,11 @@ pub(crate) fn replay(file: &File, log: &Path) -> Result<(), Ext4Error> {
         return Err(mismatch("a record writes past the end of the image"));
     }
     for r in &records {
-        write_all_at(file, r.offset, &r.data).map_err(io("replay redo log"))?;
+        dev.write_at(r.offset, &r.data)
+            .map_err(io("replay redo log"))?;
     }
-    file.sync_all().map_err(io("fsync image"))?;
-    remove_log(log)?;
-    sync_dir(log)
-}
-
-fn remove_log(log: &Path) -> Result<(), Ext4Error> {
-    match fs::remove_file(log) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io("remove redo log")(e)),
-    }
-}
-
-/// fsyncs the directory holding `path`, so a created or removed log is
-/// durable (a no-op where directories cannot be opened).
-pub(crate) fn sync_dir(path: &Path) -> Result<(), Ext4Error> {
-    #[cfg(unix)]
-    {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("fsync directory"))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        Ok(())
-    }
-}
-
-/// Reads `buf.len()` bytes at `offset` (one `pread` on Unix).
-pub(crate) fn read_exact_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-    }
-    #[cfg(not(unix))]
-    {
-        let mut f = file;
-        f.seek(SeekFrom::Start(offset))?;
-        f.read_exact(buf)
-    }
-}
-
-/// Writes all of `buf` at `offset` (`pwrite` on Unix).
-pub(crate) fn write_all_at(file: &File, offset: u64, buf: &[u8]) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
-    }
-    #[cfg(not(unix))]
-    {
-        let mut f = file;
-        f.seek(SeekFrom::Start(offset))?;
-        f.write_all(buf)
-    }
+    dev.sync().map_err(io("fsync image"))?;
+    dev.remove_log().map_err(io("remove redo log"))
 }
 
 #[cfg(test)]

@@ -73,10 +73,10 @@
 //! map.set_range(s as usize..s as usize + 64)?;
 //! index.update(map.as_words(), s..s + 64)?;
 //! assert_eq!(index.largest_free(map.as_words()), Some((5100, 32768 - 5100)));
-//! # spacekit::__testing::validate_index(&index, map.as_words()).unwrap();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(any(test, feature = "testing"))]
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -631,7 +631,8 @@ impl FreeSpaceIndex {
     }
 
     /// Checks that every summary equals one recomputed from `words`. For
-    /// tests (`spacekit::__testing::validate_index`); O(n).
+    /// tests (`spacekit::testing::validate_index`); O(n).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn validate(&self, words: &[u64]) -> Result<(), String> {
         let fresh = FreeSpaceIndex::new(words, self.bits).map_err(|e| alloc::format!("{e}"))?;
         for (li, (a, b)) in self.leaves.iter().zip(&fresh.leaves).enumerate() {
@@ -745,6 +746,7 @@ impl Walker<'_, '_> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
 #[cfg(test)]
 mod tests;

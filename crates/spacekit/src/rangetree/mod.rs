@@ -88,6 +88,7 @@ pub mod maps;
 mod node;
 mod ops;
 mod tree;
+#[cfg(any(test, feature = "testing"))]
 mod validate;
 
 pub use error::RangeTreeError;
@@ -697,7 +698,8 @@ impl<V: Clone> FromIterator<(u64, u64, V)> for RangeTree<V> {
 #[cfg(test)]
 mod tests;
 
-impl<V> crate::__testing::Validate for RangeTree<V> {
+#[cfg(any(test, feature = "testing"))]
+impl<V> crate::testing::Validate for RangeTree<V> {
     /// Checks every structural invariant: pivots sorted and inside the
     /// bounds the parent records, minimum fill of non-root nodes, every
     /// recorded gap exact (so each parent holds its children's maximum),

@@ -5,8 +5,8 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use crate::__testing::Validate;
 use crate::test_rng::Rng;
+use crate::testing::Validate;
 
 use super::{RangeTree, RangeTreeError};
 

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, FreeSummary, PageState};
+use spacekit::testing::Validate;
 
 #[derive(Clone, Copy, Debug)]
 enum Mode {

@@ -3,7 +3,7 @@
 
 use crate::checks::zone;
 use crate::model::{canonical_blocks, merge_fixpoint};
-use spacekit::__testing::Validate;
+use spacekit::testing::Validate;
 
 /// Greedy decomposition of free runs == repeated merging, for every free
 /// subset of small spans at every base alignment and max order; and the

@@ -3,8 +3,8 @@
 //! changing nothing.
 
 use crate::model::{Model, E};
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyConfig, PageState};
+use spacekit::testing::Validate;
 use std::fmt::Debug;
 
 pub fn zone(base: u64, pages: u64, max_order: u32, section_pages: u64) -> BuddyAllocator {

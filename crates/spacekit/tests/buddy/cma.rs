@@ -5,8 +5,8 @@ use crate::model::{canonical_blocks, E};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, FreeSummary};
+use spacekit::testing::Validate;
 
 #[test]
 fn cma_rounds_on_a_fragmented_million_page_zone() {

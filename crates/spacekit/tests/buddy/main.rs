@@ -9,13 +9,11 @@
 //! page model), `batch` (batched vs page-by-page frees), `refused`, `cma`,
 //! `threads` and `single` (the single-page fast path and small orders page by
 //! page, allocation lowest block first). The model is
-//! `tests/common/buddy_model.rs`; the proptests persist failures next to their
-//! file (`tests/common/regressions.rs` says why).
+//! `spacekit_testkit::buddy_model`; the proptests persist failures next to their
+//! file (`spacekit_testkit::regressions` says why).
 
-#[path = "../common/buddy_model.rs"]
-mod model;
-#[path = "../common/regressions.rs"]
-mod regressions;
+use spacekit_testkit::buddy_model as model;
+use spacekit_testkit::regressions;
 
 mod checks;
 

@@ -4,8 +4,8 @@
 
 use crate::checks::{refused, snapshot, zone};
 use crate::model::{canonical_blocks, E, REF_LIMIT};
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyConfig, FreeSummary, MAX_ORDER_LIMIT};
+use spacekit::testing::Validate;
 
 #[test]
 fn bad_config_is_refused() {

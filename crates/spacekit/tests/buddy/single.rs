@@ -10,8 +10,8 @@ use crate::model::{Model, E};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::buddy::BuddyAllocator;
+use spacekit::testing::Validate;
 
 /// `alloc_pages(order)` on both; the allocator must give the lowest head of
 /// the model's smallest fitting free blocks.

@@ -5,8 +5,8 @@ use crate::checks::zone;
 use crate::model::E;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::buddy::{FreeSummary, LockedBuddyAllocator};
+use spacekit::testing::Validate;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

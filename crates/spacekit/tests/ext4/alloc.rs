@@ -9,8 +9,8 @@ use std::path::Path;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::__testing::Validate;
 use spacekit::ext4::{AllocRequest, Ext4Error, Image, BG_BLOCK_UNINIT};
+use spacekit::testing::Validate;
 
 use crate::fixtures::*;
 use crate::oracles::*;

@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use spacekit::__testing::ext4::{fail_read_of, fail_write_after};
-use spacekit::__testing::Validate;
-use spacekit::ext4::files::Stat;
+use spacekit::ext4::Stat;
 use spacekit::ext4::{AllocRequest, Ext4Error, Image};
+use spacekit::testing::Validate;
 
 use crate::fixtures::*;
 use crate::oracles::*;
@@ -666,9 +665,9 @@ fn crash_every_step(base: &Path, dir: &TempDir, txn: Txn, what: &str) {
     let mut step = 0;
     loop {
         let p = copy(base, dir, &format!("crash{step}.img"));
-        let mut img = open_rw(&p);
+        let (mut img, faults) = open_faulty(&p);
         txn(&mut img);
-        fail_write_after(&mut img, step);
+        faults.fail_write_after(step);
         let failed = img.flush().is_err();
         drop(img);
         drop(open_rw(&p)); // replays or discards the log
@@ -959,14 +958,14 @@ fn an_io_error_in_the_middle_undoes_the_operation() {
         let mut model = BTreeMap::new();
         model.insert("big".to_string(), ino);
 
-        let mut img = open_rw(&path);
+        let (mut img, faults) = open_faulty(&path);
         // An earlier operation, not yet flushed: it must survive the undo.
         let keep = img.create("/keep", 0o644).unwrap();
         img.fallocate(keep, 0, 4 * bs, false).unwrap();
         model.insert("keep".to_string(), keep);
         let free = img.free_blocks_count();
         let st = img.stat(ino).unwrap();
-        fail_read_of(&mut img, Some(bad));
+        faults.fail_read_at(Some(bad * bs));
         let e = img.fallocate(ino, 0, n * bs, false).unwrap_err();
         assert!(matches!(e, Ext4Error::Io { .. }), "{}: {e:?}", cfg.name);
         assert_eq!(img.free_blocks_count(), free, "{}", cfg.name);
@@ -983,8 +982,8 @@ fn an_io_error_in_the_middle_undoes_the_operation() {
         check_all(&path, &model, "the fallocate again");
 
         let before = fs::read(&path).unwrap();
-        let mut img = open_rw(&path);
-        fail_read_of(&mut img, Some(bad));
+        let (mut img, faults) = open_faulty(&path);
+        faults.fail_read_at(Some(bad * bs));
         let e = img.unlink("/big").unwrap_err();
         assert!(matches!(e, Ext4Error::Io { .. }), "{}: {e:?}", cfg.name);
         assert!(
@@ -996,7 +995,7 @@ fn an_io_error_in_the_middle_undoes_the_operation() {
         img.validate().unwrap();
         img.flush().unwrap();
         assert_eq!(fs::read(&path).unwrap(), before, "{}", cfg.name);
-        fail_read_of(&mut img, None);
+        faults.fail_read_at(None);
         img.unlink("/big").unwrap();
         img.flush().unwrap();
         drop(img);
@@ -1057,7 +1056,7 @@ fn htree_leaves_and_index_nodes_split() {
         let st = open_ro(path).stat(ino).unwrap();
         let bytes = fs::read(path).unwrap();
         let p0 = st.extents[0].physical as usize * 1024;
-        spacekit::ext4::dir::parse_dx_root(&bytes[p0..p0 + 1024], true).unwrap()
+        spacekit::testing::ext4::dir::parse_dx_root(&bytes[p0..p0 + 1024], true).unwrap()
     };
     let mut img = open_rw(&img_path);
     let big = img.lookup("/big").unwrap();

@@ -6,10 +6,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use spacekit::__testing::Validate;
 use spacekit::ext4::{Ext4Error, Image, OpenMode, BG_BLOCK_UNINIT};
+use spacekit::testing::Validate;
+use spacekit_testkit::faults::{Faults, FaultyDevice};
 
 pub const UUID: &str = "01234567-89ab-cdef-0123-456789abcdef";
 pub const OTHER_UUID: &str = "fedcba98-7654-3210-fedc-ba9876543210";
@@ -17,70 +17,15 @@ pub const FAKE_TIME: &str = "1700000000";
 
 pub const TOOLS: [&str; 5] = ["mkfs.ext4", "dumpe2fs", "debugfs", "e2fsck", "e2freefrag"];
 
-/// The program to run for an e2fsprogs tool: its name if it is on PATH, else
-/// its path in /usr/sbin or /sbin (often not on a non-root PATH).
-pub fn tool(name: &str) -> PathBuf {
-    if Command::new(name).arg("-V").output().is_ok() {
-        return PathBuf::from(name);
-    }
-    ["/usr/sbin", "/sbin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from(name))
-}
-
-pub fn have_e2fsprogs() -> bool {
-    let ok = TOOLS
-        .iter()
-        .all(|t| Command::new(tool(t)).arg("-V").output().is_ok());
-    // CI installs e2fsprogs (.ci/run): there a missing tool is a failure,
-    // not a skip.
-    assert!(
-        ok || std::env::var_os("CI").is_none(),
-        "CI is set but e2fsprogs ({TOOLS:?}) is missing"
-    );
-    ok
-}
+pub use spacekit_testkit::e2fs::{tool, TempDir};
 
 /// Returns from the test, with a notice, when e2fsprogs is missing.
 macro_rules! require_e2fsprogs {
     () => {
-        if !$crate::fixtures::have_e2fsprogs() {
-            eprintln!(
-                "skipping: e2fsprogs ({:?}) not found",
-                $crate::fixtures::TOOLS
-            );
+        if !spacekit_testkit::e2fs::have_e2fsprogs(&$crate::fixtures::TOOLS) {
             return;
         }
     };
-}
-
-/// A temporary directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "spacekit-ext4-{}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed),
-            name
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// One kind of image: mkfs.ext4 arguments and size.
@@ -287,6 +232,11 @@ pub fn copy(from: &Path, dir: &TempDir, name: &str) -> PathBuf {
 
 pub fn open_rw(path: &Path) -> Image {
     Image::open(path, OpenMode::ReadWrite).unwrap()
+}
+
+/// Opens read-write on a [`FaultyDevice`]; the handle injects the faults.
+pub fn open_faulty(path: &Path) -> (Image, Faults) {
+    FaultyDevice::open_image(path, OpenMode::ReadWrite)
 }
 
 pub fn open_ro(path: &Path) -> Image {

@@ -6,9 +6,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use spacekit::__testing::ext4::fail_write_after;
-use spacekit::__testing::Validate;
 use spacekit::ext4::{AllocRequest, ChecksumKind, Ext4Error, Image, InodeTimes, OpenMode};
+use spacekit::testing::Validate;
 
 use crate::fixtures::*;
 use crate::oracles::*;
@@ -496,9 +495,9 @@ fn crash_during_inode_flush_is_before_or_after() {
         let (mut saw_before, mut saw_after) = (false, false);
         for n in 0.. {
             let p = copy(&base, &dir, "crash.img");
-            let mut img = open_rw(&p);
+            let (mut img, faults) = open_faulty(&p);
             txn(&mut img);
-            fail_write_after(&mut img, n);
+            faults.fail_write_after(n);
             let res = img.flush();
             drop(img);
             if res.is_ok() {

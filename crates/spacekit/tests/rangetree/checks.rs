@@ -3,8 +3,8 @@
 //! search on one window.
 
 use crate::model::{inclusive, Model, E};
-use spacekit::__testing::Validate;
 use spacekit::rangetree::{RangeTree, INNER_SLOTS, LEAF_SLOTS};
+use spacekit::testing::Validate;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 

@@ -7,13 +7,11 @@
 //! One test target; the files are split by concern: `checks` (tree checks
 //! against the model), `random` (random trees), `ops` (proptest op sequences),
 //! `maple`, `bad_input`, `extremes`, `drop`, `large` and `gaps`. The model is
-//! `tests/common/rangetree_model.rs`; the proptests persist failures next to
-//! their file (`tests/common/regressions.rs` says why).
+//! `spacekit_testkit::rangetree_model`; the proptests persist failures next to
+//! their file (`spacekit_testkit::regressions` says why).
 
-#[path = "../common/rangetree_model.rs"]
-mod model;
-#[path = "../common/regressions.rs"]
-mod regressions;
+use spacekit_testkit::rangetree_model as model;
+use spacekit_testkit::regressions;
 
 mod checks;
 mod random;

@@ -1,6 +1,4 @@
-//! e2fsprogs and temporary directories for the ext4 test binaries that are
-//! not part of `tests/ext4/` (included with `#[path]`).
-#![allow(dead_code)]
+//! e2fsprogs and temporary directories for the ext4 test binaries.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -41,10 +39,11 @@ pub fn have_e2fsprogs(tools: &[&str]) -> bool {
 pub struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new(prefix: &str, name: &str) -> TempDir {
+    /// `spacekit-<pid>-<n>-<name>` under the temporary directory.
+    pub fn new(name: &str) -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
         let p = std::env::temp_dir().join(format!(
-            "spacekit-{prefix}-{}-{}-{name}",
+            "spacekit-{}-{}-{name}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
@@ -53,6 +52,7 @@ impl TempDir {
         TempDir(p)
     }
 
+    /// `name` inside the directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }

@@ -28,10 +28,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use spacekit::__testing::Validate;
 use spacekit::crc32c;
 use spacekit::ext4::raw::{self, le16, le32, put16, put32};
 use spacekit::ext4::{AllocRequest, Image, OpenMode};
+use spacekit::testing::Validate;
 
 use super::input::Input;
 

@@ -1,8 +1,7 @@
 //! The naive buddy-allocator model: one state per page (free, poisoned,
 //! reference count), the free blocks derived as the canonical (fully merged)
 //! form of the free pages, and `merge_fixpoint`, the slow merge that form is
-//! checked against. Used by the `buddy` test target only, which declares it
-//! with `#[path]`.
+//! checked against. Used by the `buddy` test target.
 
 use spacekit::buddy::{BuddyError, FreeSummary};
 use std::collections::BTreeSet;

@@ -4,9 +4,9 @@
 //! written; updates (set/clear/flip of bits and ranges, fill) go through a
 //! `BitViewMut`, at a level that rotates.
 
-use spacekit::__testing::AtLevel;
 use spacekit::arch::Level;
 use spacekit::bitmap::{BitView, BitViewMut, Bits, BitsMut};
+use spacekit::testing::AtLevel;
 
 use super::input::Input;
 

@@ -5,12 +5,12 @@
 //! bit-by-bit model; the table's wire format; the dirty-ring conversion;
 //! and `DirtyBitmap` operations against a page model.
 
-use spacekit::__testing::{ranges_or_with, ranges_with, scan_with, ScanOpts};
 use spacekit::bitmap::le_words;
 use spacekit::dirty::{
     ranges_from_pages, scatter_pages, DirtyBitmap, DirtyError, Geometry, MemoryRange,
     MemoryRangeTable, Scan,
 };
+use spacekit::testing::{ranges_or_with, ranges_with, scan_with, ScanOpts};
 
 use super::input::Input;
 

@@ -1,17 +1,14 @@
 //! The checks of every fuzz target, shared by the cargo-fuzz targets
 //! (`fuzz/fuzz_targets/*.rs`) and the stable replay test
-//! (`crates/spacekit/tests/fuzz_replay.rs`), which both include this
-//! directory with `#[path]`. Each `run(&[u8])` decodes its input with the
-//! tiny reader in `input.rs` (no `arbitrary`, no libFuzzer) and panics when
-//! an invariant breaks.
-
-#![allow(dead_code)]
+//! (`crates/spacekit/tests/fuzz_replay.rs`). Each `run(&[u8])` decodes its
+//! input with the tiny reader in `input.rs` (no `arbitrary`, no libFuzzer)
+//! and panics when an invariant breaks.
 
 pub mod bitmap;
 pub mod buddy;
 pub mod crc;
 pub mod dirty;
-#[cfg(any(fuzzing, feature = "ext4"))]
+#[cfg(feature = "ext4")]
 pub mod ext4;
 pub mod freespace;
 pub mod input;
@@ -26,7 +23,7 @@ pub mod wire;
 pub type Check = fn(&[u8]);
 
 pub const TARGETS: &[(&str, Check)] = &[
-    #[cfg(any(fuzzing, feature = "ext4"))]
+    #[cfg(feature = "ext4")]
     ("ext4", ext4::run),
     ("dirty", dirty::run),
     ("migration_wire", wire::run),

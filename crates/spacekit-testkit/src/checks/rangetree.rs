@@ -2,14 +2,11 @@
 //! `BTreeMap` model (`first -> (last, value)`), with `validate()` after
 //! each operation and the whole contents compared.
 
-use std::collections::BTreeMap;
-
-use spacekit::__testing::Validate;
 use spacekit::rangetree::{RangeTree, RangeTreeError};
+use spacekit::testing::Validate;
 
 use super::input::Input;
-
-type Model = BTreeMap<u64, (u64, u32)>;
+use crate::rangetree_model::Model;
 
 /// An index: mostly in a small universe (so ranges collide), sometimes at
 /// the edges of u64.
@@ -36,105 +33,14 @@ fn span(input: &mut Input) -> (u64, u64) {
     (first, first.saturating_add(len))
 }
 
-fn overlapping(m: &Model, lo: u64, hi: u64) -> Vec<(u64, u64, u32)> {
-    let mut out: Vec<_> = m
-        .range(..=hi)
-        .rev()
-        .take_while(|(_, (l, _))| *l >= lo)
-        .map(|(&f, &(l, v))| (f, l, v))
-        .collect();
-    out.reverse();
-    out
-}
-
-fn punch(m: &mut Model, lo: u64, hi: u64) -> usize {
-    let hit = overlapping(m, lo, hi);
-    for &(f, l, v) in &hit {
-        m.remove(&f);
-        if f < lo {
-            m.insert(f, (lo - 1, v));
-        }
-        if l > hi {
-            m.insert(hi + 1, (l, v));
-        }
-    }
-    hit.len()
-}
-
-fn gaps(m: &Model, lo: u64, hi: u64) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut next = u128::from(lo);
-    for (f, l, _) in overlapping(m, lo, hi) {
-        if u128::from(f) > next {
-            out.push((next as u64, f - 1));
-        }
-        next = u128::from(l) + 1;
-    }
-    if next <= u128::from(hi) {
-        out.push((next as u64, hi));
-    }
-    out
-}
-
-fn model_find(
-    m: &Model,
-    size: u64,
-    align: u64,
-    lo: u64,
-    hi: u64,
-    rev: bool,
-) -> Result<Option<u64>, RangeTreeError> {
-    if lo > hi {
-        return Err(RangeTreeError::InvalidRange {
-            first: lo,
-            last: hi,
-        });
-    }
-    if size == 0 {
-        return Err(RangeTreeError::ZeroSize);
-    }
-    if !align.is_power_of_two() {
-        return Err(RangeTreeError::BadAlignment { align });
-    }
-    if hi - lo < size - 1 {
-        return Err(RangeTreeError::WindowTooSmall {
-            size,
-            first: lo,
-            last: hi,
-        });
-    }
-    let (size, align) = (u128::from(size), u128::from(align));
-    let fit = |&(a, b): &(u64, u64)| -> Option<u64> {
-        let (a, b) = (u128::from(a), u128::from(b));
-        if rev {
-            let top = (b + 1).checked_sub(size)?;
-            let s = top / align * align;
-            (s >= a).then_some(s as u64)
-        } else {
-            let s = a.div_ceil(align) * align;
-            (s + size - 1 <= b).then_some(s as u64)
-        }
-    };
-    let g = gaps(m, lo, hi);
-    Ok(if rev {
-        g.iter().rev().find_map(fit)
-    } else {
-        g.iter().find_map(fit)
-    })
-}
-
 fn contents(t: &RangeTree<u32>) -> Vec<(u64, u64, u32)> {
     t.iter().map(|(f, l, &v)| (f, l, v)).collect()
-}
-
-fn model_contents(m: &Model) -> Vec<(u64, u64, u32)> {
-    m.iter().map(|(&f, &(l, v))| (f, l, v)).collect()
 }
 
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let mut tree: RangeTree<u32> = RangeTree::new();
-    let mut model = Model::new();
+    let mut model: Model<u32> = Model::new();
     let mut steps = 0u32;
     while !input.is_empty() && steps < 400 {
         steps += 1;
@@ -144,52 +50,28 @@ pub fn run(data: &[u8]) {
             0..=2 => {
                 let (f, l) = span(&mut input);
                 let got = tree.insert_range(f, l, value);
-                let want = if f > l {
-                    Err(RangeTreeError::InvalidRange { first: f, last: l })
-                } else if let Some(&(of, ol, _)) = overlapping(&model, f, l).first() {
-                    Err(RangeTreeError::Occupied {
-                        first: of,
-                        last: ol,
-                    })
-                } else {
-                    model.insert(f, (l, value));
-                    Ok(())
-                };
+                let want = model.insert(f, l, value);
                 assert_eq!(got, want, "insert_range({f}, {l})");
             }
             3 => {
                 let (f, l) = span(&mut input);
                 let got = tree.store_range(f, l, value);
-                let want = if f > l {
-                    Err(RangeTreeError::InvalidRange { first: f, last: l })
-                } else {
-                    punch(&mut model, f, l);
-                    model.insert(f, (l, value));
-                    Ok(())
-                };
+                let want = model.store(f, l, value);
                 assert_eq!(got, want, "store_range({f}, {l})");
             }
             4 | 5 => {
                 let (f, l) = span(&mut input);
                 let got = tree.remove_range(f, l);
-                let want = if f > l {
-                    Err(RangeTreeError::InvalidRange { first: f, last: l })
-                } else {
-                    Ok(punch(&mut model, f, l))
-                };
+                let want = model.remove(f, l);
                 assert_eq!(got, want, "remove_range({f}, {l})");
             }
             6 => {
                 let i = index(&mut input);
-                let want = overlapping(&model, i, i).first().map(|&(f, _, v)| (f, v));
-                if let Some((f, _)) = want {
-                    model.remove(&f);
-                }
-                assert_eq!(tree.erase(i), want.map(|(_, v)| v), "erase({i})");
+                assert_eq!(tree.erase(i), model.erase(i), "erase({i})");
             }
             7 => {
                 let i = index(&mut input);
-                let want = overlapping(&model, i, i).first().copied();
+                let want = model.get_range(i);
                 assert_eq!(
                     tree.get_range(i).map(|(f, l, &v)| (f, l, v)),
                     want,
@@ -209,7 +91,7 @@ pub fn run(data: &[u8]) {
                 };
                 let (lo, hi) = span(&mut input);
                 let rev = input.bool();
-                let want = model_find(&model, size, align, lo, hi, rev);
+                let want = model.find(size, align, lo, hi, rev);
                 let got = if rev {
                     tree.find_gap_rev_aligned(size, align, lo..=hi)
                 } else {
@@ -228,7 +110,7 @@ pub fn run(data: &[u8]) {
                     let want = want.and_then(|s| match s {
                         None => Err(RangeTreeError::NoSpace { size }),
                         Some(s) => {
-                            model.insert(s, (s + (size - 1), value));
+                            model.insert(s, s + (size - 1), value).unwrap();
                             Ok(s)
                         }
                     });
@@ -242,17 +124,13 @@ pub fn run(data: &[u8]) {
                 let (lo, hi) = span(&mut input);
                 let got: Vec<_> = tree.range(lo..=hi).map(|(f, l, &v)| (f, l, v)).collect();
                 let want = if lo <= hi {
-                    overlapping(&model, lo, hi)
+                    model.overlapping(lo, hi)
                 } else {
                     Vec::new()
                 };
                 assert_eq!(got, want, "range({lo}..={hi})");
                 let got: Vec<_> = tree.gaps(lo..=hi).collect();
-                let want = if lo <= hi {
-                    gaps(&model, lo, hi)
-                } else {
-                    Vec::new()
-                };
+                let want = model.gaps(lo, hi);
                 assert_eq!(got, want, "gaps({lo}..={hi})");
             }
             _ => {
@@ -270,17 +148,13 @@ pub fn run(data: &[u8]) {
         assert_eq!(tree.len(), model.len(), "len after step {steps}");
         assert_eq!(
             contents(&tree),
-            model_contents(&model),
+            model.entries(),
             "contents after step {steps} (op {op})"
         );
     }
-    assert_eq!(
-        contents(&tree),
-        model_contents(&model),
-        "contents at the end"
-    );
+    assert_eq!(contents(&tree), model.entries(), "contents at the end");
     let back: Vec<_> = tree.iter().rev().map(|(f, l, &v)| (f, l, v)).collect();
-    let mut fwd = model_contents(&model);
+    let mut fwd = model.entries();
     fwd.reverse();
     assert_eq!(back, fwd, "reverse iteration");
 }

@@ -1,10 +1,4 @@
 //! The naive `Vec<bool>` model shared by the bitmap test files.
-//!
-//! The other files in this folder (`rangetree_model.rs`, `buddy_model.rs`,
-//! `regressions.rs`) are not submodules of this one: the folder test targets
-//! that use them declare them with `#[path]`, so the binaries that
-//! `mod common;` do not compile them.
-#![allow(dead_code)] // each test binary uses a subset
 
 use std::ops::Range;
 

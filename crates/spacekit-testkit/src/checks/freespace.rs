@@ -4,8 +4,8 @@
 //! (first fit from a goal, best fit, largest free) is compared with a
 //! straightforward scan of the bits.
 
-use spacekit::__testing::validate_index;
 use spacekit::freespace::{FreeSpaceError, FreeSpaceIndex};
+use spacekit::testing::validate_index;
 
 use super::input::Input;
 

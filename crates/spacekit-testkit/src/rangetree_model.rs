@@ -1,7 +1,6 @@
 //! The naive range-tree model: a `BTreeMap` from first index to
 //! `(last, value)`, with the gap search and allocation done over its free
-//! intervals (and index by index in `brute_find`). Used by the `rangetree`
-//! test target only, which declares it with `#[path]`.
+//! intervals (and index by index in `brute_find`). Used by the `rangetree` test target.
 
 use spacekit::rangetree::RangeTreeError;
 use std::collections::BTreeMap;
@@ -14,6 +13,12 @@ pub const MAX: u64 = u64::MAX;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Model<V> {
     pub m: BTreeMap<u64, (u64, V)>,
+}
+
+impl<V: Clone> Default for Model<V> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<V: Clone> Model<V> {
@@ -31,6 +36,10 @@ impl<V: Clone> Model<V> {
 
     pub fn len(&self) -> usize {
         self.m.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.m.is_empty()
     }
 
     pub fn entries(&self) -> Vec<(u64, u64, V)> {

@@ -21,8 +21,7 @@
 //!   table and split there), `State`, then `Complete`, and checks only each
 //!   answer's status.
 //!
-//! Used by `tests/ch_peer.rs` and by the CLI's migrate tests (`#[path]`).
-#![allow(dead_code)] // each test binary uses a subset
+//! Used by `tests/ch_peer.rs` and by the CLI's migrate tests.
 
 use std::io::{Read, Write};
 

@@ -9,7 +9,7 @@
 //! `tests/<name>/main.rs` and would use
 //! `tests/proptest-regressions/ops.txt`, one folder shared by every folder
 //! target, where `buddy/ops.rs` and `rangetree/ops.rs` would share a file.
-//! Declared with `#[path]` by the targets that use it.
+//! Used by the folder targets `tests/buddy/` and `tests/rangetree/`.
 
 use proptest::test_runner::{Config, FileFailurePersistence};
 

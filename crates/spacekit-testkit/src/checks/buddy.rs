@@ -3,8 +3,8 @@
 //! `validate()`, every page's state, the free count, and the free blocks
 //! equal to the canonical (fully merged) blocks of the model's free pages.
 
-use spacekit::__testing::Validate;
 use spacekit::buddy::{BuddyAllocator, BuddyConfig, BuddyError};
+use spacekit::testing::Validate;
 
 use super::input::Input;
 

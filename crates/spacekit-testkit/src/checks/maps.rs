@@ -3,8 +3,8 @@
 //! in order, none overlapping, the `[stack]` start); an error is a typed
 //! `MapsError` naming a line that exists.
 
-use spacekit::__testing::Validate;
 use spacekit::rangetree::maps::{parse_line, MapsError, ProcMaps};
+use spacekit::testing::Validate;
 
 pub fn run(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -1,0 +1,389 @@
+//! Where an image's bytes live: the [`Device`] trait, with a file backend
+//! ([`FileDevice`], the image file and its redo log beside it) and an
+//! in-memory one ([`MemDevice`]). [`super::Image`] reads and writes only
+//! through a device, so tests put a fault-injecting device between the image
+//! and its file instead of the image carrying fault-injection state.
+
+use std::borrow::ToOwned;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::vec::Vec;
+
+/// The storage under an [`Image`](super::Image): the file system's bytes,
+/// addressed by byte offset, and a second, small byte store for the redo
+/// log that makes a flush crash-safe.
+///
+/// A flush calls, in order: [`Device::write_log`] (the log's contents from
+/// offset 0, then its trailer), [`Device::sync_log`], one
+/// [`Device::write_at`] per changed block, [`Device::sync`], then
+/// [`Device::remove_log`]. A device must make each durable when it returns
+/// (a `sync` is a barrier: writes before it are durable after it).
+///
+/// ```
+/// use spacekit::ext4::{Device, MemDevice};
+///
+/// let mut dev = MemDevice::new(vec![0; 4096]);
+/// dev.write_at(1024, b"ext4")?;
+/// let mut buf = [0u8; 4];
+/// dev.read_at(1024, &mut buf)?;
+/// assert_eq!(&buf, b"ext4");
+/// assert_eq!(dev.read_log()?, None);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub trait Device: fmt::Debug + Send {
+    /// The length of the image in bytes.
+    ///
+    /// # Errors
+    /// An I/O error from the backend.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Whether the image is empty (`len() == 0`).
+    ///
+    /// # Errors
+    /// As [`Device::len`].
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Whether writes are allowed (a read-only device refuses them).
+    fn writable(&self) -> bool;
+
+    /// Fills `buf` from byte `offset`.
+    ///
+    /// # Errors
+    /// An I/O error, [`io::ErrorKind::UnexpectedEof`] past the end.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// Writes all of `data` at byte `offset`.
+    ///
+    /// # Errors
+    /// An I/O error; part of `data` may have been written.
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+
+    /// Makes every write so far durable.
+    ///
+    /// # Errors
+    /// An I/O error.
+    fn sync(&mut self) -> io::Result<()>;
+
+    /// The redo log's bytes, or `None` if there is no log.
+    ///
+    /// # Errors
+    /// An I/O error other than the log not existing.
+    fn read_log(&self) -> io::Result<Option<Vec<u8>>>;
+
+    /// Writes `data` at byte `offset` of the redo log; at offset 0 the log
+    /// is first created empty (or emptied).
+    ///
+    /// # Errors
+    /// An I/O error; part of `data` may have been written.
+    fn write_log(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+
+    /// Makes the log, and its existence, durable.
+    ///
+    /// # Errors
+    /// An I/O error.
+    fn sync_log(&mut self) -> io::Result<()>;
+
+    /// Removes the log durably; `Ok` if there is none.
+    ///
+    /// # Errors
+    /// An I/O error.
+    fn remove_log(&mut self) -> io::Result<()>;
+
+    /// Where the log lives, for error messages (a path for a file device).
+    fn log_name(&self) -> PathBuf;
+}
+
+/// An image file and its redo log beside it (`<image>.spacekit-redo`),
+/// with positioned reads and writes (`pread`/`pwrite` on Unix).
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    log: PathBuf,
+    writable: bool,
+}
+
+impl FileDevice {
+    /// Opens the image file at `path`, for writing too if `writable`.
+    ///
+    /// # Errors
+    /// An I/O error opening the file.
+    pub fn open(path: impl AsRef<Path>, writable: bool) -> io::Result<FileDevice> {
+        let path = path.as_ref();
+        let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        Ok(FileDevice {
+            file,
+            log: log_path(path),
+            writable,
+        })
+    }
+}
+
+/// The redo log path for the image at `image`: `<image>.spacekit-redo`.
+pub(crate) fn log_path(image: &Path) -> PathBuf {
+    let mut s = image.as_os_str().to_owned();
+    s.push(".spacekit-redo");
+    PathBuf::from(s)
+}
+
+impl Device for FileDevice {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        read_exact_at(&self.file, offset, buf)
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        write_all_at(&self.file, offset, data)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
+    fn read_log(&self) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(&self.log) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_log(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(offset == 0)
+            .truncate(offset == 0)
+            .open(&self.log)?;
+        write_all_at(&f, offset, data)
+    }
+
+    fn sync_log(&mut self) -> io::Result<()> {
+        File::open(&self.log)?.sync_all()?;
+        sync_dir(&self.log)
+    }
+
+    fn remove_log(&mut self) -> io::Result<()> {
+        match fs::remove_file(&self.log) {
+            Ok(()) => sync_dir(&self.log),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn log_name(&self) -> PathBuf {
+        self.log.clone()
+    }
+}
+
+/// fsyncs the directory holding `path`, so a created or removed log is
+/// durable (a no-op where directories cannot be opened).
+fn sync_dir(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(())
+    }
+}
+
+/// Reads `buf.len()` bytes at `offset` (one `pread` on Unix).
+fn read_exact_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_exact(buf)
+    }
+}
+
+/// Writes all of `buf` at `offset` (`pwrite` on Unix).
+fn write_all_at(file: &File, offset: u64, buf: &[u8]) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        f.write_all(buf)
+    }
+}
+
+/// An image held in memory, with its redo log: for tests, and for building
+/// an image before writing it out in one piece. Writes past the end are
+/// refused (an image does not grow).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemDevice {
+    image: Vec<u8>,
+    log: Option<Vec<u8>>,
+    read_only: bool,
+}
+
+impl MemDevice {
+    /// A writable device holding `image`.
+    pub fn new(image: Vec<u8>) -> MemDevice {
+        MemDevice {
+            image,
+            log: None,
+            read_only: false,
+        }
+    }
+
+    /// The same device, refusing writes.
+    pub fn read_only(self) -> MemDevice {
+        MemDevice {
+            read_only: true,
+            ..self
+        }
+    }
+
+    /// The image's bytes.
+    pub fn image(&self) -> &[u8] {
+        &self.image
+    }
+
+    /// The redo log's bytes, if there is a log.
+    pub fn log(&self) -> Option<&[u8]> {
+        self.log.as_deref()
+    }
+
+    /// The image's bytes, consuming the device.
+    pub fn into_image(self) -> Vec<u8> {
+        self.image
+    }
+}
+
+/// `offset..offset + len` inside `size` bytes, as `usize`s.
+fn span(offset: u64, len: usize, size: usize) -> io::Result<(usize, usize)> {
+    usize::try_from(offset)
+        .ok()
+        .and_then(|s| Some((s, s.checked_add(len)?)))
+        .filter(|&(_, e)| e <= size)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
+}
+
+impl MemDevice {
+    fn check_writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        }
+        Ok(())
+    }
+}
+
+impl Device for MemDevice {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.image.len() as u64)
+    }
+
+    fn writable(&self) -> bool {
+        !self.read_only
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let (s, e) = span(offset, buf.len(), self.image.len())?;
+        buf.copy_from_slice(&self.image[s..e]);
+        Ok(())
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check_writable()?;
+        let (s, e) = span(offset, data.len(), self.image.len())?;
+        self.image[s..e].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn read_log(&self) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.log.clone())
+    }
+
+    fn write_log(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check_writable()?;
+        let log = if offset == 0 {
+            self.log.insert(Vec::new())
+        } else {
+            self.log.get_or_insert_with(Vec::new)
+        };
+        let s =
+            usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let e = s + data.len();
+        if log.len() < e {
+            log.resize(e, 0);
+        }
+        log[s..e].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn sync_log(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn remove_log(&mut self) -> io::Result<()> {
+        self.check_writable()?;
+        self.log = None;
+        Ok(())
+    }
+
+    fn log_name(&self) -> PathBuf {
+        PathBuf::from("(redo log in memory)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_device_reads_writes_and_refuses_past_the_end() {
+        let mut d = MemDevice::new(vec![0; 100]);
+        d.write_at(90, &[1; 10]).unwrap();
+        assert_eq!(
+            d.write_at(95, &[1; 10]).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        let mut b = [0u8; 11];
+        assert!(d.read_at(90, &mut b).is_err());
+        d.read_at(89, &mut b).unwrap();
+        assert_eq!(b, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+        assert!(d.read_at(u64::MAX, &mut b).is_err());
+        d.write_log(0, b"abc").unwrap();
+        d.write_log(5, b"de").unwrap();
+        assert_eq!(d.read_log().unwrap().unwrap(), b"abc\0\0de");
+        d.write_log(0, b"x").unwrap();
+        assert_eq!(d.log(), Some(&b"x"[..]));
+        d.remove_log().unwrap();
+        assert_eq!(d.read_log().unwrap(), None);
+        let mut ro = d.read_only();
+        assert!(!ro.writable());
+        assert!(ro.write_at(0, &[1]).is_err());
+        assert!(ro.write_log(0, &[1]).is_err());
+    }
+}
