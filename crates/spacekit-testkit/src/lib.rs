@@ -15,3 +15,4 @@ pub mod e2fs;
 pub mod faults;
 pub mod rangetree_model;
 pub mod regressions;
+pub mod rng;

@@ -22,17 +22,7 @@ use spacekit::migration::{
 const PAGE: u64 = 4096;
 const SIZE: usize = 8 << 20;
 
-/// A xorshift generator: reproducible, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use spacekit_testkit::rng::Rng;
 
 /// Random page runs written with new bytes in `mem`; returns them as
 /// `(gpa, length)` ranges, ascending.

@@ -17,33 +17,7 @@ use spacekit::migration::{
 
 const PAGE: u64 = 4096;
 
-/// A xorshift generator: reproducible, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.next() as u8;
-        }
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = vec![0; n];
-        self.fill(&mut v);
-        v
-    }
-}
+use spacekit_testkit::rng::Rng;
 
 type Served = (Result<ReceiveSummary, MigrationError>, Vec<u8>);
 

@@ -83,19 +83,7 @@ fn every_config() -> Vec<Config> {
     all
 }
 
-/// A small deterministic generator.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use spacekit_testkit::rng::Rng;
 
 fn debugfs(path: &Path, cmd: &str) -> String {
     let out = e2fs("debugfs")
