@@ -18,7 +18,12 @@
 //!      summaries over 4096-bit leaves): `first_fit(.., goal 0)`, then
 //!      `set_range` / `clear_range`, each followed by the index's `update`.
 //!
-//!    All three must return the same first address before timing (the
+//!    * `spacekit-summary`: a [`SummaryBitmap`] (the bitmap plus summary
+//!      levels of words with a clear bit, 64-way): `find_clear_area(0, ..)`
+//!      from the first clear bit the levels give, then `set` / `clear` (one
+//!      bit) or `set_range` / `clear_range`, which keep the levels in step.
+//!
+//!    All four must return the same first address before timing (the
 //!    lowest aligned start of `size` free bits: the same rule in all three);
 //!    after the fragmentation the two bitmaps must agree bit for bit over
 //!    the fragmented stretch.
@@ -46,7 +51,7 @@
 //!
 //! JSON rows: `case` (`alloc_contiguous`, `zeroes`, `count_ones`),
 //! `variant` (`bitmap-allocator`, `spacekit`, `spacekit-index`,
-//! `fixedbitset`), and per case `bits`, `scan`, `size`, `align_log2`
+//! `spacekit-summary`, `fixedbitset`), and per case `bits`, `scan`, `size`, `align_log2`
 //! (alloc_contiguous) or `bits`, `pattern`, `range` (the others), and
 //! `median_ns` (per allocate + free pair, per full iteration, per count).
 
@@ -57,8 +62,9 @@ use bitmap_allocator::{BitAlloc, BitAlloc256M};
 use fixedbitset::FixedBitSet;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::bitmap::{Bitmap, Bits, BitsMut};
+use spacekit::bitmap::{Bitmap, Bits, BitsMut, SummaryBitmap};
 use spacekit::freespace::FreeSpaceIndex;
+use spacekit::testing::Validate;
 
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};
@@ -112,6 +118,7 @@ struct Alloc {
     scan: Bitmap,
     indexed: Bitmap,
     index: FreeSpaceIndex,
+    summary: SummaryBitmap,
 }
 
 impl Alloc {
@@ -126,6 +133,7 @@ impl Alloc {
             scan,
             indexed,
             index,
+            summary: SummaryBitmap::new(CAP),
         })
     }
 
@@ -136,10 +144,12 @@ impl Alloc {
                 self.peer.remove(r.clone());
                 self.scan.set_range(r.clone()).map_err(bad)?;
                 self.indexed.set_range(r.clone()).map_err(bad)?;
+                self.summary.set_range(r.clone()).map_err(bad)?;
             } else {
                 self.peer.insert(r.clone());
                 self.scan.clear_range(r.clone()).map_err(bad)?;
                 self.indexed.clear_range(r.clone()).map_err(bad)?;
+                self.summary.clear_range(r.clone()).map_err(bad)?;
             }
         }
         let end = runs.last().map_or(0, |r| r.end) as u64;
@@ -166,6 +176,19 @@ fn scan_pair(map: &mut Bitmap, size: usize, align: usize) -> Option<usize> {
         let _ = map.clear_range(p..p + size);
     }
     p
+}
+
+/// spacekit's allocate + free on the summary bitmap.
+fn summary_pair(map: &mut SummaryBitmap, size: usize, align: usize) -> Option<usize> {
+    let p = map.find_clear_area(0, size, align, 0).ok().flatten()?;
+    if size == 1 {
+        let _ = map.set(p);
+        let _ = map.clear(p);
+    } else {
+        let _ = map.set_range(p..p + size);
+        let _ = map.clear_range(p..p + size);
+    }
+    Some(p)
 }
 
 /// spacekit's allocate + free through the free-space index.
@@ -217,15 +240,25 @@ fn alloc_case(
             )));
         }
     }
+    if let Err(e) = a.summary.validate() {
+        return Err(BenchError(format!("{what}: the summary levels: {e}")));
+    }
+    if a.summary.as_bitmap() != &a.scan {
+        return Err(BenchError(format!(
+            "{what}: the summary bitmap's bits differ from the plain bitmap's"
+        )));
+    }
     let Alloc {
         peer,
         scan: map,
         indexed,
         index,
+        summary,
     } = a;
     let want = peer_pair(&mut **peer, size, align_log2);
     let got = scan_pair(map, size, align);
     let got_index = index_pair(indexed, index, size, align);
+    let got_summary = summary_pair(summary, size, align);
     let m = Comparison::new(what.clone())
         .variant(
             "bitmap-allocator",
@@ -248,12 +281,20 @@ fn alloc_case(
                 black_box(index_pair(indexed, index, size, align));
             }),
         )
+        .variant(
+            "spacekit-summary",
+            got_summary,
+            batch(|| {
+                black_box(summary_pair(summary, size, align));
+            }),
+        )
         .run(&ctx.timer())?;
     // Every pair left the state as it found it: the same answer again.
     let again = [
         peer_pair(&mut **peer, size, align_log2),
         scan_pair(map, size, align),
         index_pair(indexed, index, size, align),
+        summary_pair(summary, size, align),
     ];
     if again.iter().any(|&p| p != want) {
         return Err(BenchError(format!(
@@ -285,8 +326,10 @@ fn alloc_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Be
             "bitmap-allocator",
             "spacekit",
             "spacekit-index",
+            "spacekit-summary",
             "peer/spk",
             "peer/index",
+            "peer/summary",
         ],
     );
     let labels: Vec<String> = REQUESTS
@@ -324,10 +367,15 @@ fn alloc_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Be
                 m.cell("bitmap-allocator"),
                 m.cell("spacekit"),
                 m.cell("spacekit-index"),
+                m.cell("spacekit-summary"),
                 m.ratio_cell("bitmap-allocator", "spacekit"),
                 m.ratio_cell("bitmap-allocator", "spacekit-index"),
+                m.ratio_cell("bitmap-allocator", "spacekit-summary"),
             ]);
-            let best = m.ns("spacekit").min(m.ns("spacekit-index"));
+            let best = m
+                .ns("spacekit")
+                .min(m.ns("spacekit-index"))
+                .min(m.ns("spacekit-summary"));
             bars.check(
                 best <= m.ns("bitmap-allocator"),
                 format!(
@@ -338,6 +386,20 @@ fn alloc_table(ctx: &Ctx, report: &mut Report, bars: &mut Bars) -> Result<(), Be
                     m.cell("bitmap-allocator"),
                 ),
             );
+            if size == 1 && align_log2 == 0 && scan == 1 << 22 {
+                // The hot case of page and inode allocators, on a mostly
+                // full map: the summary's few loads against the peer's.
+                let r = m.ns("bitmap-allocator") / best;
+                bars.check(
+                    r >= 2.0,
+                    format!(
+                        "alloc_contiguous size 1 after {scan} bits: bitmap-allocator {} vs \
+                         fastest spacekit {} = {r:.1}x (bar: >= 2x)",
+                        m.cell("bitmap-allocator"),
+                        crate::harness::fmt_ns(best),
+                    ),
+                );
+            }
         }
     }
     report.table(table);

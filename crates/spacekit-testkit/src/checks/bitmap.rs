@@ -2,11 +2,14 @@
 //! SIMD level this machine has (`AtLevel`, scalar first), over a word slice
 //! whose bits past the length hold garbage that must neither be read nor
 //! written; updates (set/clear/flip of bits and ranges, fill) go through a
-//! `BitViewMut`, at a level that rotates.
+//! `BitViewMut`, at a level that rotates. A `SummaryBitmap` takes the same
+//! updates through its own methods; after each, its levels validate and its
+//! summary-driven searches (`find_next_clear`, `find_clear_area`, `alloc`)
+//! agree with the model.
 
 use spacekit::arch::Level;
-use spacekit::bitmap::{BitView, BitViewMut, Bits, BitsMut};
-use spacekit::testing::AtLevel;
+use spacekit::bitmap::{BitView, BitViewMut, Bitmap, Bits, BitsMut, SummaryBitmap};
+use spacekit::testing::{AtLevel, Validate};
 
 use super::input::Input;
 
@@ -233,6 +236,44 @@ fn check_queries(words: &[u64], m: &[bool], input: &mut Input, level: Level) {
     }
 }
 
+/// The summary bitmap's searches against the model, at positions derived
+/// from `step` (no input consumed), and one `alloc` that is undone.
+fn check_summary(sb: &mut SummaryBitmap, m: &[bool], step: usize) {
+    let len = m.len();
+    if let Err(e) = sb.validate() {
+        panic!("summary levels after step {step}: {e}");
+    }
+    let probes = [0, 1, 63, 64, len / 2, len.saturating_sub(1), len, len + 1]
+        .into_iter()
+        .chain((0..4).map(|k| (step * 7919 + k * 104_729) % (len + 2)));
+    for i in probes {
+        let want = (i..len).find(|&k| !m[k]);
+        assert_eq!(
+            sb.find_next_clear(i),
+            want,
+            "summary find_next_clear({i}) of {len}"
+        );
+        for (nr, align) in [(1, 1), (1, 8), (2, 1), (3, 4), (65, 1), (64, 64), (0, 16)] {
+            // An empty request: whatever the plain bitmap answers.
+            let want = if nr == 0 {
+                sb.as_bitmap().find_clear_area(i, nr, align, 0)
+            } else {
+                Ok(area(m, i, nr, align, 0))
+            };
+            assert_eq!(
+                sb.find_clear_area(i, nr, align, 0),
+                want,
+                "summary find_clear_area({i}, {nr}, {align}) of {len}"
+            );
+        }
+    }
+    let want = area(m, 0, 1, 1, 0);
+    assert_eq!(sb.alloc(1, 1), Ok(want), "summary alloc(1, 1)");
+    if let Some(p) = want {
+        assert_eq!(sb.clear(p), Ok(true));
+    }
+}
+
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let len = match input.u8() % 4 {
@@ -256,6 +297,9 @@ pub fn run(data: &[u8]) {
             *w &= !(1 << (i % 64));
         }
     }
+    let mut sb = SummaryBitmap::from_bitmap(
+        Bitmap::from_words(words[..len.div_ceil(64)].to_vec(), len).expect("bitmap"),
+    );
     let levels: Vec<Level> = Level::available().collect();
     let outside = |words: &[u64]| -> Vec<u64> {
         // The bits past the length, word by word.
@@ -332,6 +376,29 @@ pub fn run(data: &[u8]) {
             }
         }
         assert_eq!(outside(&words), before, "bits past the length changed");
+        // The summary bitmap follows the model through its own updates.
+        for (i, &v) in m.iter().enumerate() {
+            if sb.get(i) != Some(v) {
+                let got = if v { sb.set(i) } else { sb.clear(i) };
+                assert_eq!(got, Ok(!v));
+            }
+        }
+        if step % 3 == 0 {
+            // Whole-range updates too: every bit rewritten by ranges.
+            let mut i = 0;
+            while i < len {
+                let v = m[i];
+                let e = (i..len).find(|&k| m[k] != v).unwrap_or(len);
+                let got = if v {
+                    sb.set_range(i..e)
+                } else {
+                    sb.clear_range(i..e)
+                };
+                assert_eq!(got, Ok(()));
+                i = e;
+            }
+        }
+        check_summary(&mut sb, &m, step);
         // The same queries (the same input bytes) at every level.
         let mut after = input.clone();
         for &level in &levels {

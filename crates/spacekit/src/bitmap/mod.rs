@@ -62,6 +62,7 @@ mod find;
 pub(crate) mod hooks;
 mod iter;
 mod le_words;
+mod summary;
 mod word;
 
 pub use bytes::{load_le_bytes, store_le_bytes};
@@ -722,6 +723,248 @@ impl sealed::SealedMut for Bitmap {
     }
 }
 impl BitsMut for Bitmap {}
+
+/// A [`Bitmap`] with summary levels that find its first clear bit in
+/// O(log n) word loads: bit `j` of level 1 says word `j` has a clear bit,
+/// each level above summarises the one below, up to one word (5 levels for
+/// 2^28 bits). Meant for page, block and inode allocators over large,
+/// mostly full bitmaps, where the first free bit is the hot question (rcore's
+/// `bitmap-allocator` answers it with a 16-way cascade).
+///
+/// Every update goes through its own methods ([`SummaryBitmap::set`],
+/// [`SummaryBitmap::clear`], the range forms and [`SummaryBitmap::fill`]),
+/// which keep the levels in step: O(1) per word changed, plus one word per
+/// level when a word becomes full or stops being full. There is no
+/// [`BitsMut`] (whose updates would bypass the levels); every read-only
+/// query of [`Bits`] is there, and [`SummaryBitmap::find_next_clear`] and
+/// [`SummaryBitmap::find_clear_area`] use the levels.
+///
+/// ```
+/// use spacekit::bitmap::SummaryBitmap;
+///
+/// let mut map = SummaryBitmap::new(1 << 20);
+/// map.set_range(0..700_000)?;
+/// map.clear(12_345)?;
+/// assert_eq!(map.alloc(1, 1)?, Some(12_345));       // found and set
+/// assert_eq!(map.find_next_clear(0), Some(700_000));
+/// assert_eq!(map.find_clear_area(0, 64, 64, 0)?, Some(700_032));
+/// # Ok::<(), spacekit::bitmap::BitmapError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SummaryBitmap {
+    map: Bitmap,
+    sum: summary::Summary,
+}
+
+impl SummaryBitmap {
+    /// `len` clear bits.
+    pub fn new(len: usize) -> SummaryBitmap {
+        SummaryBitmap::from_bitmap(Bitmap::new(len))
+    }
+
+    /// Summarises `map`: O(n).
+    pub fn from_bitmap(map: Bitmap) -> SummaryBitmap {
+        let sum = summary::Summary::build(&map.words, map.len);
+        SummaryBitmap { map, sum }
+    }
+
+    /// The bitmap, for reading.
+    pub fn as_bitmap(&self) -> &Bitmap {
+        &self.map
+    }
+
+    /// The bitmap, dropping the levels.
+    pub fn into_bitmap(self) -> Bitmap {
+        self.map
+    }
+
+    /// Length in bits.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Whether the length is 0.
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+
+    /// First clear bit at or after `from` ([`Bits::find_next_clear`]), in
+    /// O(log n) through the levels.
+    #[inline]
+    pub fn find_next_clear(&self, from: usize) -> Option<usize> {
+        if from >= self.map.len {
+            return None;
+        }
+        let words = &self.map.words;
+        let j = from / 64;
+        let tail = if j + 1 == words.len() {
+            last_word_mask(self.map.len)
+        } else {
+            !0
+        };
+        let here = !words[j] & tail & (!0u64 << (from % 64));
+        if here != 0 {
+            return Some(j * 64 + here.trailing_zeros() as usize);
+        }
+        let k = self.sum.next_free_word(j + 1)?;
+        let tail = if k + 1 == words.len() {
+            last_word_mask(self.map.len)
+        } else {
+            !0
+        };
+        Some(k * 64 + (!words[k] & tail).trailing_zeros() as usize)
+    }
+
+    /// [`Bits::find_clear_area`] (same arguments, answer and errors), from
+    /// the first clear bit at or after `start` found through the levels: a
+    /// single bit without alignment is that bit; anything else is searched
+    /// from there.
+    ///
+    /// # Errors
+    /// As [`Bits::find_clear_area`].
+    #[inline]
+    pub fn find_clear_area(
+        &self,
+        start: usize,
+        nr: usize,
+        align: usize,
+        offset: usize,
+    ) -> Result<Option<usize>, BitmapError> {
+        let rule = check_align(align, offset)?;
+        // Any fit starts at a clear bit; an empty request is answered by
+        // the plain search (the aligned start, as the kernel does).
+        let from = if nr == 0 {
+            start
+        } else {
+            match self.find_next_clear(start) {
+                None => return Ok(None),
+                Some(s) if nr == 1 && align == 1 => return Ok(Some(s)),
+                Some(s) => s,
+            }
+        };
+        Ok(area::find_clear_area(
+            &self.map.words,
+            self.map.len,
+            from,
+            nr,
+            rule,
+            self.map.level,
+            &mut AreaStats::default(),
+        ))
+    }
+
+    /// Allocates: the lowest `nr` clear bits starting on a multiple of
+    /// `align` ([`SummaryBitmap::find_clear_area`] from 0) are set and their
+    /// start returned; `None` (nothing changed) if there is no room.
+    ///
+    /// # Errors
+    /// [`BitmapError::InvalidAlignment`] unless `align` is a power of two.
+    pub fn alloc(&mut self, nr: usize, align: usize) -> Result<Option<usize>, BitmapError> {
+        let Some(p) = self.find_clear_area(0, nr, align, 0)? else {
+            return Ok(None);
+        };
+        if nr == 1 {
+            self.set(p)?;
+        } else {
+            self.set_range(p..p + nr)?;
+        }
+        Ok(Some(p))
+    }
+
+    /// Sets bit `index` and returns its previous value.
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end.
+    #[inline]
+    pub fn set(&mut self, index: usize) -> Result<bool, BitmapError> {
+        check_index(index, self.map.len)?;
+        let j = index / 64;
+        let w = &mut self.map.words[j];
+        let m = 1u64 << (index % 64);
+        let old = *w & m != 0;
+        *w |= m;
+        let w = *w;
+        if !old {
+            self.sum.note(j, w);
+        }
+        Ok(old)
+    }
+
+    /// Clears bit `index` and returns its previous value.
+    ///
+    /// # Errors
+    /// [`BitmapError::IndexOutOfBounds`] past the end.
+    #[inline]
+    pub fn clear(&mut self, index: usize) -> Result<bool, BitmapError> {
+        check_index(index, self.map.len)?;
+        let j = index / 64;
+        let w = &mut self.map.words[j];
+        let m = 1u64 << (index % 64);
+        let old = *w & m != 0;
+        *w &= !m;
+        let w = *w;
+        if old {
+            self.sum.note(j, w);
+        }
+        Ok(old)
+    }
+
+    /// Sets every bit in `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`]; nothing changes then.
+    pub fn set_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
+        let (s, e) = check_range(range, self.map.len)?;
+        self.update(s, e, RangeOp::Set);
+        Ok(())
+    }
+
+    /// Clears every bit in `range`.
+    ///
+    /// # Errors
+    /// [`BitmapError::RangeOutOfBounds`]; nothing changes then.
+    pub fn clear_range(&mut self, range: impl RangeBounds<usize>) -> Result<(), BitmapError> {
+        let (s, e) = check_range(range, self.map.len)?;
+        self.update(s, e, RangeOp::Clear);
+        Ok(())
+    }
+
+    /// Sets (`true`) or clears every bit.
+    pub fn fill(&mut self, value: bool) {
+        let op = if value { RangeOp::Set } else { RangeOp::Clear };
+        self.update(0, self.map.len, op);
+    }
+
+    fn update(&mut self, s: usize, e: usize, op: RangeOp) {
+        if s >= e {
+            return;
+        }
+        find::update_range(&mut self.map.words, s, e, op);
+        for j in s / 64..=(e - 1) / 64 {
+            self.sum.note(j, self.map.words[j]);
+        }
+    }
+
+    /// The levels equal ones rebuilt from the bits (for `Validate`).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn validate(&self) -> Result<(), alloc::string::String> {
+        self.sum.validate(&self.map.words, self.map.len)
+    }
+}
+
+impl sealed::Sealed for SummaryBitmap {
+    fn level(&self, _: sealed::Internal) -> Level {
+        self.map.level
+    }
+}
+impl Bits for SummaryBitmap {
+    fn words(&self) -> &[u64] {
+        &self.map.words
+    }
+    fn bit_len(&self) -> usize {
+        self.map.len
+    }
+}
 
 /// A borrowed, read-only bitmap over a caller's words.
 ///
