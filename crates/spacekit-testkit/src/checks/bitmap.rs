@@ -383,7 +383,7 @@ pub fn run(data: &[u8]) {
                 assert_eq!(got, Ok(!v));
             }
         }
-        if step % 3 == 0 {
+        if step.is_multiple_of(3) {
             // Whole-range updates too: every bit rewritten by ranges.
             let mut i = 0;
             while i < len {
