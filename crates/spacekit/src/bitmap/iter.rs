@@ -3,6 +3,7 @@
 use core::iter::FusedIterator;
 use core::ops::Range;
 
+use super::arch::{self, generic::bits_of};
 use super::find::{inv, skip_fwd};
 use super::word::{first_word_mask, last_word_mask, words_for};
 use crate::arch::Level;
@@ -117,49 +118,31 @@ impl<'a, const CLEAR: bool> Walk<'a, CLEAR> {
         Some(self.wi * 64 + b)
     }
 
-    /// Every remaining bit through `f`, word by word (what `fold`,
-    /// `for_each`, `sum` and `count` on the bit iterators run). The cursor
-    /// lives in registers; the next word is read inline and only an empty
-    /// one calls the skip loop.
+    /// Every remaining bit through `f` (what `fold`, `for_each`, `sum` and
+    /// `count` on the bit iterators run): the current word, the words
+    /// before the last through the vector fold at the walk's level, then the
+    /// last word with its tail mask.
     #[inline(always)]
-    fn fold_bits<B>(mut self, init: B, mut f: impl FnMut(B, usize) -> B) -> B {
-        let mut acc = init;
+    fn fold_bits<B>(self, init: B, mut f: impl FnMut(B, usize) -> B) -> B {
         let n = self.words.len();
-        let (mut wi, mut w) = (self.wi, self.cur);
-        let mut base = wi * 64;
-        loop {
-            if w == 0 {
-                // The next word holding a bit: up to NEAR words inline (all
-                // but the last word need no tail mask), then the skip loop.
-                let near = n.saturating_sub(1).min(wi + 1 + NEAR);
-                wi += 1;
-                while wi < near {
-                    w = self.words[wi] ^ inv(CLEAR);
-                    if w != 0 {
-                        break;
-                    }
-                    wi += 1;
-                }
-                if w == 0 {
-                    if wi + 1 < n {
-                        self.wi = wi - 1;
-                        self.cur = 0;
-                        if !self.refill_slow() {
-                            return acc;
-                        }
-                        (wi, w) = (self.wi, self.cur);
-                    } else if wi < n {
-                        w = self.load(wi);
-                    } else {
-                        return acc;
-                    }
-                }
-                base = wi * 64;
-                continue;
-            }
-            acc = f(acc, base + w.trailing_zeros() as usize);
-            w &= w - 1;
+        if self.wi >= n {
+            return init;
         }
+        let acc = bits_of(init, self.cur, self.wi * 64, &mut f);
+        let last = n - 1;
+        if self.wi == last {
+            return acc;
+        }
+        let acc = arch::fold_bits(
+            self.be,
+            self.words,
+            self.wi + 1,
+            last,
+            inv(CLEAR),
+            acc,
+            &mut f,
+        );
+        bits_of(acc, self.load(last), last * 64, &mut f)
     }
 
     #[inline(always)]

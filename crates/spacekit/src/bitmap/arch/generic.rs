@@ -52,6 +52,68 @@ fn diff_mask<V: Vector>(v: [V; 4], pat: V) -> u64 {
         | v[3].ne_mask(pat) << (3 * l)
 }
 
+/// Every set bit of `w` (bit `k` is position `base + k`), lowest first,
+/// through `f`: two bits per loop test, so a word of many bits pays half
+/// the branches.
+#[inline(always)]
+pub(crate) fn bits_of<B>(
+    mut acc: B,
+    mut w: u64,
+    base: usize,
+    f: &mut impl FnMut(B, usize) -> B,
+) -> B {
+    let n = w.count_ones();
+    for _ in 0..n / 2 {
+        let t = w.trailing_zeros() as usize;
+        w &= w - 1;
+        acc = f(acc, base + t);
+        let t = w.trailing_zeros() as usize;
+        w &= w - 1;
+        acc = f(acc, base + t);
+    }
+    if n & 1 != 0 {
+        acc = f(acc, base + w.trailing_zeros() as usize);
+    }
+    acc
+}
+
+/// Every bit of `words[from..end]` that differs from `x` (`x` = 0: the set
+/// bits, `!0`: the clear bits), in order, through `f`. Four vectors at a
+/// time give a mask of the words holding such a bit, so a word without one
+/// costs no branch of its own (a mostly full map skips its full words at
+/// vector speed) and a block of words that all hold some pays one
+/// predictable loop.
+#[inline(always)]
+pub(crate) fn fold_bits<V: Vector, B>(
+    words: &[u64],
+    from: usize,
+    end: usize,
+    x: u64,
+    init: B,
+    mut f: impl FnMut(B, usize) -> B,
+) -> B {
+    let words = &words[..end];
+    let step = 4 * V::LANES;
+    let pat = V::splat(x);
+    let mut acc = init;
+    let mut i = from;
+    while i + step <= end {
+        // SAFETY: `i + 4 * LANES <= end = words.len()`.
+        let mut m = diff_mask(unsafe { load4::<V>(words, i) }, pat);
+        while m != 0 {
+            let k = i + m.trailing_zeros() as usize;
+            m &= m - 1;
+            acc = bits_of(acc, words[k] ^ x, k * 64, &mut f);
+        }
+        i += step;
+    }
+    while i < end {
+        acc = bits_of(acc, words[i] ^ x, i * 64, &mut f);
+        i += 1;
+    }
+    acc
+}
+
 /// First index `>= from` with `words[i] != pat`: aligned head word by word,
 /// then four vectors per step (one combined test), then the tail a vector
 /// at a time through partial loads.

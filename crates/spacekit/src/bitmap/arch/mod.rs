@@ -67,6 +67,48 @@ entry_points! {
     fn nth_word(words: &'a [u64], n: usize) -> Result<(usize, u32), usize>;
 }
 
+/// Every bit of `words[from..end]` that differs from `x`, in order,
+/// through `f` ([`generic::fold_bits`] at `level`): the body of the bit
+/// iterators' `fold`.
+#[inline(always)]
+pub(crate) fn fold_bits<B, F: FnMut(B, usize) -> B>(
+    level: Level,
+    words: &[u64],
+    from: usize,
+    end: usize,
+    x: u64,
+    init: B,
+    f: F,
+) -> B {
+    /// The fold's arguments, as a job for `crate::arch::run`.
+    struct Fold<'a, B, F> {
+        words: &'a [u64],
+        from: usize,
+        end: usize,
+        x: u64,
+        init: B,
+        f: F,
+    }
+    impl<B, F: FnMut(B, usize) -> B> Job for Fold<'_, B, F> {
+        type Output = B;
+        #[inline(always)]
+        fn run<V: Vector>(self) -> B {
+            generic::fold_bits::<V, B>(self.words, self.from, self.end, self.x, self.init, self.f)
+        }
+    }
+    crate::arch::run(
+        level,
+        Fold {
+            words,
+            from,
+            end,
+            x,
+            init,
+            f,
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     //! Every level's primitives against the scalar ones, directly: the
@@ -219,6 +261,37 @@ mod tests {
                     "first_zero_chunk at {level}, case {case}, chunk {chunk:?}, n {n}, \
                      skew {skew}, from {from}"
                 );
+            }
+        }
+    }
+
+    /// The fold over bits of either polarity, at every level, against a
+    /// bit-by-bit oracle: long stretches of full and empty words with odd
+    /// words inside, random words, every start and end near vector steps.
+    #[test]
+    fn fold_bits_agrees_with_a_bit_by_bit_walk() {
+        let mut rng = Rng(0xA512_F01D);
+        for case in 0..300 {
+            let n = rng.below(200) as usize;
+            let words = match case % 4 {
+                0 => stretch(&mut rng, n, !0, n / 8),
+                1 => stretch(&mut rng, n, 0, n / 8),
+                2 => (0..n).map(|_| rng.next()).collect(),
+                _ => stretch(&mut rng, n, !0, n / 2),
+            };
+            let from = rng.below(n as u64 + 1) as usize;
+            let end = from + rng.below((n - from) as u64 + 1) as usize;
+            for x in [0u64, !0] {
+                let want: Vec<usize> = (from * 64..end * 64)
+                    .filter(|&b| (words[b / 64] ^ x) >> (b % 64) & 1 == 1)
+                    .collect();
+                for level in Level::available() {
+                    let got = fold_bits(level, &words, from, end, x, Vec::new(), |mut v, b| {
+                        v.push(b);
+                        v
+                    });
+                    assert_eq!(got, want, "case {case} x {x:#x} {from}..{end} at {level}");
+                }
             }
         }
     }
