@@ -877,17 +877,7 @@ impl SummaryBitmap {
     /// [`BitmapError::IndexOutOfBounds`] past the end.
     #[inline]
     pub fn set(&mut self, index: usize) -> Result<bool, BitmapError> {
-        check_index(index, self.map.len)?;
-        let j = index / 64;
-        let w = &mut self.map.words[j];
-        let m = 1u64 << (index % 64);
-        let old = *w & m != 0;
-        *w |= m;
-        let w = *w;
-        if !old {
-            self.sum.note(j, w);
-        }
-        Ok(old)
+        self.put(index, true)
     }
 
     /// Clears bit `index` and returns its previous value.
@@ -896,14 +886,21 @@ impl SummaryBitmap {
     /// [`BitmapError::IndexOutOfBounds`] past the end.
     #[inline]
     pub fn clear(&mut self, index: usize) -> Result<bool, BitmapError> {
+        self.put(index, false)
+    }
+
+    /// Bit `index` becomes `value`; the levels hear of its word only if the
+    /// bit changed. Returns the previous value.
+    #[inline(always)]
+    fn put(&mut self, index: usize, value: bool) -> Result<bool, BitmapError> {
         check_index(index, self.map.len)?;
         let j = index / 64;
-        let w = &mut self.map.words[j];
         let m = 1u64 << (index % 64);
-        let old = *w & m != 0;
-        *w &= !m;
-        let w = *w;
-        if old {
+        let w = self.map.words[j];
+        let old = w & m != 0;
+        if old != value {
+            let w = w ^ m;
+            self.map.words[j] = w;
             self.sum.note(j, w);
         }
         Ok(old)
