@@ -5,12 +5,8 @@ use alloc::vec::Vec;
 
 use super::builder::{Scan, Source};
 use super::error::DirtyError;
-#[cfg(feature = "rayon")]
-use super::memory_range::range_of;
 use super::memory_range::MemoryRange;
 use super::opts::ScanOpts;
-#[cfg(feature = "rayon")]
-use super::scan::Scanner;
 use super::scan::{self, Words};
 
 /// Whether `next` starts at most `gap` bytes after `last` ends.
@@ -18,68 +14,6 @@ use super::scan::{self, Words};
 fn joinable(last: &MemoryRange, next: &MemoryRange, gap: u64) -> bool {
     let end = last.end();
     next.gpa >= end && next.gpa - end <= gap
-}
-
-/// Writes the ranges that start in words `[lo, hi)` of `src` into `out`, in
-/// order, and returns how many it wrote. `skip_first`: the block's first
-/// edge ends a run begun in an earlier block, which that block writes. A run
-/// still open at `hi` is followed past the block to its end.
-#[cfg(feature = "rayon")]
-#[allow(clippy::too_many_arguments)]
-fn write_block<W: Words>(
-    src: W,
-    lo: usize,
-    hi: usize,
-    skip_first: bool,
-    out: &mut [core::mem::MaybeUninit<MemoryRange>],
-    shift: u32,
-    base: u64,
-    opts: ScanOpts,
-) -> usize {
-    let be = opts.level();
-    let mut buf = [0u64; scan::BUF];
-    let mut s = Scanner::new(src, lo, hi, be, false);
-    let mut k = 0;
-    let mut first = skip_first;
-    let mut w = 0;
-    loop {
-        k = scan::fill(&mut s, &mut buf, k);
-        let from = if first && k > 0 {
-            first = false;
-            1
-        } else {
-            0
-        };
-        let edges = &buf[from..k];
-        for p in edges.chunks_exact(2) {
-            if let Some(slot) = out.get_mut(w) {
-                slot.write(range_of(p[0], p[1], shift, base));
-            }
-            w += 1;
-        }
-        let odd = edges.len() % 2 == 1;
-        if odd {
-            buf[0] = edges[edges.len() - 1];
-        }
-        k = usize::from(odd);
-        if s.done() {
-            break;
-        }
-    }
-    if k == 1 {
-        // The last run starts here and is still open at `hi`: it ends at
-        // the first clean page after the block, or at the end of the bitmap.
-        let n = src.len();
-        let end = match src.skip(hi, n, !0, be) {
-            Some(j) => j as u64 * 64 + u64::from((!src.word(j)).trailing_zeros()),
-            None => n as u64 * 64,
-        };
-        if let Some(slot) = out.get_mut(w) {
-            slot.write(range_of(buf[0], end, shift, base));
-        }
-        w += 1;
-    }
-    w
 }
 
 /// Bytes per range on the wire: `gpa` then `length`, little-endian `u64`s.
@@ -219,22 +153,13 @@ impl MemoryRangeTable {
             let (head, tail) = rest.split_at_mut(starts);
             rest = tail;
             if !head.is_empty() {
-                parts.push((b, off[b] % 2 == 1, head));
+                parts.push((b, head));
             }
         }
         let written: usize = parts
             .into_par_iter()
-            .map(|(b, skip_first, out)| {
-                write_block(
-                    src,
-                    b * bw,
-                    ((b + 1) * bw).min(n),
-                    skip_first,
-                    out,
-                    shift,
-                    base,
-                    opts,
-                )
+            .map(|(b, out)| {
+                scan::write_block(src, b * bw, ((b + 1) * bw).min(n), out, shift, base, be)
             })
             .sum();
         // Each block fills exactly its share (the bitmap is immutable while
