@@ -298,6 +298,34 @@ pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize, level: Leve
     )
 }
 
+/// Words per sample of [`sample_edges`].
+#[cfg(feature = "rayon")]
+const SAMPLE_WORDS: usize = 64;
+
+/// Samples of [`sample_edges`].
+#[cfg(feature = "rayon")]
+const SAMPLES: usize = 32;
+
+/// The edges of `SAMPLES` stretches of `SAMPLE_WORDS` words spread evenly
+/// over `src` (which holds at least that many words), and the number of
+/// words they cover: the parallel scan's estimate of its output, at the
+/// cost of reading 16 KiB.
+#[cfg(feature = "rayon")]
+pub(crate) fn sample_edges<W: Words>(src: W, level: Level) -> (usize, usize) {
+    let n = src.len();
+    if n < SAMPLES * SAMPLE_WORDS {
+        return (count_edges(src, 0, n, level), n);
+    }
+    let stride = n / SAMPLES;
+    let edges = (0..SAMPLES)
+        .map(|k| {
+            let from = k * stride;
+            count_edges(src, from, from + SAMPLE_WORDS, level)
+        })
+        .sum();
+    (edges, SAMPLES * SAMPLE_WORDS)
+}
+
 /// The job of [`count_edges`].
 #[cfg(feature = "rayon")]
 struct CountEdges<W> {
