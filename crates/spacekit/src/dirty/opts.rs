@@ -21,6 +21,11 @@ pub struct ScanOpts {
     /// Words per block of the parallel scan.
     #[cfg(any(test, feature = "testing"))]
     pub block_words: usize,
+    /// Run the parallel scan whenever one is asked for and the bitmap has
+    /// two blocks, even where the cost model would run it on one thread
+    /// (so tests reach the parallel code on any bitmap).
+    #[cfg(any(test, feature = "testing"))]
+    pub force_parallel: bool,
 }
 
 impl Default for ScanOpts {
@@ -30,6 +35,8 @@ impl Default for ScanOpts {
             backend: Level::detect(),
             #[cfg(any(test, feature = "testing"))]
             block_words: BLOCK_WORDS,
+            #[cfg(any(test, feature = "testing"))]
+            force_parallel: false,
         }
     }
 }
@@ -52,18 +59,29 @@ impl ScanOpts {
         #[cfg(not(any(test, feature = "testing")))]
         BLOCK_WORDS
     }
+
+    /// Whether a parallel scan skips the cost model (tests only).
+    #[inline]
+    pub(crate) fn force_parallel(self) -> bool {
+        #[cfg(any(test, feature = "testing"))]
+        return self.force_parallel;
+        #[cfg(not(any(test, feature = "testing")))]
+        false
+    }
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl ScanOpts {
     /// One `ScanOpts` per CPU level this machine runs ([`Level::available`]:
     /// scalar first, the detected level last), each with `block_words` words
-    /// per parallel block: a test loops over them to run every path.
+    /// per parallel block and the parallel scan forced wherever one is asked
+    /// for: a test loops over them to run every path.
     pub fn each_backend(block_words: usize) -> Vec<ScanOpts> {
         Level::available()
             .map(|backend| ScanOpts {
                 backend,
                 block_words,
+                force_parallel: true,
             })
             .collect()
     }

@@ -42,6 +42,7 @@ use crate::arch::{self, Job, Level, Vector};
 use super::arch::generic;
 pub(crate) use super::arch::Words;
 use super::error::DirtyError;
+use super::memory_range::MemoryRange;
 
 /// Edge positions buffered before they are paired into ranges.
 pub(crate) const BUF: usize = 1024;
@@ -297,6 +298,34 @@ pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize, level: Leve
     )
 }
 
+/// Words per sample of [`sample_edges`].
+#[cfg(feature = "rayon")]
+const SAMPLE_WORDS: usize = 64;
+
+/// Samples of [`sample_edges`].
+#[cfg(feature = "rayon")]
+const SAMPLES: usize = 32;
+
+/// The edges of `SAMPLES` stretches of `SAMPLE_WORDS` words spread evenly
+/// over `src` (which holds at least that many words), and the number of
+/// words they cover: the parallel scan's estimate of its output, at the
+/// cost of reading 16 KiB.
+#[cfg(feature = "rayon")]
+pub(crate) fn sample_edges<W: Words>(src: W, level: Level) -> (usize, usize) {
+    let n = src.len();
+    if n < SAMPLES * SAMPLE_WORDS {
+        return (count_edges(src, 0, n, level), n);
+    }
+    let stride = n / SAMPLES;
+    let edges = (0..SAMPLES)
+        .map(|k| {
+            let from = k * stride;
+            count_edges(src, from, from + SAMPLE_WORDS, level)
+        })
+        .sum();
+    (edges, SAMPLES * SAMPLE_WORDS)
+}
+
 /// The job of [`count_edges`].
 #[cfg(feature = "rayon")]
 struct CountEdges<W> {
@@ -334,13 +363,187 @@ impl<W: Words> Job for CountEdges<W> {
     }
 }
 
+/// Ranges a batch of the table builder may start (32 per word), plus the
+/// unconditional writes past the last one and the open run carried in.
+const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
+
+/// The table builder's scan over words `[i, end)`: stage 1 as the edge
+/// scanner's, then each marked word writes its run starts and ends straight
+/// into the ranges' fields ([`generic::emit_word`]) as raw bit positions,
+/// and the batch's complete ranges are converted to addresses in place
+/// ([`finish`]) while they are still in the L1 cache. No edge buffer, no
+/// pairing pass.
+#[derive(Clone, Debug)]
+pub(crate) struct RangeScan<W> {
+    src: W,
+    i: usize,
+    end: usize,
+    /// Bit 63 of the word before `i` (0 before the first word).
+    carry: u64,
+    level: Level,
+    /// Whether the last batch was dense (most words have edges).
+    dense: bool,
+}
+
+impl<W: Words> RangeScan<W> {
+    /// A scan of words `[from, end)`.
+    pub(crate) fn new(src: W, from: usize, end: usize, level: Level) -> Self {
+        let carry = if from == 0 {
+            0
+        } else {
+            src.word(from - 1) >> 63
+        };
+        RangeScan {
+            src,
+            i: from,
+            end,
+            carry,
+            level,
+            dense: false,
+        }
+    }
+
+    /// One batch (and, after a batch without edges, the rest of its uniform
+    /// stretch): appends its run starts to ranges `*ns..` and run ends to
+    /// ranges `*ne..` of `out`, as raw bit positions.
+    ///
+    /// # Safety
+    /// `out` must be valid for writes of ranges `..*ns.max(*ne) + BATCH_ROOM`.
+    #[inline(always)]
+    unsafe fn batch<V: Vector>(&mut self, out: *mut MemoryRange, ns: &mut usize, ne: &mut usize) {
+        let src = self.src;
+        let n = BATCH.min(self.end - self.i);
+        if self.dense && n == BATCH {
+            // Dense stretch: stage 1 would mark nearly every word, so every
+            // word writes its (possibly empty) starts and ends, and the words
+            // with edges are counted to decide whether the next batch is
+            // dense too.
+            let mut below = self.carry;
+            let mut marked = 0usize;
+            for j in self.i..self.i + n {
+                let w = src.word(j);
+                let e = w ^ ((w << 1) | below);
+                marked += usize::from(e != 0);
+                // SAFETY: at most 32 starts and 32 ends per word, 64 words:
+                // within `BATCH_ROOM` of where the batch began.
+                unsafe { generic::emit_word::<4>(j as u64 * 64, w, e, out, ns, ne) };
+                below = w >> 63;
+            }
+            self.i += n;
+            self.carry = below;
+            self.dense = marked * 8 > n * 7;
+            return;
+        }
+        let (m, carry) = generic::marks::<V, _>(src, self.i, n, self.carry);
+        let marked = m.count_ones() as usize;
+        self.dense = marked * 8 > n * 7;
+        let mut mask = m;
+        if marked * 4 > n {
+            while mask != 0 {
+                let j = self.i + mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let w = src.word(j);
+                let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
+                let e = w ^ ((w << 1) | below);
+                // SAFETY: as above.
+                unsafe { generic::emit_word::<4>(j as u64 * 64, w, e, out, ns, ne) };
+            }
+        } else {
+            while mask != 0 {
+                let j = self.i + mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let w = src.word(j);
+                let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
+                let e = w ^ ((w << 1) | below);
+                // SAFETY: as above.
+                unsafe { generic::emit_word::<2>(j as u64 * 64, w, e, out, ns, ne) };
+            }
+        }
+        self.i += n;
+        self.carry = carry;
+        if m == 0 {
+            // A batch without edges: the rest of its uniform stretch goes by
+            // at SIMD speed, with the carry unchanged.
+            let x = carry.wrapping_neg();
+            self.i = src
+                .skip(self.i, self.end, x, self.level)
+                .unwrap_or(self.end);
+        }
+    }
+
+    /// Whether every word has been scanned.
+    fn done(&self) -> bool {
+        self.i >= self.end
+    }
+
+    /// Runs the scan to its end, appending each complete range to `out`
+    /// (converted by `shift` and `base`). `open`: the start of a run still
+    /// open at the scan's first word, if any. Calls `flush` with `out` after
+    /// every batch (it may drain `out`). Returns the start of the run still
+    /// open at the end, if any.
+    #[inline(always)]
+    fn emit_into<V: Vector>(
+        &mut self,
+        out: &mut alloc::vec::Vec<MemoryRange>,
+        shift: u32,
+        base: u64,
+        mut open: Option<u64>,
+        mut flush: impl FnMut(&mut alloc::vec::Vec<MemoryRange>),
+    ) -> Option<u64> {
+        while !self.done() {
+            out.reserve(BATCH_ROOM);
+            let len = out.len();
+            let p = out.spare_capacity_mut().as_mut_ptr().cast::<MemoryRange>();
+            let (mut ns, mut ne) = (0, 0);
+            if let Some(s) = open {
+                // SAFETY: `reserve` made room for `BATCH_ROOM` ranges past
+                // `len`; slot 0 is the first.
+                unsafe { core::ptr::addr_of_mut!((*p).gpa).write(s) };
+                ns = 1;
+            }
+            // SAFETY: the batch begins at `ns <= 1` and `ne == 0`; the room
+            // it needs is `BATCH_ROOM - 1` past that, which `reserve` gave.
+            unsafe { self.batch::<V>(p, &mut ns, &mut ne) };
+            // SAFETY: ranges `..ne` had their start written (`ne <= ns`:
+            // every end follows its start) and their end, so they are
+            // initialised; all lie within the reserved room.
+            unsafe { finish(p, ne, shift, base) };
+            open = if ns > ne {
+                // SAFETY: range `ne`'s start was written (`ne < ns`).
+                Some(unsafe { core::ptr::addr_of!((*p.add(ne)).gpa).read() })
+            } else {
+                None
+            };
+            // SAFETY: ranges `len..len + ne` are initialised (above).
+            unsafe { out.set_len(len + ne) };
+            flush(out);
+        }
+        open
+    }
+}
+
+/// Converts ranges `..n` at `p` from raw bit positions (start in `gpa`, end
+/// in `length`) to addresses and lengths in bytes.
+///
+/// # Safety
+/// `p` must be valid for reads and writes of `n` initialised ranges.
+#[inline(always)]
+unsafe fn finish(p: *mut MemoryRange, n: usize, shift: u32, base: u64) {
+    // SAFETY: the caller guarantees `n` initialised ranges at `p`.
+    let ranges = unsafe { core::slice::from_raw_parts_mut(p, n) };
+    for r in ranges {
+        let (s, e) = (r.gpa, r.length);
+        *r = super::memory_range::range_of(s, e, shift, base);
+    }
+}
+
 /// The serial table builder: appends one range per maximal run of `src` to
-/// `out`. The scan, the pairing of edges and the stores into the table all
-/// run inside one function compiled for the level (see `arch::run`).
+/// `out`. The scan, the stores into the table and their conversion all run
+/// inside one function compiled for the level (see `arch::run`).
 pub(crate) fn extend_ranges<W: Words>(
     src: W,
     level: Level,
-    out: &mut alloc::vec::Vec<super::memory_range::MemoryRange>,
+    out: &mut alloc::vec::Vec<MemoryRange>,
     shift: u32,
     base: u64,
 ) {
@@ -360,7 +563,7 @@ pub(crate) fn extend_ranges<W: Words>(
 struct ExtendRanges<'o, W> {
     src: W,
     level: Level,
-    out: &'o mut alloc::vec::Vec<super::memory_range::MemoryRange>,
+    out: &'o mut alloc::vec::Vec<MemoryRange>,
     shift: u32,
     base: u64,
 }
@@ -376,30 +579,128 @@ impl<W: Words> Job for ExtendRanges<'_, W> {
             shift,
             base,
         } = self;
-        let mut buf = [0u64; BUF];
-        let mut s = Scanner::new(src, 0, src.len(), level, true);
-        let mut k = 0;
-        loop {
-            k = s.fill_with::<V>(&mut buf, k);
-            let n = k / 2;
-            out.reserve(n);
-            let len = out.len();
-            let spare = &mut out.spare_capacity_mut()[..n];
-            for (slot, p) in spare.iter_mut().zip(buf[..2 * n].chunks_exact(2)) {
-                slot.write(super::memory_range::range_of(p[0], p[1], shift, base));
+        let n = src.len();
+        let mut s = RangeScan::new(src, 0, n, level);
+        if let Some(start) = s.emit_into::<V>(out, shift, base, None, |_| {}) {
+            // The last run is still open at the end of the bitmap.
+            out.push(super::memory_range::range_of(
+                start,
+                n as u64 * 64,
+                shift,
+                base,
+            ));
+        }
+    }
+}
+
+/// Ranges a parallel block gathers before copying them to its share of the
+/// table.
+#[cfg(feature = "rayon")]
+const BLOCK_FLUSH: usize = 2048;
+
+/// Writes the ranges that start in words `[lo, hi)` of `src` into `out`, in
+/// order, and returns how many it wrote (the parallel table builder's second
+/// pass). A run open at `lo` belongs to an earlier block; a run still open at
+/// `hi` is followed past the block to its end. The ranges are gathered in a
+/// small buffer and copied into `out` (whose length is exact: nothing may be
+/// written past it).
+#[cfg(feature = "rayon")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_block<W: Words>(
+    src: W,
+    lo: usize,
+    hi: usize,
+    out: &mut [core::mem::MaybeUninit<MemoryRange>],
+    shift: u32,
+    base: u64,
+    level: Level,
+) -> usize {
+    arch::run(
+        level,
+        WriteBlock {
+            src,
+            lo,
+            hi,
+            out,
+            shift,
+            base,
+            level,
+        },
+    )
+}
+
+/// The job of [`write_block`].
+#[cfg(feature = "rayon")]
+struct WriteBlock<'o, W> {
+    src: W,
+    lo: usize,
+    hi: usize,
+    out: &'o mut [core::mem::MaybeUninit<MemoryRange>],
+    shift: u32,
+    base: u64,
+    level: Level,
+}
+
+#[cfg(feature = "rayon")]
+impl<W: Words> Job for WriteBlock<'_, W> {
+    type Output = usize;
+    #[inline(always)]
+    fn run<V: Vector>(self) -> usize {
+        let WriteBlock {
+            src,
+            lo,
+            hi,
+            out,
+            shift,
+            base,
+            level,
+        } = self;
+        let mut s = RangeScan::new(src, lo, hi, level);
+        // A run open at `lo` is an earlier block's: it is scanned with a
+        // placeholder start, and its range (the first complete one) dropped.
+        let carried = s.carry != 0;
+        let mut skip = usize::from(carried);
+        let mut buf = alloc::vec::Vec::with_capacity(BLOCK_FLUSH + BATCH_ROOM);
+        let mut w = 0;
+        let mut put = |buf: &mut alloc::vec::Vec<MemoryRange>| {
+            let from = skip.min(buf.len());
+            skip -= from;
+            for r in &buf[from..] {
+                if let Some(slot) = out.get_mut(w) {
+                    slot.write(*r);
+                }
+                w += 1;
             }
-            // SAFETY: `reserve(n)` made room for `n` more ranges and the loop
-            // above initialised exactly those `n` slots.
-            unsafe { out.set_len(len + n) };
-            // An open run's start waits for its end in the next batch.
-            if k % 2 == 1 {
-                buf[0] = buf[k - 1];
-            }
-            k %= 2;
-            if s.done() {
-                break;
+            buf.clear();
+        };
+        let open = s.emit_into::<V>(
+            &mut buf,
+            shift,
+            base,
+            carried.then_some(lo as u64 * 64),
+            |b| {
+                if b.len() >= BLOCK_FLUSH {
+                    put(b)
+                }
+            },
+        );
+        put(&mut buf);
+        if let Some(start) = open {
+            // The last run starts here (unless it is the placeholder, which
+            // no real start can equal: bit `64 * lo` would be an end) and is
+            // still open at `hi`: it ends at the first clean page after the
+            // block, or at the end of the bitmap.
+            if !(carried && start == lo as u64 * 64) {
+                let n = src.len();
+                let end = match src.skip(hi, n, !0, level) {
+                    Some(j) => j as u64 * 64 + u64::from((!src.word(j)).trailing_zeros()),
+                    None => n as u64 * 64,
+                };
+                buf.push(super::memory_range::range_of(start, end, shift, base));
+                put(&mut buf);
             }
         }
+        w
     }
 }
 

@@ -3,6 +3,7 @@
 //! ([`expand`]) and the parallel scan's sizing pass ([`count_edges`]). Each
 //! level runs them instantiated with its vector type by `crate::arch::run`.
 
+use super::super::memory_range::MemoryRange;
 use super::scalar::{self, mark_word};
 use super::words::Words;
 use crate::arch::Vector;
@@ -90,4 +91,63 @@ pub(crate) fn count_edges<V: Vector, W: Words>(src: W, from: usize, end: usize) 
     scalar::count_edges(src, from, from + head)
         + acc.sum() as usize
         + scalar::count_edges(src, j, end)
+}
+
+/// Stage 2 of the table builder for one word: writes the raw positions of
+/// the word's run starts to the `gpa` fields of ranges `*ns..` and of its run
+/// ends to the `length` fields of ranges `*ne..` of `out` (a run's start and
+/// end land in the same range, whichever words they come from), and advances
+/// both counts. `w` is the word, `e` its edge mask (`w ^ (w << 1 | below)`),
+/// `pos` its first bit. The first `U` positions of each kind are written
+/// unconditionally (past the count they are garbage that later words
+/// overwrite), so only words with more than `U` starts or ends loop.
+///
+/// # Safety
+/// `out` must be valid for writes of ranges `..*ns + 32 + U` and
+/// `..*ne + 32 + U` (a word has at most 32 starts and 32 ends).
+#[inline(always)]
+pub(crate) unsafe fn emit_word<const U: usize>(
+    pos: u64,
+    w: u64,
+    e: u64,
+    out: *mut MemoryRange,
+    ns: &mut usize,
+    ne: &mut usize,
+) {
+    let starts = e & w;
+    let ends = e & !w;
+    // SAFETY: `*ns + max(U, starts.count_ones())` and the same for the ends
+    // are within the room the caller guarantees.
+    unsafe {
+        write_bits::<U>(pos, starts, core::ptr::addr_of_mut!((*out.add(*ns)).gpa));
+        write_bits::<U>(pos, ends, core::ptr::addr_of_mut!((*out.add(*ne)).length));
+    }
+    *ns += starts.count_ones() as usize;
+    *ne += ends.count_ones() as usize;
+}
+
+/// Writes `pos` plus the position of each set bit of `m`, in ascending
+/// order, to `p`, `p + 2`, `p + 4`, … (one field of consecutive ranges); the
+/// first `U` writes are unconditional.
+///
+/// # Safety
+/// `p` must be valid for writes at the first `max(U, m.count_ones())`
+/// strided slots.
+#[inline(always)]
+unsafe fn write_bits<const U: usize>(pos: u64, mut m: u64, p: *mut u64) {
+    let n = m.count_ones() as usize;
+    for u in 0..U {
+        // SAFETY: `u < U`, within the caller's room.
+        unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
+        m &= m.wrapping_sub(1);
+    }
+    if n > U {
+        let mut u = U;
+        while m != 0 {
+            // SAFETY: `u < n`, within the caller's room.
+            unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
+            m &= m - 1;
+            u += 1;
+        }
+    }
 }
