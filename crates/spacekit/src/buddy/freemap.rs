@@ -20,9 +20,15 @@
 //! taking a buddy in a merge never touches the summaries; a descent clears
 //! the stale bits it meets and the bits of the words it empties.
 //!
+//! A descent leaves every word below the one it stops at with a clear
+//! summary bit, and only a descent raises the hint, so a set summary bit
+//! also says that its word lies at or above the hint: a word becoming
+//! non-zero whose bit is already set leaves the hint alone.
+//!
 //! Invariants (checked by `validate()`): a non-zero word has its summary
 //! bit set; a summary bit never names a word past its level's end; no
-//! non-zero bitmap word lies below the order's hint.
+//! non-zero bitmap word, and no word with its summary bit set, lies below
+//! the order's hint.
 
 use alloc::vec::Vec;
 
@@ -252,20 +258,30 @@ impl FreeMap {
     }
 
     /// Word `w` (index in `words`) of order `o`'s bitmap became non-zero:
-    /// lower the order's hint to it if it lies below, and set its summary
-    /// bits, up to the first one already set.
+    /// set its summary bits, up to the first one already set, and lower the
+    /// order's hint to it if it lies below.
     #[inline]
     fn mark_up(&mut self, o: u32, w: usize) {
         let ou = (o & 31) as usize;
-        if w < self.hint[ou] {
-            self.hint[ou] = w;
-        }
         // Usually the bit one level up is still set (summaries are cleared
-        // lazily): one load decides.
+        // lazily): one load decides. A set bit also says that the word is
+        // at or above the hint (no word below the hint has its bit set), so
+        // the hint is left alone.
         let idx = w - self.leaf[ou];
         let p = self.sum1[ou].wrapping_add(idx >> 6);
         if self.words.get(p).is_some_and(|&s| s >> (idx & 63) & 1 != 0) {
             return;
+        }
+        self.mark_up_slow(o, w);
+    }
+
+    /// [`FreeMap::mark_up`] when the summary bit is clear (or the bitmap has
+    /// no summary level): the hint, then the summary levels.
+    #[inline(never)]
+    fn mark_up_slow(&mut self, o: u32, w: usize) {
+        let ou = (o & 31) as usize;
+        if w < self.hint[ou] {
+            self.hint[ou] = w;
         }
         self.mark_up_levels(o, w);
     }
@@ -449,6 +465,14 @@ mod tests {
                         assert!(f.contains(o, *p));
                     }
                     let m = f.orders[o as usize];
+                    // Below the hint: zero words with clear summary bits.
+                    let below = f.hint[o as usize] - m.start[0];
+                    for k in 0..below.min(m.len[0]) {
+                        assert_eq!(f.level(o, 0)[k], 0);
+                        if m.top > 0 {
+                            assert!(f.level(o, 1)[k >> 6] >> (k & 63) & 1 == 0);
+                        }
+                    }
                     for l in 1..=m.top {
                         let (below, above) = (f.level(o, l - 1), f.level(o, l));
                         for (k, &w) in below.iter().enumerate() {

@@ -107,6 +107,19 @@ impl BuddyAllocator {
                     map.hint[o as usize]
                 ));
             }
+            // A set summary bit puts its word at or above the hint (a word
+            // becoming non-zero skips the hint when it finds the bit set).
+            if m.top > 0 {
+                let sum = map.level(o, 1);
+                if let Some(k) =
+                    (0..below_hint.min(m.len[0])).find(|&k| sum[k >> 6] >> (k & 63) & 1 != 0)
+                {
+                    return Err(format!(
+                        "order {o}: word {k} lies below the hint {} and has its summary bit set",
+                        map.hint[o as usize]
+                    ));
+                }
+            }
             if map.level(o, m.top).len() != 1 {
                 return Err(format!("order {o}: top level is not one word"));
             }
