@@ -23,12 +23,16 @@
 //! A descent leaves every word below the one it stops at with a clear
 //! summary bit, and only a descent raises the hint, so a set summary bit
 //! also says that its word lies at or above the hint: a word becoming
-//! non-zero whose bit is already set leaves the hint alone.
+//! non-zero whose bit is already set leaves the hint alone. Each order
+//! also remembers the last word found with its bit set (forgotten by every
+//! descent), so frees of nearby pages, which make one word non-zero over
+//! and over, compare one index instead of loading the summary.
 //!
 //! Invariants (checked by `validate()`): a non-zero word has its summary
 //! bit set; a summary bit never names a word past its level's end; no
 //! non-zero bitmap word, and no word with its summary bit set, lies below
-//! the order's hint.
+//! the order's hint; the remembered word is a bitmap word at or above the
+//! hint with its summary bit set.
 
 use alloc::vec::Vec;
 
@@ -72,6 +76,13 @@ pub(super) struct FreeMap {
     /// lowered by inserts, moved up only by a descent that finds the lowest
     /// word.
     pub hint: [usize; 32],
+    /// For each order, a bitmap word (index in `words`) known to have its
+    /// summary bit set and to lie at or above the hint, or `usize::MAX`:
+    /// set by [`FreeMap::mark_up`], forgotten by every descent (the only
+    /// code that clears summary bits or raises the hint). Frees of nearby
+    /// pages insert into one word over and over; this spares them the
+    /// summary load.
+    pub marked: [usize; 32],
     /// Free blocks of each order (the only counters: the free page count
     /// and the non-empty orders are derived from them, so a free updates
     /// one counter per order it touches and nothing else).
@@ -125,6 +136,7 @@ impl FreeMap {
             words: alloc::vec![0; words],
             off,
             hint,
+            marked: [usize::MAX; 32],
             leaf,
             sum1,
             first: firsts,
@@ -260,9 +272,12 @@ impl FreeMap {
     /// Word `w` (index in `words`) of order `o`'s bitmap became non-zero:
     /// set its summary bits, up to the first one already set, and lower the
     /// order's hint to it if it lies below.
-    #[inline]
+    #[inline(always)]
     fn mark_up(&mut self, o: u32, w: usize) {
         let ou = (o & 31) as usize;
+        if w == self.marked[ou] {
+            return;
+        }
         // Usually the bit one level up is still set (summaries are cleared
         // lazily): one load decides. A set bit also says that the word is
         // at or above the hint (no word below the hint has its bit set), so
@@ -270,6 +285,7 @@ impl FreeMap {
         let idx = w - self.leaf[ou];
         let p = self.sum1[ou].wrapping_add(idx >> 6);
         if self.words.get(p).is_some_and(|&s| s >> (idx & 63) & 1 != 0) {
+            self.marked[ou] = w;
             return;
         }
         self.mark_up_slow(o, w);
@@ -283,6 +299,7 @@ impl FreeMap {
         if w < self.hint[ou] {
             self.hint[ou] = w;
         }
+        self.marked[ou] = w;
         self.mark_up_levels(o, w);
     }
 
@@ -327,6 +344,8 @@ impl FreeMap {
     /// [`FreeMap::pop_first`] when the hint's word is empty.
     fn pop_first_descend(&mut self, o: u32) -> Option<u64> {
         let ou = (o & 31) as usize;
+        // It may clear summary bits and raise the hint.
+        self.marked[ou] = usize::MAX;
         let (orders, words) = (&self.orders, &mut self.words);
         let m = orders.get(ou)?;
         let mut path = [0usize; LEVELS];
@@ -465,12 +484,21 @@ mod tests {
                         assert!(f.contains(o, *p));
                     }
                     let m = f.orders[o as usize];
-                    // Below the hint: zero words with clear summary bits.
+                    // Below the hint: zero words with clear summary bits;
+                    // the marked word at or above it, its bit set.
                     let below = f.hint[o as usize] - m.start[0];
                     for k in 0..below.min(m.len[0]) {
                         assert_eq!(f.level(o, 0)[k], 0);
                         if m.top > 0 {
                             assert!(f.level(o, 1)[k >> 6] >> (k & 63) & 1 == 0);
+                        }
+                    }
+                    let marked = f.marked[o as usize];
+                    if marked != usize::MAX {
+                        let k = marked - m.start[0];
+                        assert!(k < m.len[0] && marked >= f.hint[o as usize]);
+                        if m.top > 0 {
+                            assert!(f.level(o, 1)[k >> 6] >> (k & 63) & 1 == 1);
                         }
                     }
                     for l in 1..=m.top {

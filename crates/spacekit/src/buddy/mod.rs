@@ -61,7 +61,8 @@
 //! (256 KiB for a 1M-page zone), so a free of one page touches the page's
 //! metadata line, one bitmap word per order it climbs, and the per-order
 //! counters. A word that becomes non-zero checks one summary bit (usually
-//! already set).
+//! already set), or only compares its index with the last word of its
+//! order found marked (frees of nearby pages).
 //!
 //! [`alloc_pages`](BuddyAllocator::alloc_pages) takes the lowest free
 //! block of the smallest order that fits: from the word at the order's hint
