@@ -71,6 +71,8 @@ pub(super) struct FreeMap {
     first: [u64; 32],
     /// Each order's layout (`0..=max_order`).
     pub orders: Vec<OrderMap>,
+    /// The largest order.
+    max: u32,
     /// For each order, an index in `words` at or below the order's lowest
     /// non-zero bitmap word (the bitmap's end when none was ever set):
     /// lowered by inserts, moved up only by a descent that finds the lowest
@@ -141,6 +143,7 @@ impl FreeMap {
             sum1,
             first: firsts,
             orders,
+            max: max_order,
             count: [0; 32],
         }
     }
@@ -232,6 +235,54 @@ impl FreeMap {
             self.mark_up(o, w);
         }
         self.count[(o & 31) as usize] += 1;
+    }
+
+    /// [`FreeMap::merge_insert`] of one page up to the map's largest order:
+    /// the hot path of a single-page free. Each step loads one word, which
+    /// holds the block's bit and its buddy's; the word of the last step
+    /// takes the merged block's bit.
+    ///
+    /// # Safety
+    /// `pfn` lies in the span the map was built for (`[base, base + pages)`
+    /// of [`FreeMap::new`]). Then at every order `o` up to the largest, the
+    /// block number `pfn >> o` and its buddy's lie in one word of the
+    /// order's bitmap, which covers the block numbers from `(base >> o) &
+    /// !63` to `(base + pages - 1) >> o`: the word index needs no bounds
+    /// check. (The page must also be in no free block, as for
+    /// `merge_insert`; that is the map's consistency, not memory safety.)
+    #[inline(always)]
+    pub unsafe fn merge_insert_page(&mut self, pfn: u64) {
+        let max = self.max;
+        let (mut k, mut o) = (pfn, 0u32);
+        loop {
+            let ou = (o & 31) as usize;
+            let w = self.off[ou].wrapping_add((k >> 6) as usize);
+            debug_assert!(w < self.words.len(), "page outside the span");
+            // SAFETY: `k` is `pfn >> o` with `pfn` in the span and `o` at
+            // most the largest order: `w` is in order `o`'s bitmap (see
+            // `# Safety`).
+            let word = unsafe { *self.words.get_unchecked(w) };
+            let buddy = (k ^ 1) & 63;
+            if o < max && (word >> buddy) & 1 != 0 {
+                // Take the free buddy and climb: the block at `k >> 1`
+                // covers `pfn` too.
+                // SAFETY: the same word as above.
+                unsafe {
+                    *self.words.get_unchecked_mut(w) = word & (!1u64).rotate_left(buddy as u32)
+                };
+                self.count[ou] -= 1;
+                k >>= 1;
+                o += 1;
+                continue;
+            }
+            // SAFETY: the same word as above.
+            unsafe { *self.words.get_unchecked_mut(w) = word | 1 << (k & 63) };
+            if word == 0 {
+                self.mark_up(o, w);
+            }
+            self.count[ou] += 1;
+            return;
+        }
     }
 
     /// Whether the block of order `o` at `pfn` (aligned, in the span) is
@@ -459,7 +510,12 @@ mod tests {
                             q += 1;
                         }
                         if !set.contains(&(o, pfn)) && model.insert((q, p)) {
-                            f.merge_insert(pfn, o, 3);
+                            if o == 0 && r.below(2) == 0 {
+                                // SAFETY: `pfn` is in the span of `f`.
+                                unsafe { f.merge_insert_page(pfn) };
+                            } else {
+                                f.merge_insert(pfn, o, 3);
+                            }
                             set = model;
                         } else if set.remove(&(o, pfn)) {
                             f.remove(o, pfn);

@@ -631,7 +631,9 @@ impl BuddyAllocator {
             return self.free_page_rare(i);
         }
         self.meta[i] = FREE;
-        self.free_chunk(pfn, 0);
+        // SAFETY: `pfn` is in the span (`i` is below `pages()`), the span
+        // the map was built for.
+        unsafe { self.map.merge_insert_page(pfn) };
         PageFree::Freed
     }
 
