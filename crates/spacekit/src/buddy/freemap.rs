@@ -20,9 +20,19 @@
 //! taking a buddy in a merge never touches the summaries; a descent clears
 //! the stale bits it meets and the bits of the words it empties.
 //!
+//! A descent leaves every word below the one it stops at with a clear
+//! summary bit, and only a descent raises the hint, so a set summary bit
+//! also says that its word lies at or above the hint: a word becoming
+//! non-zero whose bit is already set leaves the hint alone. Each order
+//! also remembers the last word found with its bit set (forgotten by every
+//! descent), so frees of nearby pages, which make one word non-zero over
+//! and over, compare one index instead of loading the summary.
+//!
 //! Invariants (checked by `validate()`): a non-zero word has its summary
 //! bit set; a summary bit never names a word past its level's end; no
-//! non-zero bitmap word lies below the order's hint.
+//! non-zero bitmap word, and no word with its summary bit set, lies below
+//! the order's hint; the remembered word is a bitmap word at or above the
+//! hint with its summary bit set.
 
 use alloc::vec::Vec;
 
@@ -61,11 +71,20 @@ pub(super) struct FreeMap {
     first: [u64; 32],
     /// Each order's layout (`0..=max_order`).
     pub orders: Vec<OrderMap>,
+    /// The largest order.
+    max: u32,
     /// For each order, an index in `words` at or below the order's lowest
     /// non-zero bitmap word (the bitmap's end when none was ever set):
     /// lowered by inserts, moved up only by a descent that finds the lowest
     /// word.
     pub hint: [usize; 32],
+    /// For each order, a bitmap word (index in `words`) known to have its
+    /// summary bit set and to lie at or above the hint, or `usize::MAX`:
+    /// set by [`FreeMap::mark_up`], forgotten by every descent (the only
+    /// code that clears summary bits or raises the hint). Frees of nearby
+    /// pages insert into one word over and over; this spares them the
+    /// summary load.
+    pub marked: [usize; 32],
     /// Free blocks of each order (the only counters: the free page count
     /// and the non-empty orders are derived from them, so a free updates
     /// one counter per order it touches and nothing else).
@@ -119,10 +138,12 @@ impl FreeMap {
             words: alloc::vec![0; words],
             off,
             hint,
+            marked: [usize::MAX; 32],
             leaf,
             sum1,
             first: firsts,
             orders,
+            max: max_order,
             count: [0; 32],
         }
     }
@@ -216,6 +237,54 @@ impl FreeMap {
         self.count[(o & 31) as usize] += 1;
     }
 
+    /// [`FreeMap::merge_insert`] of one page up to the map's largest order:
+    /// the hot path of a single-page free. Each step loads one word, which
+    /// holds the block's bit and its buddy's; the word of the last step
+    /// takes the merged block's bit.
+    ///
+    /// # Safety
+    /// `pfn` lies in the span the map was built for (`[base, base + pages)`
+    /// of [`FreeMap::new`]). Then at every order `o` up to the largest, the
+    /// block number `pfn >> o` and its buddy's lie in one word of the
+    /// order's bitmap, which covers the block numbers from `(base >> o) &
+    /// !63` to `(base + pages - 1) >> o`: the word index needs no bounds
+    /// check. (The page must also be in no free block, as for
+    /// `merge_insert`; that is the map's consistency, not memory safety.)
+    #[inline(always)]
+    pub unsafe fn merge_insert_page(&mut self, pfn: u64) {
+        let max = self.max;
+        let (mut k, mut o) = (pfn, 0u32);
+        loop {
+            let ou = (o & 31) as usize;
+            let w = self.off[ou].wrapping_add((k >> 6) as usize);
+            debug_assert!(w < self.words.len(), "page outside the span");
+            // SAFETY: `k` is `pfn >> o` with `pfn` in the span and `o` at
+            // most the largest order: `w` is in order `o`'s bitmap (see
+            // `# Safety`).
+            let word = unsafe { *self.words.get_unchecked(w) };
+            let buddy = (k ^ 1) & 63;
+            if o < max && (word >> buddy) & 1 != 0 {
+                // Take the free buddy and climb: the block at `k >> 1`
+                // covers `pfn` too.
+                // SAFETY: the same word as above.
+                unsafe {
+                    *self.words.get_unchecked_mut(w) = word & (!1u64).rotate_left(buddy as u32)
+                };
+                self.count[ou] -= 1;
+                k >>= 1;
+                o += 1;
+                continue;
+            }
+            // SAFETY: the same word as above.
+            unsafe { *self.words.get_unchecked_mut(w) = word | 1 << (k & 63) };
+            if word == 0 {
+                self.mark_up(o, w);
+            }
+            self.count[ou] += 1;
+            return;
+        }
+    }
+
     /// Whether the block of order `o` at `pfn` (aligned, in the span) is
     /// free.
     #[inline]
@@ -252,21 +321,36 @@ impl FreeMap {
     }
 
     /// Word `w` (index in `words`) of order `o`'s bitmap became non-zero:
-    /// lower the order's hint to it if it lies below, and set its summary
-    /// bits, up to the first one already set.
-    #[inline]
+    /// set its summary bits, up to the first one already set, and lower the
+    /// order's hint to it if it lies below.
+    #[inline(always)]
     fn mark_up(&mut self, o: u32, w: usize) {
+        let ou = (o & 31) as usize;
+        if w == self.marked[ou] {
+            return;
+        }
+        // Usually the bit one level up is still set (summaries are cleared
+        // lazily): one load decides. A set bit also says that the word is
+        // at or above the hint (no word below the hint has its bit set), so
+        // the hint is left alone.
+        let idx = w - self.leaf[ou];
+        let p = self.sum1[ou].wrapping_add(idx >> 6);
+        if self.words.get(p).is_some_and(|&s| s >> (idx & 63) & 1 != 0) {
+            self.marked[ou] = w;
+            return;
+        }
+        self.mark_up_slow(o, w);
+    }
+
+    /// [`FreeMap::mark_up`] when the summary bit is clear (or the bitmap has
+    /// no summary level): the hint, then the summary levels.
+    #[inline(never)]
+    fn mark_up_slow(&mut self, o: u32, w: usize) {
         let ou = (o & 31) as usize;
         if w < self.hint[ou] {
             self.hint[ou] = w;
         }
-        // Usually the bit one level up is still set (summaries are cleared
-        // lazily): one load decides.
-        let idx = w - self.leaf[ou];
-        let p = self.sum1[ou].wrapping_add(idx >> 6);
-        if self.words.get(p).is_some_and(|&s| s >> (idx & 63) & 1 != 0) {
-            return;
-        }
+        self.marked[ou] = w;
         self.mark_up_levels(o, w);
     }
 
@@ -311,6 +395,8 @@ impl FreeMap {
     /// [`FreeMap::pop_first`] when the hint's word is empty.
     fn pop_first_descend(&mut self, o: u32) -> Option<u64> {
         let ou = (o & 31) as usize;
+        // It may clear summary bits and raise the hint.
+        self.marked[ou] = usize::MAX;
         let (orders, words) = (&self.orders, &mut self.words);
         let m = orders.get(ou)?;
         let mut path = [0usize; LEVELS];
@@ -424,7 +510,12 @@ mod tests {
                             q += 1;
                         }
                         if !set.contains(&(o, pfn)) && model.insert((q, p)) {
-                            f.merge_insert(pfn, o, 3);
+                            if o == 0 && r.below(2) == 0 {
+                                // SAFETY: `pfn` is in the span of `f`.
+                                unsafe { f.merge_insert_page(pfn) };
+                            } else {
+                                f.merge_insert(pfn, o, 3);
+                            }
                             set = model;
                         } else if set.remove(&(o, pfn)) {
                             f.remove(o, pfn);
@@ -449,6 +540,23 @@ mod tests {
                         assert!(f.contains(o, *p));
                     }
                     let m = f.orders[o as usize];
+                    // Below the hint: zero words with clear summary bits;
+                    // the marked word at or above it, its bit set.
+                    let below = f.hint[o as usize] - m.start[0];
+                    for k in 0..below.min(m.len[0]) {
+                        assert_eq!(f.level(o, 0)[k], 0);
+                        if m.top > 0 {
+                            assert!(f.level(o, 1)[k >> 6] >> (k & 63) & 1 == 0);
+                        }
+                    }
+                    let marked = f.marked[o as usize];
+                    if marked != usize::MAX {
+                        let k = marked - m.start[0];
+                        assert!(k < m.len[0] && marked >= f.hint[o as usize]);
+                        if m.top > 0 {
+                            assert!(f.level(o, 1)[k >> 6] >> (k & 63) & 1 == 1);
+                        }
+                    }
                     for l in 1..=m.top {
                         let (below, above) = (f.level(o, l - 1), f.level(o, l));
                         for (k, &w) in below.iter().enumerate() {

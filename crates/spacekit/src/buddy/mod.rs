@@ -50,17 +50,21 @@
 //!
 //! [`free_pages`](BuddyAllocator::free_pages)`(pfn, 0)` is the other hot
 //! path (the kernel's `free_unref_page` / `__free_one_page`): it reads and
-//! writes the page's own word, then walks up the orders. A merge step
-//! loads one bitmap word, tests the buddy's bit and clears it; the last
-//! step sets the merged block's bit. Nothing else is written: no list
-//! neighbours (a kernel-style doubly linked list writes the old head's back
-//! link on every push and both neighbours' links on every unlink, lines
-//! anywhere in the zone), no head or order marks in the buddies' words.
-//! All the bitmaps together are about two bits per page (256 KiB for a
-//! 1M-page zone), so a free of one page touches the page's metadata line,
-//! one bitmap word per order it climbs, and the per-order counters.
-//! A word that becomes non-zero checks one summary bit (usually already
-//! set). [`alloc_pages`](BuddyAllocator::alloc_pages) takes the lowest free
+//! writes the page's own word (one compare tells the common case, one
+//! reference and no poison, from everything else), then walks up the
+//! orders. A merge step loads one bitmap word, tests the buddy's bit and
+//! clears it; the last step sets the merged block's bit. Nothing else is
+//! written: no list neighbours (a kernel-style doubly linked list writes
+//! the old head's back link on every push and both neighbours' links on
+//! every unlink, lines anywhere in the zone), no head or order marks in the
+//! buddies' words. All the bitmaps together are about two bits per page
+//! (256 KiB for a 1M-page zone), so a free of one page touches the page's
+//! metadata line, one bitmap word per order it climbs, and the per-order
+//! counters. A word that becomes non-zero checks one summary bit (usually
+//! already set), or only compares its index with the last word of its
+//! order found marked (frees of nearby pages).
+//!
+//! [`alloc_pages`](BuddyAllocator::alloc_pages) takes the lowest free
 //! block of the smallest order that fits: from the word at the order's hint
 //! (at or below its lowest non-zero word) when that word is non-zero, else
 //! through the summary levels above the bitmap (a descent of four words for
@@ -622,21 +626,33 @@ impl BuddyAllocator {
         }
         let i = i as usize;
         let m = self.meta[i];
+        // The common case, one reference and no poison, is one word value.
+        if m != 1 {
+            return self.free_page_rare(i);
+        }
+        self.meta[i] = FREE;
+        // SAFETY: `pfn` is in the span (`i` is below `pages()`), the span
+        // the map was built for.
+        unsafe { self.map.merge_insert_page(pfn) };
+        PageFree::Freed
+    }
+
+    /// `free_page` of a page whose word is not exactly one reference: an
+    /// error, or a page that more references or its poison bit hold back.
+    #[cold]
+    #[inline(never)]
+    fn free_page_rare(&mut self, i: usize) -> PageFree {
+        let m = self.meta[i];
         if m & FREE != 0 {
             return PageFree::AlreadyFree;
         }
         if m & REFS == 0 {
             return PageFree::NotReferenced;
         }
-        // What is left: more references or the poison bit hold it back.
-        let left = m - 1;
-        if left != 0 {
-            self.meta[i] = left;
-            return PageFree::Held;
-        }
-        self.meta[i] = FREE;
-        self.free_chunk(pfn, 0);
-        PageFree::Freed
+        // What is left: more references or the poison bit hold it back
+        // (never nothing: the word was not exactly one reference).
+        self.meta[i] = m - 1;
+        PageFree::Held
     }
 
     /// Takes one more reference on an allocated page (`get_page`); returns

@@ -107,6 +107,36 @@ impl BuddyAllocator {
                     map.hint[o as usize]
                 ));
             }
+            // A set summary bit puts its word at or above the hint (a word
+            // becoming non-zero skips the hint when it finds the bit set).
+            if m.top > 0 {
+                let sum = map.level(o, 1);
+                if let Some(k) =
+                    (0..below_hint.min(m.len[0])).find(|&k| sum[k >> 6] >> (k & 63) & 1 != 0)
+                {
+                    return Err(format!(
+                        "order {o}: word {k} lies below the hint {} and has its summary bit set",
+                        map.hint[o as usize]
+                    ));
+                }
+            }
+            // The word remembered as marked is in the bitmap, at or above
+            // the hint, with its summary bit set.
+            let marked = map.marked[o as usize];
+            if marked != usize::MAX {
+                let k = marked.wrapping_sub(m.start[0]);
+                if k >= m.len[0] || marked < map.hint[o as usize] {
+                    return Err(format!(
+                        "order {o}: the marked word {marked} is outside the bitmap or below the hint {}",
+                        map.hint[o as usize]
+                    ));
+                }
+                if m.top > 0 && map.level(o, 1)[k >> 6] >> (k & 63) & 1 == 0 {
+                    return Err(format!(
+                        "order {o}: the marked word {marked} has its summary bit clear"
+                    ));
+                }
+            }
             if map.level(o, m.top).len() != 1 {
                 return Err(format!("order {o}: top level is not one word"));
             }
