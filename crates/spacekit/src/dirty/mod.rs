@@ -42,11 +42,17 @@
 //! # Ok::<(), spacekit::dirty::DirtyError>(())
 //! ```
 //!
-//! Every path runs the same two-stage edge scanner (`scan.rs`): AVX2 marks the
-//! words of a 64-word batch whose bits change, then each marked word writes
-//! its change positions without a per-word branch. Clean stretches and
-//! stretches inside a long dirty run are skipped by the bitmap engine's SIMD
-//! search, so neither sparse nor dense bitmaps cost a step per dirty page.
+//! Every path starts from the same stage 1 (`scan.rs`): the vector code
+//! marks the words of a 64-word batch whose bits change. The iterators then
+//! write each marked word's change positions to an edge buffer and pair
+//! them; the table builder writes each word's run starts and ends straight
+//! into the table's ranges and converts a batch to addresses while it is
+//! still in cache. Clean stretches and stretches inside a long dirty run are
+//! skipped by the bitmap engine's SIMD search, so neither sparse nor dense
+//! bitmaps cost a step per dirty page. [`Scan::parallel`] runs on two or
+//! more threads only when a sample of the log shows enough ranges a word
+//! for the split to pay (its counting pass reads the bitmap once more);
+//! below that it runs on one.
 
 mod arch;
 mod atomic;

@@ -28,8 +28,13 @@
 //! inside a run); the rest of the stretch is skipped with the bitmap engine's
 //! SIMD search, so clean and fully dirty bitmaps scan at memory speed.
 //!
-//! The parallel scan sizes each block's share of the output first with
-//! `count_edges`, a branch-free popcount of the edge masks.
+//! The table builder (`RangeScan`) keeps stage 1 and replaces stage 2 and
+//! the pairing: each marked word writes its run starts and ends straight
+//! into the ranges' fields (`generic::emit_word`), and a batch's complete
+//! ranges become addresses in place. The parallel scan sizes each block's
+//! share of the output first with `count_edges`, a branch-free popcount of
+//! the edge masks, and `sample_edges` tells the table whether that extra
+//! read pays.
 //!
 //! This file holds the level-independent algorithm. The word-parallel pieces
 //! (stage 1, stage 2, the edge count) are in `arch/generic.rs`, written once
