@@ -76,10 +76,3 @@ pub fn find_clear_area_stats<B: Bits + ?Sized>(
 pub fn level_of<B: Bits + ?Sized>(bits: &B) -> Level {
     bits.level(IN)
 }
-
-/// The summary levels equal ones rebuilt from the bits.
-impl crate::testing::Validate for super::SummaryBitmap {
-    fn validate(&self) -> Result<(), alloc::string::String> {
-        super::SummaryBitmap::validate(self)
-    }
-}

@@ -949,6 +949,14 @@ impl SummaryBitmap {
     }
 }
 
+/// The summary levels equal ones rebuilt from the bits.
+#[cfg(any(test, feature = "testing"))]
+impl crate::testing::Validate for SummaryBitmap {
+    fn validate(&self) -> Result<(), alloc::string::String> {
+        SummaryBitmap::validate(self)
+    }
+}
+
 impl sealed::Sealed for SummaryBitmap {
     fn level(&self, _: sealed::Internal) -> Level {
         self.map.level
