@@ -830,7 +830,7 @@ impl SummaryBitmap {
         align: usize,
         offset: usize,
     ) -> Result<Option<usize>, BitmapError> {
-        let rule = check_align(align, offset)?;
+        check_align(align, offset)?;
         // Any fit starts at a clear bit; an empty request is answered by
         // the plain search (the aligned start, as the kernel does).
         let from = if nr == 0 {
@@ -842,15 +842,7 @@ impl SummaryBitmap {
                 Some(s) => s,
             }
         };
-        Ok(area::find_clear_area(
-            &self.map.words,
-            self.map.len,
-            from,
-            nr,
-            rule,
-            self.map.level,
-            &mut AreaStats::default(),
-        ))
+        self.map.find_clear_area(from, nr, align, offset)
     }
 
     /// Allocates: the lowest `nr` clear bits starting on a multiple of

@@ -155,11 +155,7 @@ impl<W: Words> Scanner<W> {
     /// A scan of words `[from, end)`. `terminal`: add an end edge at bit
     /// `64 * end` if the last run is still open there.
     pub(crate) fn new(src: W, from: usize, end: usize, level: Level, terminal: bool) -> Self {
-        let carry = if from == 0 {
-            0
-        } else {
-            src.word(from - 1) >> 63
-        };
+        let carry = src.carry_in(from);
         Scanner {
             src,
             i: from,
@@ -191,9 +187,7 @@ impl<W: Words> Scanner<W> {
                 }
                 let j = self.mbase + mask.trailing_zeros() as usize;
                 mask &= mask - 1;
-                let w = src.word(j);
-                let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
-                let e = w ^ ((w << 1) | below);
+                let (_, e) = src.edges(j);
                 k = generic::expand::<V>(j as u64 * 64, e, buf, k, self.dense);
             }
             self.mask = 0;
@@ -368,6 +362,31 @@ impl<W: Words> Job for CountEdges<W> {
     }
 }
 
+/// [`generic::emit_word`] for each word `i + t` whose bit `t` is set in
+/// `mask`, in order.
+///
+/// # Safety
+/// As [`generic::emit_word`], for every marked word: `out` valid for writes
+/// of ranges `..*ns.max(*ne) + BATCH_ROOM` when the batch began.
+#[inline(always)]
+unsafe fn emit_marked<W: Words, const U: usize>(
+    src: W,
+    i: usize,
+    mut mask: u64,
+    out: *mut MemoryRange,
+    ns: &mut usize,
+    ne: &mut usize,
+) {
+    while mask != 0 {
+        let j = i + mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        let (w, e) = src.edges(j);
+        // SAFETY: the caller's guarantee; a word adds at most 32 starts and
+        // 32 ends, 64 words at most.
+        unsafe { generic::emit_word::<U>(j as u64 * 64, w, e, out, ns, ne) };
+    }
+}
+
 /// Ranges a batch of the table builder may start (32 per word), plus the
 /// unconditional writes past the last one and the open run carried in.
 const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
@@ -393,11 +412,7 @@ pub(crate) struct RangeScan<W> {
 impl<W: Words> RangeScan<W> {
     /// A scan of words `[from, end)`.
     pub(crate) fn new(src: W, from: usize, end: usize, level: Level) -> Self {
-        let carry = if from == 0 {
-            0
-        } else {
-            src.word(from - 1) >> 63
-        };
+        let carry = src.carry_in(from);
         RangeScan {
             src,
             i: from,
@@ -442,26 +457,14 @@ impl<W: Words> RangeScan<W> {
         let (m, carry) = generic::marks::<V, _>(src, self.i, n, self.carry);
         let marked = m.count_ones() as usize;
         self.dense = marked * 8 > n * 7;
-        let mut mask = m;
-        if marked * 4 > n {
-            while mask != 0 {
-                let j = self.i + mask.trailing_zeros() as usize;
-                mask &= mask - 1;
-                let w = src.word(j);
-                let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
-                let e = w ^ ((w << 1) | below);
-                // SAFETY: as above.
-                unsafe { generic::emit_word::<4>(j as u64 * 64, w, e, out, ns, ne) };
-            }
-        } else {
-            while mask != 0 {
-                let j = self.i + mask.trailing_zeros() as usize;
-                mask &= mask - 1;
-                let w = src.word(j);
-                let below = if j == 0 { 0 } else { src.word(j - 1) >> 63 };
-                let e = w ^ ((w << 1) | below);
-                // SAFETY: as above.
-                unsafe { generic::emit_word::<2>(j as u64 * 64, w, e, out, ns, ne) };
+        // Sparse batches have few starts and ends a word: two unconditional
+        // writes of each are enough, four in busier ones.
+        // SAFETY: as above, for each marked word.
+        unsafe {
+            if marked * 4 > n {
+                emit_marked::<W, 4>(src, self.i, m, out, ns, ne);
+            } else {
+                emit_marked::<W, 2>(src, self.i, m, out, ns, ne);
             }
         }
         self.i += n;

@@ -35,11 +35,7 @@ pub(crate) fn marks_from<W: Words>(
 /// reading the block.
 #[inline(always)]
 pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize) -> usize {
-    let mut carry = if from == 0 {
-        0
-    } else {
-        src.word(from - 1) >> 63
-    };
+    let mut carry = src.carry_in(from);
     let mut n = 0usize;
     for j in from..end {
         let w = src.word(j);
