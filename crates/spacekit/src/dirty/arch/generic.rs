@@ -116,38 +116,54 @@ pub(crate) unsafe fn emit_word<const U: usize>(
 ) {
     let starts = e & w;
     let ends = e & !w;
+    // Starts and ends alternate, so their counts differ by at most one:
+    // `e` with at most `2U` edges has at most `U` of each, and one branch
+    // (taken rarely) decides for both.
     // SAFETY: `*ns + max(U, starts.count_ones())` and the same for the ends
     // are within the room the caller guarantees.
     unsafe {
-        write_bits::<U>(pos, starts, core::ptr::addr_of_mut!((*out.add(*ns)).gpa));
-        write_bits::<U>(pos, ends, core::ptr::addr_of_mut!((*out.add(*ne)).length));
+        let (ps, pe) = (
+            core::ptr::addr_of_mut!((*out.add(*ns)).gpa),
+            core::ptr::addr_of_mut!((*out.add(*ne)).length),
+        );
+        if e.count_ones() as usize <= 2 * U {
+            write_fixed::<U>(pos, starts, ps);
+            write_fixed::<U>(pos, ends, pe);
+        } else {
+            write_all(pos, starts, ps);
+            write_all(pos, ends, pe);
+        }
     }
     *ns += starts.count_ones() as usize;
     *ne += ends.count_ones() as usize;
 }
 
-/// Writes `pos` plus the position of each set bit of `m`, in ascending
-/// order, to `p`, `p + 2`, `p + 4`, … (one field of consecutive ranges); the
-/// first `U` writes are unconditional.
+/// Writes `pos` plus the position of each of the first `U` set bits of
+/// `m` (garbage past its last) to `p`, `p + 2`, … (one field of
+/// consecutive ranges).
 ///
 /// # Safety
-/// `p` must be valid for writes at the first `max(U, m.count_ones())`
-/// strided slots.
+/// `p` must be valid for writes at the first `U` strided slots.
 #[inline(always)]
-unsafe fn write_bits<const U: usize>(pos: u64, mut m: u64, p: *mut u64) {
-    let n = m.count_ones() as usize;
+unsafe fn write_fixed<const U: usize>(pos: u64, mut m: u64, p: *mut u64) {
     for u in 0..U {
         // SAFETY: `u < U`, within the caller's room.
         unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
         m &= m.wrapping_sub(1);
     }
-    if n > U {
-        let mut u = U;
-        while m != 0 {
-            // SAFETY: `u < n`, within the caller's room.
-            unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
-            m &= m - 1;
-            u += 1;
-        }
+}
+
+/// Writes `pos` plus the position of each set bit of `m` to `p`, `p + 2`, ….
+///
+/// # Safety
+/// `p` must be valid for writes at the first `m.count_ones()` strided slots.
+#[inline(always)]
+unsafe fn write_all(pos: u64, mut m: u64, p: *mut u64) {
+    let mut u = 0;
+    while m != 0 {
+        // SAFETY: `u < m.count_ones()` of the original mask.
+        unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
+        m &= m - 1;
+        u += 1;
     }
 }
