@@ -255,6 +255,7 @@ impl Image {
                 "would exceed s_blocks_count",
             ));
         }
+        self.freed_since_flush = true;
         for (g, bit, n) in pieces {
             self.mark_blocks(g, bit, n, false)?;
         }

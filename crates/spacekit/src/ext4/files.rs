@@ -58,7 +58,7 @@ const INCOMPAT_FILETYPE: u32 = 0x2;
 /// incompat `dirdata`: directory entries may carry data after the name.
 const INCOMPAT_DIRDATA: u32 = 0x1000;
 /// `EXT4_ENCRYPT_FL`: the directory's names are encrypted.
-const ENCRYPT_FL: u32 = 0x800;
+pub(super) const ENCRYPT_FL: u32 = 0x800;
 /// `EXT4_INLINE_DATA_FL`: the contents live in the inode.
 const INLINE_DATA_FL: u32 = 0x1000_0000;
 /// `EXT4_VERITY_FL`: an fs-verity file (read-only to the kernel).
@@ -178,7 +178,7 @@ impl Image {
     /// the kernel does for a changed inode (`inode_set_ctime_current`) and
     /// changed contents: a directory that gained or lost an entry, a file
     /// whose size changed.
-    fn touch(&mut self, ino: u32, content: bool) -> Result<(), Ext4Error> {
+    pub(super) fn touch(&mut self, ino: u32, content: bool) -> Result<(), Ext4Error> {
         let t = now();
         self.set_inode_times(
             ino,
@@ -205,7 +205,7 @@ impl Image {
 
     /// The seed of inode `ino`'s extent and directory block checksums, with
     /// metadata_csum.
-    fn seed_of(&self, ino: u32, generation: u32) -> Option<u32> {
+    pub(super) fn seed_of(&self, ino: u32, generation: u32) -> Option<u32> {
         self.csum().then(|| self.inode_seed(ino, generation))
     }
 
@@ -216,7 +216,7 @@ impl Image {
     }
 
     /// The inode's extent root, refusing inodes without `EXTENTS_FL`.
-    fn root_of(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
+    pub(super) fn root_of(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
         let inode = self.inode(ino)?;
         if inode.flags & INLINE_DATA_FL != 0 {
             return Err(Ext4Error::Unsupported {
@@ -525,7 +525,7 @@ impl Image {
 
     /// Writes inode `ino`'s size, `i_blocks` (512-byte units) and extent
     /// root (the times are the caller's: [`Image::touch`]).
-    fn write_file_fields(
+    pub(super) fn write_file_fields(
         &mut self,
         ino: u32,
         size: u64,
@@ -558,7 +558,7 @@ impl Image {
 
     /// Sets ro_compat `large_file` when a file grows past 2 GiB (as the
     /// kernel does), keeping the superblock checksum.
-    fn note_large_file(&mut self, size: u64) {
+    pub(super) fn note_large_file(&mut self, size: u64) {
         if size < 1 << 31 {
             return;
         }
@@ -862,7 +862,7 @@ impl Image {
     /// The allocation goal for inode `ino`'s next block: just past its last
     /// physical block, else the first block of its group (with flex_bg,
     /// of the first group of its flex group).
-    fn file_goal(
+    pub(super) fn file_goal(
         &mut self,
         ino: u32,
         root: &[u8; ROOT_SIZE],
@@ -946,58 +946,10 @@ impl Image {
         let last = end.div_ceil(bs);
         let seed = self.seed_of(ino, inode.generation);
         let exts = extent::extents(&root, &mut ReadStore(self), seed)?;
-        // The holes of [first, last).
-        let mut holes = Vec::new();
-        let mut at = first;
-        for e in &exts {
-            let (s, t) = (u64::from(e.logical), e.end());
-            if t <= at || s >= last {
-                continue;
-            }
-            if s > at {
-                holes.push((at, s));
-            }
-            at = at.max(t);
-        }
-        if at < last {
-            holes.push((at, last));
-        }
+        let holes = holes(&exts, first, last);
         let need: u64 = holes.iter().map(|(a, b)| b - a).sum();
-        // Tree blocks: a new extent per hole and per MAX_UNWRITTEN_LEN, and
-        // one per free run the data comes from; one more leaf per leaf's
-        // worth of entries, and a new path per level.
-        let per_leaf = u64::from(extent::node_capacity(bs as usize)).max(1);
-        let depth = u64::from(extent::depth(&root)?);
-        let margin_for = |extents: u64| (extents / per_leaf + 1) * (depth + 2) + depth + 2;
         let est_extents = holes.len() as u64 + need / u64::from(extent::MAX_UNWRITTEN_LEN) + 1;
-        let free = self.free_blocks_count();
-        let mut margin = margin_for(est_extents);
-        if need > 0 && free < need + margin_for(est_extents + need) {
-            // Tight: bound the extents by the free runs the data can come
-            // from (counted only here, near full).
-            let mut runs = 0u64;
-            for g in 0..self.info.group_count {
-                runs += self.free_extents(g)?.len() as u64;
-            }
-            margin = margin_for(est_extents + runs.min(need));
-        }
-        if need > 0 && free < need + margin {
-            return Err(Ext4Error::NoSpace {
-                len: need.min(u64::from(u32::MAX)) as u32,
-                align: 1,
-            });
-        }
-        // i_blocks must hold the result (48 bits with huge_file, else 32):
-        // checked before the first change.
-        let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
-        let blocks_after = inode.blocks + (need + margin) * (bs / 512);
-        if blocks_after >> if huge { 48 } else { 32 } != 0 {
-            return Err(invalid(
-                "len",
-                len,
-                "i_blocks would overflow (needs huge_file)",
-            ));
-        }
+        self.check_room(&root, &inode, need, est_extents, len)?;
         if !keep_size && end > inode.size {
             // The bytes between the old end and the new one read as zeros.
             self.zero_block_tail(&inode, &root, seed, inode.size, true)?;
@@ -1042,8 +994,62 @@ impl Image {
         Ok(data)
     }
 
+    /// Checks, before anything changes, that `need` new data blocks and
+    /// the tree blocks of about `est_extents` new extents fit in the free
+    /// space and in the file's `i_blocks`.
+    ///
+    /// Tree blocks: one more leaf per leaf's worth of entries, and a new
+    /// path per level. Near full, the extents are also bounded by the free
+    /// runs the data can come from (counted only then).
+    ///
+    /// # Errors
+    /// [`Ext4Error::NoSpace`]; [`Ext4Error::InvalidArgument`] (`len`) when
+    /// `i_blocks` would overflow.
+    pub(super) fn check_room(
+        &mut self,
+        root: &[u8; ROOT_SIZE],
+        inode: &super::Inode,
+        need: u64,
+        est_extents: u64,
+        len: u64,
+    ) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let per_leaf = u64::from(extent::node_capacity(bs as usize)).max(1);
+        let depth = u64::from(extent::depth(root)?);
+        let margin_for = |extents: u64| (extents / per_leaf + 1) * (depth + 2) + depth + 2;
+        let free = self.free_blocks_count();
+        let mut margin = margin_for(est_extents);
+        if need > 0 && free < need + margin_for(est_extents + need) {
+            let mut runs = 0u64;
+            for g in 0..self.info.group_count {
+                runs += self.free_extents(g)?.len() as u64;
+            }
+            margin = margin_for(est_extents + runs.min(need));
+        }
+        if need > 0 && free < need + margin {
+            return Err(Ext4Error::NoSpace {
+                len: need.min(u64::from(u32::MAX)) as u32,
+                align: 1,
+            });
+        }
+        // i_blocks must hold the result (48 bits with huge_file, else 32).
+        let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
+        let blocks_after = inode.blocks + (need + margin) * (bs / 512);
+        if blocks_after >> if huge { 48 } else { 32 } != 0 {
+            return Err(invalid(
+                "len",
+                len,
+                "i_blocks would overflow (needs huge_file)",
+            ));
+        }
+        Ok(())
+    }
+
     /// The extent root of a regular file.
-    fn root_of_file(&self, ino: u32) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
+    pub(super) fn root_of_file(
+        &self,
+        ino: u32,
+    ) -> Result<([u8; ROOT_SIZE], super::Inode), Ext4Error> {
         let inode = self.inode(ino)?;
         if inode.mode & S_IFMT != S_IFREG {
             return Err(Ext4Error::NotARegularFile { ino });
@@ -1128,7 +1134,7 @@ impl Image {
     /// ciphertext: zeros written there would decrypt to garbage);
     /// [`Ext4Error::Corrupt`] when the extent maps a block the bitmap calls
     /// free (it could belong to anything); as [`extent::find`].
-    fn zero_block_tail(
+    pub(super) fn zero_block_tail(
         &mut self,
         inode: &super::Inode,
         root: &[u8; ROOT_SIZE],
@@ -1317,9 +1323,30 @@ fn xattr_value_inodes(raw: &[u8]) -> bool {
     false
 }
 
+/// The unmapped logical block ranges `[a, b)` of `[first, last)`, given the
+/// file's extents in logical order.
+pub(super) fn holes(exts: &[Extent], first: u64, last: u64) -> Vec<(u64, u64)> {
+    let mut holes = Vec::new();
+    let mut at = first;
+    for e in exts {
+        let (s, t) = (u64::from(e.logical), e.end());
+        if t <= at || s >= last {
+            continue;
+        }
+        if s > at {
+            holes.push((at, s));
+        }
+        at = at.max(t);
+    }
+    if at < last {
+        holes.push((at, last));
+    }
+    holes
+}
+
 /// A read-only [`ExtentStore`] for walking trees (writes and allocations
 /// refused).
-struct ReadStore<'a>(&'a Image);
+pub(super) struct ReadStore<'a>(pub(super) &'a Image);
 
 impl ExtentStore for ReadStore<'_> {
     fn block_size(&self) -> usize {

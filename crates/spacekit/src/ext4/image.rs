@@ -66,6 +66,13 @@ pub struct Image {
     /// and the extent and directory blocks of files) by block number,
     /// written by [`Image::flush`] after the bitmaps (see `blocks.rs`).
     pub(super) pending_blocks: BTreeMap<u64, Vec<u8>>,
+    /// Blocks were freed since the last flush: the image on disk still
+    /// gives them to their old owners, so file data must not be written to
+    /// them before the flush (see `data.rs`).
+    pub(super) freed_since_flush: bool,
+    /// File data was written to the device since the last flush: the flush
+    /// syncs it before the redo log commits the metadata pointing at it.
+    pub(super) data_unsynced: bool,
     /// While an operation runs: what it changed, as it was before (see
     /// `undo.rs`).
     pub(super) undo: Option<std::boxed::Box<Undo>>,

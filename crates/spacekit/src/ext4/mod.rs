@@ -114,6 +114,7 @@
 
 mod alloc;
 mod blocks;
+mod data;
 mod device;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
@@ -154,6 +155,7 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
+pub use data::File;
 pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
 pub use extent::Extent;
@@ -326,6 +328,8 @@ impl Image {
             dirty_block: BTreeSet::new(),
             dirty_inode: BTreeSet::new(),
             pending_blocks: BTreeMap::new(),
+            freed_since_flush: false,
+            data_unsynced: false,
             undo: None,
         })
     }
@@ -472,6 +476,12 @@ impl Image {
         let records = self.dirty_records();
         let (log, trailer_at) = redo::encode(&self.info.uuid, &records);
         let dev = &mut *self.dev;
+        if self.data_unsynced {
+            // File data first: the log must not commit extents whose bytes
+            // are still in flight (the kernel's data=ordered).
+            dev.sync().map_err(io("fsync file data"))?;
+            self.data_unsynced = false;
+        }
         // The log: contents, then the trailer that makes it complete.
         dev.write_log(0, &log[..trailer_at])
             .map_err(io("write redo log"))?;
@@ -488,6 +498,7 @@ impl Image {
         self.dirty_block.clear();
         self.dirty_inode.clear();
         self.pending_blocks.clear();
+        self.freed_since_flush = false;
         Ok(())
     }
 

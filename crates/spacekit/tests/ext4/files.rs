@@ -85,7 +85,7 @@ fn every_config() -> Vec<Config> {
 
 use spacekit_testkit::rng::Rng;
 
-fn debugfs(path: &Path, cmd: &str) -> String {
+pub fn debugfs(path: &Path, cmd: &str) -> String {
     let out = e2fs("debugfs")
         .args(["-R", cmd])
         .arg(path)
@@ -127,7 +127,7 @@ fn debugfs_extents(path: &Path, file: &str) -> Vec<(u32, u64, u16, bool)> {
 }
 
 /// debugfs agrees with `stat` on size, block count and extents.
-fn check_file(path: &Path, file: &str, st: &Stat) {
+pub fn check_file(path: &Path, file: &str, st: &Stat) {
     let text = debugfs(path, &format!("stat {file}"));
     assert_eq!(field(&text, "Size: "), st.size, "{file}: size: {text}");
     assert_eq!(
@@ -186,9 +186,18 @@ fn check_all(path: &Path, model: &BTreeMap<String, u32>, what: &str) {
     assert_eq!(got, want, "{what}: read_dir");
 }
 
-/// What `debugfs dump` reads of every file equals the model's bytes.
+/// What `debugfs dump` and [`Image::read`] read of every file equals the
+/// model's bytes.
 fn check_contents(path: &Path, dir: &TempDir, contents: &BTreeMap<String, Vec<u8>>, what: &str) {
+    let mut img = open_ro(path);
     for (name, want) in contents {
+        let ino = img.lookup(&format!("/{name}")).unwrap();
+        let mut ours = vec![0xAA; want.len() + 7];
+        let n = img.read(ino, 0, &mut ours).unwrap();
+        assert_eq!(n, want.len(), "{what}: /{name}: read's length");
+        if let Some(i) = (0..want.len()).find(|&i| ours[i] != want[i]) {
+            panic!("{what}: /{name}: Image::read differs from byte {i} on");
+        }
         let got = debugfs_dump(path, dir, &format!("/{name}"));
         assert_eq!(got.len(), want.len(), "{what}: /{name}: size");
         if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
@@ -232,7 +241,7 @@ fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
         check_contents(&path, &dir, &contents, cfg.name);
         for step in 0..12 {
             let mut img = open_rw(&path);
-            let op = rng.below(6);
+            let op = rng.below(8);
             let what = format!("{}: step {step} op {op}", cfg.name);
             if model.is_empty() || op == 0 {
                 let name = format!("f{step}");
@@ -278,7 +287,7 @@ fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
                         model.remove(&name);
                         contents.remove(&name);
                     }
-                    _ => {
+                    4 | 5 => {
                         let off = rng.below(200) * bs + rng.below(bs);
                         let len = 1 + rng.below(20 * bs);
                         let keep = rng.below(2) == 0;
@@ -286,6 +295,21 @@ fn random_sequences_are_e2fsck_clean_and_match_debugfs() {
                         if !keep {
                             grow(data, off + len);
                         }
+                    }
+                    _ => {
+                        // Bytes at a random place: inside the file (over
+                        // written or unwritten blocks), or past its end.
+                        let size = data.len() as u64;
+                        let off = match rng.below(3) {
+                            0 => rng.below(size + 1),
+                            1 => size + rng.below(3 * bs),
+                            _ => rng.below(200) * bs + rng.below(bs),
+                        };
+                        let len = 1 + rng.below(6 * bs);
+                        let bytes = random_bytes(len as usize, rng.next());
+                        img.write(ino, off, &bytes).unwrap();
+                        grow(data, off + len);
+                        data[off as usize..(off + len) as usize].copy_from_slice(&bytes);
                     }
                 }
             }

@@ -14,66 +14,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use spacekit::ext4::{AllocRequest, Ext4Error, Image, InodeTimes};
 
 use crate::fixtures::*;
 use crate::oracles::*;
-
-/// `mkfs.ext4 -d src` with `args`, on a fresh image of `size`.
-fn mkfs_d(dir: &TempDir, name: &str, args: &[&str], src: &Path, size: &str) -> PathBuf {
-    let path = dir.path(name);
-    let out = e2fs("mkfs.ext4")
-        .args(["-F", "-q", "-U", UUID, "-E"])
-        .arg(format!("hash_seed={UUID}"))
-        .args(args)
-        .arg("-d")
-        .arg(src)
-        .arg(&path)
-        .arg(size)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mkfs.ext4 -d {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
-}
-
-/// Reads `files` through the kernel (a read-only loop mount), or says why
-/// it cannot and returns `None`.
-fn kernel_read(img: &Path, dir: &TempDir, files: &[&str]) -> Option<Vec<Vec<u8>>> {
-    let mnt = dir.path("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let m = Command::new("mount")
-        .args(["-o", "loop,ro"])
-        .arg(img)
-        .arg(&mnt)
-        .output();
-    match m {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            println!(
-                "skipping the kernel's read: mount -o loop,ro failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return None;
-        }
-        Err(e) => {
-            println!("skipping the kernel's read: no mount: {e}");
-            return None;
-        }
-    }
-    let got = files
-        .iter()
-        .map(|f| fs::read(mnt.join(f.trim_start_matches('/'))))
-        .collect::<Result<Vec<_>, _>>();
-    let um = Command::new("umount").arg(&mnt).status();
-    assert!(um.is_ok_and(|s| s.success()), "umount {}", mnt.display());
-    Some(got.unwrap())
-}
 
 /// The block-size configurations of these tests (`mke2fs -d` sizes them).
 const SIZES: [(&str, &[&str], &str); 4] = [

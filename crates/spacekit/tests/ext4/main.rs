@@ -21,6 +21,8 @@
 //! * `refused` — corrupt and unsupported images, never written;
 //! * `arguments` — bad arguments, refused without a change;
 //! * `crash` — injected write failures, the redo log, retries;
+//! * `contents` — file bytes written and read, against debugfs and the
+//!   kernel;
 //! * `found` — defects users found on `mke2fs -d` images, casefolded
 //!   directories and damaged descriptors, checked with debugfs, e2fsck and
 //!   (where a loop mount is allowed) the kernel.
@@ -33,6 +35,7 @@ mod oracles;
 
 mod alloc;
 mod arguments;
+mod contents;
 mod crash;
 mod damage;
 mod files;

@@ -1,14 +1,16 @@
 //! e2fsprogs as oracles: `e2fsck -fn` and its "Block bitmap differences",
 //! `debugfs -w` scripts, `dumpe2fs` parsed field by field (and compared with
-//! what spacekit reads), `e2freefrag`'s histogram.
+//! what spacekit reads), `e2freefrag`'s histogram, `mke2fs -d` images and
+//! the kernel's own read of an image (a read-only loop mount).
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use spacekit::ext4::{ChecksumKind, Image, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 
-use crate::fixtures::{e2fs, TempDir};
+use crate::fixtures::{e2fs, TempDir, UUID};
 
 /// `e2fsck -fn`: exit code and output.
 pub fn e2fsck(path: &Path) -> (i32, String) {
@@ -287,4 +289,58 @@ pub fn debugfs_dump(img: &Path, dir: &TempDir, path: &str) -> Vec<u8> {
         .unwrap();
     assert!(st.status.success(), "debugfs dump {path}");
     fs::read(&out).unwrap_or_else(|e| panic!("debugfs dump {path}: {e}"))
+}
+
+/// `mkfs.ext4 -d src` with `args`, on a fresh image of `size`.
+pub fn mkfs_d(dir: &TempDir, name: &str, args: &[&str], src: &Path, size: &str) -> PathBuf {
+    let path = dir.path(name);
+    let out = e2fs("mkfs.ext4")
+        .args(["-F", "-q", "-U", UUID, "-E"])
+        .arg(format!("hash_seed={UUID}"))
+        .args(args)
+        .arg("-d")
+        .arg(src)
+        .arg(&path)
+        .arg(size)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mkfs.ext4 -d {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+/// Reads `files` through the kernel (a read-only loop mount), or says why
+/// it cannot and returns `None`.
+pub fn kernel_read(img: &Path, dir: &TempDir, files: &[&str]) -> Option<Vec<Vec<u8>>> {
+    let mnt = dir.path("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = Command::new("mount")
+        .args(["-o", "loop,ro"])
+        .arg(img)
+        .arg(&mnt)
+        .output();
+    match m {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            println!(
+                "skipping the kernel's read: mount -o loop,ro failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        Err(e) => {
+            println!("skipping the kernel's read: no mount: {e}");
+            return None;
+        }
+    }
+    let got = files
+        .iter()
+        .map(|f| fs::read(mnt.join(f.trim_start_matches('/'))))
+        .collect::<Result<Vec<_>, _>>();
+    let um = Command::new("umount").arg(&mnt).status();
+    assert!(um.is_ok_and(|s| s.success()), "umount {}", mnt.display());
+    Some(got.unwrap())
 }

@@ -1,0 +1,428 @@
+//! File contents: [`Image::write`] (`pwrite(2)`), [`Image::read`]
+//! (`pread(2)`) and [`File`], a handle with `std::io::{Read, Write, Seek}`.
+//!
+//! # Where the bytes go
+//!
+//! File data does not go through the redo log: it is written straight to
+//! the device, as the kernel's `data=ordered` mode writes it, and only the
+//! metadata that makes it visible (the extents, `i_size`, `i_blocks`, the
+//! bitmaps) is logged. Three rules keep that crash-safe:
+//!
+//! * bytes for a hole or an unwritten extent go to blocks no committed
+//!   metadata points at as data yet, so a crash before the flush leaves
+//!   them unreferenced (or still unwritten, reading as zeros);
+//! * [`Image::flush`] fsyncs the data before it writes the redo log, so a
+//!   committed extent never points at bytes still in flight;
+//! * a write never lands on a block freed since the last flush (a block
+//!   the image on disk still gives to its old owner): a write after frees
+//!   flushes them first.
+//!
+//! Overwriting bytes that are already written happens in place, as with
+//! `pwrite(2)` on the kernel's ext4: a crash in the middle may leave part
+//! of the new bytes.
+//!
+//! # Unwritten extents and holes
+//!
+//! A write into a hole allocates blocks from the file's goal (just past
+//! its last block, as an append) and maps them as written extents, merged
+//! with their neighbours where they can be. A write into an unwritten
+//! extent splits it and marks the written part initialised, as the kernel's
+//! `ext4_ext_convert_to_initialized` does. Blocks that are new or were
+//! unwritten get zeros around the bytes written, so they never expose old
+//! contents. Reads return zeros for holes, unwritten extents and bytes past
+//! the last written byte of a block.
+
+use std::io;
+use std::vec::Vec;
+
+use super::error::{invalid, io as io_err, Ext4Error};
+use super::extent::{self, Extent};
+use super::files::{holes, ImageStore, ReadStore, ENCRYPT_FL};
+use super::image::Image;
+
+/// How a stretch of logical blocks of a write is mapped before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    logical: u64,
+    physical: u64,
+    len: u64,
+    /// The blocks' contents are undefined (a new block, or an unwritten
+    /// extent's): a partial write fills the rest with zeros.
+    fresh: bool,
+}
+
+impl Image {
+    /// Writes `data` at byte `offset` of regular file `ino`, as `pwrite(2)`:
+    /// the file grows to `offset + data.len()` if that is past its end,
+    /// holes before `offset` stay holes, and bytes between the old end and
+    /// `offset` read as zeros. Blocks come from the file's goal (see
+    /// [`Image::fallocate`]); see the module notes on crash safety. The
+    /// mtime and ctime become now. Nothing reaches the image's metadata
+    /// before [`Image::flush`].
+    ///
+    /// # Errors
+    /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::FileTooBig`];
+    /// [`Ext4Error::NoSpace`] (checked before anything changes);
+    /// [`Ext4Error::Unsupported`] for inline-data, block-mapped, encrypted
+    /// or fs-verity files; [`Ext4Error::Io`]. On an error the metadata is as
+    /// before; bytes already overwritten in place may stay.
+    pub fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+        self.check_writable()?;
+        if self.freed_since_flush {
+            self.flush()?;
+        }
+        self.atomically(|img| img.write_op(ino, offset, data))
+    }
+
+    /// [`Image::write`], inside its undo.
+    fn write_op(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+        let (mut root, inode) = self.root_of_file(ino)?;
+        if inode.flags & ENCRYPT_FL != 0 {
+            return Err(Ext4Error::Unsupported {
+                feature: "writing an encrypted file",
+            });
+        }
+        let len = data.len() as u64;
+        let max = self.max_file_size();
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= max)
+            .ok_or(Ext4Error::FileTooBig {
+                size: offset.saturating_add(len),
+                max,
+            })?;
+        if len == 0 {
+            return Ok(());
+        }
+        let bs = u64::from(self.info.block_size);
+        let (first, last) = (offset / bs, end.div_ceil(bs));
+        let seed = self.seed_of(ino, inode.generation);
+        let exts = extent::extents(&root, &mut ReadStore(self), seed)?;
+        let holes = holes(&exts, first, last);
+        let need: u64 = holes.iter().map(|(a, b)| b - a).sum();
+        // Unwritten extents the write touches: each may split in three.
+        let unwritten: Vec<Extent> = exts
+            .iter()
+            .filter(|e| e.unwritten && e.end() > first && u64::from(e.logical) < last)
+            .copied()
+            .collect();
+        let est = holes.len() as u64
+            + need / u64::from(Extent::max_len(false))
+            + 2 * unwritten.len() as u64
+            + 1;
+        self.check_room(&root, &inode, need, est, len)?;
+        if offset > inode.size {
+            // The old last block's bytes past the old end read as zeros.
+            self.zero_block_tail(&inode, &root, seed, inode.size, true)?;
+        }
+        // New blocks first, before any block is freed below (tree blocks a
+        // split releases): the data written to them must not land on a
+        // block the image on disk still uses.
+        let mut pieces = Vec::new();
+        let mut goal = self.file_goal(ino, &root, seed)?;
+        let mut data_blocks = 0u64;
+        for &(mut a, b) in &holes {
+            while a < b {
+                let want = (b - a).min(u64::from(Extent::max_len(false))) as u32;
+                let g = (goal < self.info.blocks_count).then_some(goal);
+                let (p, got) = self.alloc_run_from(g, want)?;
+                pieces.push(Piece {
+                    logical: a,
+                    physical: p,
+                    len: u64::from(got),
+                    fresh: true,
+                });
+                data_blocks += u64::from(got);
+                a += u64::from(got);
+                goal = p + u64::from(got);
+            }
+        }
+        let mut store = ImageStore::new(self);
+        if let Some(c0) = unwritten.first().map(|e| u64::from(e.logical).max(first)) {
+            // Convert: unmap from the first unwritten block on and map the
+            // same blocks again, the written part initialised.
+            let tail: Vec<Extent> = exts.iter().filter(|e| e.end() > c0).copied().collect();
+            extent::truncate(&mut root, &mut store, seed, c0 as u32)?;
+            for e in tail {
+                for part in split(e, c0, first, last) {
+                    extent::insert(&mut root, &mut store, seed, part)?;
+                }
+            }
+        }
+        for p in &pieces {
+            extent::insert(
+                &mut root,
+                &mut store,
+                seed,
+                Extent {
+                    logical: p.logical as u32,
+                    physical: p.physical,
+                    len: p.len as u16,
+                    unwritten: false,
+                },
+            )?;
+        }
+        let (added, freed) = (store.allocated, store.freed);
+        // Every mapped stretch of the write, in logical order.
+        for e in &exts {
+            let (s, t) = (u64::from(e.logical).max(first), e.end().min(last));
+            if s < t {
+                pieces.push(Piece {
+                    logical: s,
+                    physical: e.physical + (s - u64::from(e.logical)),
+                    len: t - s,
+                    fresh: e.unwritten,
+                });
+            }
+        }
+        pieces.sort_unstable_by_key(|p| p.logical);
+        for p in &pieces {
+            self.write_piece(p, offset, data)?;
+        }
+        let size = inode.size.max(end);
+        let blocks =
+            (inode.blocks + (data_blocks + added) * (bs / 512)).saturating_sub(freed * (bs / 512));
+        self.write_file_fields(ino, size, blocks, &root)?;
+        self.note_large_file(size);
+        self.touch(ino, true)
+    }
+
+    /// Writes the bytes of `data` (which starts at byte `offset` of the
+    /// file) that fall in piece `p`: whole blocks straight from `data`, a
+    /// partial first or last block merged with its old bytes (zeros if
+    /// fresh). Blocks the block cache holds go through it.
+    fn write_piece(&mut self, p: &Piece, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let end = offset + data.len() as u64;
+        let (lo, hi) = (p.logical * bs, (p.logical + p.len) * bs);
+        let (from, to) = (offset.max(lo), end.min(hi));
+        let pos = |byte: u64| p.physical * bs + (byte - lo);
+        let bytes = |a: u64, b: u64| &data[(a - offset) as usize..(b - offset) as usize];
+        // The partial block at each end, then the whole blocks between.
+        let head_end = from.next_multiple_of(bs).min(to);
+        let mut mid = (from, to);
+        if from % bs != 0 || head_end - from < bs {
+            self.merge_block(
+                pos(from - from % bs),
+                from % bs,
+                bytes(from, head_end),
+                p.fresh,
+            )?;
+            mid.0 = head_end;
+        }
+        if mid.0 < mid.1 && to % bs != 0 {
+            let t0 = to - to % bs;
+            self.merge_block(pos(t0), 0, bytes(t0, to), p.fresh)?;
+            mid.1 = t0;
+        }
+        if mid.0 < mid.1 {
+            self.put_blocks(pos(mid.0) / bs, bytes(mid.0, mid.1))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` at byte `within` of block `at / bs` (byte address
+    /// `at`), keeping the rest of the block (or zeroing it if `fresh`).
+    fn merge_block(
+        &mut self,
+        at: u64,
+        within: u64,
+        bytes: &[u8],
+        fresh: bool,
+    ) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let block = at / bs;
+        let mut b = if fresh {
+            std::vec![0u8; bs as usize]
+        } else {
+            self.read_block(block)?.into_owned()
+        };
+        b[within as usize..within as usize + bytes.len()].copy_from_slice(bytes);
+        self.put_blocks(block, &b)
+    }
+
+    /// Writes whole blocks `bytes` from block `block` on: to the block
+    /// cache for blocks it holds (their pending version would otherwise
+    /// overwrite these bytes at the flush), straight to the device for the
+    /// rest.
+    fn put_blocks(&mut self, block: u64, bytes: &[u8]) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let n = bytes.len() as u64 / bs;
+        let cached: Vec<u64> = self
+            .pending_blocks
+            .range(block..block + n)
+            .map(|(&b, _)| b)
+            .collect();
+        let mut at = block;
+        for c in cached.into_iter().chain(core::iter::once(block + n)) {
+            if c > at {
+                let part = &bytes[((at - block) * bs) as usize..((c - block) * bs) as usize];
+                self.dev
+                    .write_at(at * bs, part)
+                    .map_err(io_err("write file data"))?;
+                self.data_unsynced = true;
+            }
+            if c < block + n {
+                let part = &bytes[((c - block) * bs) as usize..((c - block + 1) * bs) as usize];
+                self.write_block(c, part)?;
+            }
+            at = c + 1;
+        }
+        Ok(())
+    }
+
+    /// Reads up to `buf.len()` bytes at byte `offset` of regular file
+    /// `ino`, as `pread(2)`: returns how many bytes were read, fewer at the
+    /// end of the file and 0 at or past it. Holes and unwritten extents read
+    /// as zeros. Sees the image as the next flush will leave it.
+    ///
+    /// # Errors
+    /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::Unsupported`] for
+    /// inline-data, block-mapped or encrypted files; [`Ext4Error::Corrupt`]
+    /// or [`Ext4Error::BadChecksum`] for a bad extent tree; [`Ext4Error::Io`].
+    pub fn read(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize, Ext4Error> {
+        let (root, inode) = self.root_of_file(ino)?;
+        if inode.flags & ENCRYPT_FL != 0 {
+            return Err(Ext4Error::Unsupported {
+                feature: "reading an encrypted file",
+            });
+        }
+        if offset >= inode.size {
+            return Ok(0);
+        }
+        let n = (inode.size - offset).min(buf.len() as u64) as usize;
+        let buf = &mut buf[..n];
+        buf.fill(0);
+        let bs = u64::from(self.info.block_size);
+        let end = offset + n as u64;
+        let seed = self.seed_of(ino, inode.generation);
+        let exts = extent::extents(&root, &mut ReadStore(self), seed)?;
+        for e in exts.iter().filter(|e| !e.unwritten) {
+            let (lo, hi) = (u64::from(e.logical) * bs, e.end() * bs);
+            let (from, to) = (offset.max(lo), end.min(hi));
+            if from >= to {
+                continue;
+            }
+            let phys = e.physical * bs + (from - lo);
+            let out = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            self.dev
+                .read_at(phys, out)
+                .map_err(io_err("read file data"))?;
+            // Blocks the cache holds read as they will be after the flush.
+            let (b0, b1) = (phys / bs, (phys + out.len() as u64).div_ceil(bs));
+            for (&b, blk) in self.pending_blocks.range(b0..b1) {
+                let (s, t) = (
+                    (b * bs).max(phys),
+                    ((b + 1) * bs).min(phys + out.len() as u64),
+                );
+                out[(s - phys) as usize..(t - phys) as usize]
+                    .copy_from_slice(&blk[(s - b * bs) as usize..(t - b * bs) as usize]);
+            }
+        }
+        Ok(n)
+    }
+
+    /// A handle on regular file `ino` at offset 0, with `std::io::Read`,
+    /// `Write` and `Seek` ([`File`]).
+    ///
+    /// # Errors
+    /// As [`Image::read`] for the inode.
+    pub fn file(&mut self, ino: u32) -> Result<File<'_>, Ext4Error> {
+        self.root_of_file(ino)?;
+        Ok(File {
+            img: self,
+            ino,
+            pos: 0,
+        })
+    }
+}
+
+/// The parts of extent `e` from logical block `c0` on, split at `first`
+/// and `last`: the part inside `[first, last)` written, the rest as it was.
+fn split(e: Extent, c0: u64, first: u64, last: u64) -> impl Iterator<Item = Extent> {
+    let (s, t) = (u64::from(e.logical).max(c0), e.end());
+    let cuts = [s, first.clamp(s, t), last.clamp(s, t), t];
+    (0..3).filter_map(move |i| {
+        let (a, b) = (cuts[i], cuts[i + 1]);
+        (a < b).then(|| Extent {
+            logical: a as u32,
+            physical: e.physical + (a - u64::from(e.logical)),
+            len: (b - a) as u16,
+            unwritten: e.unwritten && i != 1,
+        })
+    })
+}
+
+/// An open regular file of an [`Image`]: `Read`, `Write` and `Seek` over
+/// [`Image::read`] and [`Image::write`], so `std::io::copy` streams a
+/// large file in or out. `Write::flush` flushes the image.
+///
+/// ```no_run
+/// use spacekit::ext4::{Image, OpenMode};
+/// use std::io::Write;
+///
+/// let mut img = Image::open("fs.img", OpenMode::ReadWrite)?;
+/// let ino = img.create("/hello.txt", 0o644)?;
+/// img.file(ino)?.write_all(b"hello\n")?;
+/// img.flush()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct File<'a> {
+    img: &'a mut Image,
+    ino: u32,
+    pos: u64,
+}
+
+impl File<'_> {
+    /// The inode number.
+    pub fn ino(&self) -> u32 {
+        self.ino
+    }
+}
+
+fn to_io(e: Ext4Error) -> io::Error {
+    match e {
+        Ext4Error::Io { source, .. } => source,
+        e => io::Error::other(e),
+    }
+}
+
+impl io::Read for File<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.img.read(self.ino, self.pos, buf).map_err(to_io)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl io::Write for File<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.img.write(self.ino, self.pos, buf).map_err(to_io)?;
+        self.pos += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.img.flush().map_err(to_io)
+    }
+}
+
+impl io::Seek for File<'_> {
+    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+        let base = match to {
+            io::SeekFrom::Start(p) => {
+                self.pos = p;
+                return Ok(p);
+            }
+            io::SeekFrom::Current(d) => (self.pos, d),
+            io::SeekFrom::End(d) => (self.img.inode(self.ino).map_err(to_io)?.size, d),
+        };
+        let p = base
+            .0
+            .checked_add_signed(base.1)
+            .ok_or_else(|| to_io(invalid("offset", base.0, "seek before the start")))?;
+        self.pos = p;
+        Ok(p)
+    }
+}

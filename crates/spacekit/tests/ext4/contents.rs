@@ -1,0 +1,355 @@
+//! File contents: bytes spacekit writes read back identically through
+//! `debugfs dump`, `Image::read` and the kernel (a read-only loop mount),
+//! with the extents debugfs lists; bytes `mke2fs -d` and the kernel wrote
+//! read identically through spacekit; the `File` handle streams and seeks;
+//! a failed write changes no metadata; a write never lands on blocks freed
+//! since the last flush.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::process::Command;
+
+use spacekit::ext4::{Ext4Error, Image, OpenMode};
+
+use crate::files::check_file;
+use crate::fixtures::*;
+use crate::oracles::*;
+
+/// One block size of each kind, with and without metadata_csum.
+fn configs() -> Vec<Config> {
+    let mut out = vec![K1, K1_NOCSUM, K64];
+    out.extend(CONFIGS.iter().filter(|c| c.name == "4k-seed").copied());
+    assert_eq!(out.len(), 4, "a 4 KiB configuration is missing");
+    out
+}
+
+/// The model's bytes against debugfs, `Image::read`, the kernel, and each
+/// file's extents against debugfs's.
+fn check_against_everyone(
+    path: &Path,
+    dir: &TempDir,
+    model: &BTreeMap<String, Vec<u8>>,
+    what: &str,
+) {
+    assert_fsck_clean(path, what);
+    let mut img = open_ro(path);
+    for (name, want) in model {
+        let ino = img.lookup(name).unwrap();
+        let mut ours = vec![0x5A; want.len() + 100];
+        let n = img.read(ino, 0, &mut ours).unwrap();
+        assert!(
+            n == want.len() && ours[..n] == want[..],
+            "{what}: {name}: Image::read"
+        );
+        let theirs = debugfs_dump(path, dir, name);
+        assert!(theirs == *want, "{what}: {name}: debugfs dump differs");
+        check_file(path, name, &img.stat(ino).unwrap());
+    }
+    drop(img);
+    let names: Vec<&str> = model.keys().map(String::as_str).collect();
+    if let Some(got) = kernel_read(path, dir, &names) {
+        for (name, g) in names.iter().zip(got) {
+            assert!(
+                g == model[*name],
+                "{what}: {name}: the kernel reads other bytes"
+            );
+        }
+    }
+}
+
+/// Writes `bytes` at `at` of file `name` (created if missing) and into the
+/// model.
+fn put(
+    img: &mut Image,
+    model: &mut BTreeMap<String, Vec<u8>>,
+    name: &str,
+    at: usize,
+    bytes: &[u8],
+) {
+    let ino = match img.lookup(name) {
+        Ok(i) => i,
+        Err(_) => img.create(name, 0o644).unwrap(),
+    };
+    img.write(ino, at as u64, bytes).unwrap();
+    let m = model.entry(name.into()).or_default();
+    if m.len() < at + bytes.len() {
+        m.resize(at + bytes.len(), 0);
+    }
+    m[at..at + bytes.len()].copy_from_slice(bytes);
+}
+
+/// Writes into new files, holes, unwritten extents (split in three),
+/// past the end, across block boundaries and over a file debugfs wrote.
+#[test]
+fn written_bytes_read_back_through_debugfs_and_the_kernel() {
+    require_e2fsprogs!();
+    for cfg in configs() {
+        let dir = TempDir::new("contents-write");
+        let path = mkfs(&dir, &cfg);
+        let bs = open_ro(&path).info().block_size as usize;
+        let host = dir.path("host.src");
+        let theirs = random_bytes(7 * bs + 3, 5);
+        fs::write(&host, &theirs).unwrap();
+        debugfs_w(&path, &dir, &format!("write {} dfs\n", host.display()));
+        let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        model.insert("/dfs".into(), theirs);
+        let mut img = open_rw(&path);
+        let m = &mut model;
+        put(&mut img, m, "/small", 0, b"hello, ext4\n");
+        put(&mut img, m, "/multi", 0, &random_bytes(5 * bs + bs / 2, 6));
+        // Holes before, between and after.
+        put(&mut img, m, "/sparse", 3 * bs + 7, b"0123456789");
+        put(
+            &mut img,
+            m,
+            "/sparse",
+            20 * bs - 100,
+            &random_bytes(2 * bs, 7),
+        );
+        // Into the middle of an unwritten extent: split in three.
+        let ino = img.create("/prealloc", 0o600).unwrap();
+        img.fallocate(ino, 0, 8 * bs as u64, false).unwrap();
+        m.insert("/prealloc".into(), vec![0; 8 * bs]);
+        put(
+            &mut img,
+            m,
+            "/prealloc",
+            bs / 2,
+            &random_bytes(bs + bs / 2, 8),
+        );
+        // Preallocated past the end (keep_size), then written there.
+        let ino = img.create("/past", 0o600).unwrap();
+        img.fallocate(ino, 0, 10 * bs as u64, true).unwrap();
+        put(&mut img, m, "/past", 2 * bs + 1, &random_bytes(3 * bs, 9));
+        // Over debugfs's bytes, and past their end.
+        put(&mut img, m, "/dfs", bs - 3, &random_bytes(bs + 6, 10));
+        put(&mut img, m, "/dfs", 7 * bs + 1, &random_bytes(2 * bs, 11));
+        // Appends of odd sizes: one extent grows.
+        for i in 0..9 {
+            let at = m.get("/append").map_or(0, Vec::len);
+            put(
+                &mut img,
+                m,
+                "/append",
+                at,
+                &random_bytes(bs / 3 + i, 12 + i as u64),
+            );
+        }
+        img.flush().unwrap();
+        drop(img);
+        check_against_everyone(&path, &dir, &model, cfg.name);
+        let ext = open_ro(&path)
+            .stat(open_ro(&path).lookup("/prealloc").unwrap())
+            .unwrap()
+            .extents;
+        assert_eq!(
+            ext.iter().map(|e| (e.len, e.unwritten)).collect::<Vec<_>>(),
+            [(2, false), (6, true)],
+            "{}: the written blocks of /prealloc are initialised, the rest not",
+            cfg.name
+        );
+    }
+}
+
+/// What `mke2fs -d` and the kernel wrote (sparse files, fallocated ranges,
+/// block-boundary tails), read by spacekit byte for byte.
+#[test]
+fn spacekit_reads_what_mke2fs_and_the_kernel_wrote() {
+    require_e2fsprogs!();
+    for cfg in configs() {
+        let dir = TempDir::new("contents-read");
+        let bs = cfg.args[1].parse::<usize>().unwrap();
+        let src = dir.path("src");
+        fs::create_dir_all(&src).unwrap();
+        let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (i, len) in [0, 1, bs - 1, bs, bs + 1, 13 * bs + 17]
+            .into_iter()
+            .enumerate()
+        {
+            let b = random_bytes(len, 20 + i as u64);
+            fs::write(src.join(format!("f{i}")), &b).unwrap();
+            model.insert(format!("/f{i}"), b);
+        }
+        // A sparse file: data, a hole, data, a hole at the end.
+        let mut sparse = vec![0u8; 40 * bs];
+        sparse[..100].copy_from_slice(&random_bytes(100, 30));
+        sparse[25 * bs..26 * bs].copy_from_slice(&random_bytes(bs, 31));
+        let mut f = fs::File::create(src.join("sparse")).unwrap();
+        f.write_all(&sparse[..100]).unwrap();
+        f.seek(SeekFrom::Start(25 * bs as u64)).unwrap();
+        f.write_all(&sparse[25 * bs..26 * bs]).unwrap();
+        f.set_len(40 * bs as u64).unwrap();
+        drop(f);
+        model.insert("/sparse".into(), sparse);
+        let size = if bs == 65536 { "64M" } else { "16M" };
+        let path = mkfs_d(&dir, &format!("{}.img", cfg.name), cfg.args, &src, size);
+        // The kernel writes more, where a loop mount is allowed.
+        let mnt = dir.path("mnt-rw");
+        fs::create_dir_all(&mnt).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&path)
+            .arg(&mnt)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if mounted {
+            let k = random_bytes(3 * bs + 5, 40);
+            fs::write(mnt.join("kernel"), &k).unwrap();
+            model.insert("/kernel".into(), k);
+            // fallocate(2) beyond the bytes: unwritten extents read as zeros.
+            let mut pre = random_bytes(bs / 2, 41);
+            fs::write(mnt.join("prealloc"), &pre).unwrap();
+            let st = Command::new("fallocate")
+                .args(["-o", "0", "-l", &(9 * bs).to_string()])
+                .arg(mnt.join("prealloc"))
+                .status()
+                .unwrap();
+            assert!(st.success(), "fallocate(1)");
+            pre.resize(9 * bs, 0);
+            model.insert("/prealloc".into(), pre);
+            let um = Command::new("umount").arg(&mnt).status().unwrap();
+            assert!(um.success(), "umount");
+        } else {
+            println!("skipping the kernel's writes: mount -o loop failed");
+        }
+        assert_fsck_clean(&path, cfg.name);
+        let mut img = open_ro(&path);
+        for (name, want) in &model {
+            let ino = img.lookup(name).unwrap();
+            let mut got = vec![0xEE; want.len() + 1];
+            let n = img.read(ino, 0, &mut got).unwrap();
+            assert_eq!(n, want.len(), "{}: {name}: length", cfg.name);
+            assert!(got[..n] == want[..], "{}: {name}: bytes", cfg.name);
+            // And from an odd offset, in odd pieces.
+            let mut file = img.file(ino).unwrap();
+            file.seek(SeekFrom::Start(want.len() as u64 / 3)).unwrap();
+            let mut rest = Vec::new();
+            let mut piece = vec![0; bs / 2 + 3];
+            loop {
+                let k = file.read(&mut piece).unwrap();
+                if k == 0 {
+                    break;
+                }
+                rest.extend_from_slice(&piece[..k]);
+            }
+            assert!(
+                rest == want[want.len() / 3..],
+                "{}: {name}: streamed",
+                cfg.name
+            );
+        }
+    }
+}
+
+/// `std::io::copy` in and out through `File`, and `Seek` from every base.
+#[test]
+fn the_file_handle_streams_and_seeks() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("contents-handle");
+    let cfg = configs()[3];
+    let path = mkfs(&dir, &cfg);
+    let bytes = random_bytes(3 * 1024 * 1024 + 123, 50);
+    let mut img = open_rw(&path);
+    let ino = img.create("/big", 0o644).unwrap();
+    let mut f = img.file(ino).unwrap();
+    assert_eq!(f.ino(), ino);
+    let n = std::io::copy(&mut &bytes[..], &mut f).unwrap();
+    assert_eq!(n, bytes.len() as u64);
+    assert_eq!(f.seek(SeekFrom::End(-23)).unwrap(), bytes.len() as u64 - 23);
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).unwrap();
+    assert_eq!(tail, bytes[bytes.len() - 23..]);
+    assert_eq!(
+        f.seek(SeekFrom::Current(-100)).unwrap(),
+        bytes.len() as u64 - 100
+    );
+    assert!(f.seek(SeekFrom::Current(-(bytes.len() as i64))).is_err());
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut back = Vec::new();
+    std::io::copy(&mut f, &mut back).unwrap();
+    assert!(back == bytes, "copied back out");
+    f.flush().unwrap();
+    drop(img);
+    let mut model = BTreeMap::new();
+    model.insert("/big".to_string(), bytes);
+    check_against_everyone(&path, &dir, &model, "handle");
+}
+
+/// A write whose data cannot be written (an I/O error) leaves the inode,
+/// the free counts and what a flush would write as they were, and a read
+/// that fails says so.
+#[test]
+fn a_failed_write_changes_no_metadata() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("contents-fault");
+    let path = mkfs(&dir, &configs()[0]);
+    let bs = open_ro(&path).info().block_size as usize;
+    let (mut img, faults) = open_faulty(&path);
+    let ino = img.create("/f", 0o644).unwrap();
+    img.write(ino, 0, &random_bytes(2 * bs, 60)).unwrap();
+    img.flush().unwrap();
+    let before = (
+        img.stat(ino).unwrap(),
+        img.free_blocks_count(),
+        img.is_dirty(),
+    );
+    // Past the end (new blocks) and over the old bytes (in place).
+    for at in [5 * bs as u64, 10] {
+        faults.fail_write_after(0);
+        let e = img.write(ino, at, &random_bytes(3 * bs, 61)).unwrap_err();
+        assert!(matches!(e, Ext4Error::Io { .. }), "{e:?}");
+        let after = (
+            img.stat(ino).unwrap(),
+            img.free_blocks_count(),
+            img.is_dirty(),
+        );
+        assert_eq!(after, before, "a failed write at {at} changed metadata");
+    }
+    faults.fail_read_at(Some(img.stat(ino).unwrap().extents[0].physical * bs as u64));
+    let mut buf = vec![0; bs];
+    assert!(matches!(
+        img.read(ino, 0, &mut buf),
+        Err(Ext4Error::Io { .. })
+    ));
+    faults.fail_read_at(None);
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "after failed writes");
+}
+
+/// Blocks freed since the last flush still belong to their old file on
+/// disk: a write after the free commits it first, so a crash before the
+/// next flush cannot leave the old file pointing at new bytes. The new
+/// file takes the old one's blocks, and the bytes of its partial blocks it
+/// did not write read as zeros, not as the old file's.
+#[test]
+fn a_write_after_frees_commits_them_first() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("contents-reuse");
+    let path = mkfs(&dir, &configs()[0]);
+    let bs = open_ro(&path).info().block_size as usize;
+    let mut img = open_rw(&path);
+    let old = img.create("/old", 0o644).unwrap();
+    img.write(old, 0, &random_bytes(8 * bs, 70)).unwrap();
+    img.flush().unwrap();
+    img.unlink("/old").unwrap();
+    let new = img.create("/new", 0o644).unwrap();
+    let bytes = random_bytes(8 * bs - 9, 71);
+    img.write(new, 5, &bytes).unwrap();
+    let mut want = vec![0; 5];
+    want.extend_from_slice(&bytes);
+    // The unlink is on disk before the new bytes are.
+    let mut disk = Image::open(&path, OpenMode::ReadOnly).unwrap();
+    assert!(
+        matches!(disk.lookup("/old"), Err(Ext4Error::NotFound { .. })),
+        "the unlink was not committed before the write"
+    );
+    drop(disk);
+    img.flush().unwrap();
+    drop(img);
+    let mut model = BTreeMap::new();
+    model.insert("/new".to_string(), want);
+    check_against_everyone(&path, &dir, &model, "reuse");
+}
