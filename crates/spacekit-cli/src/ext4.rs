@@ -1,12 +1,12 @@
 //! `spacekit ext4`: look at and change the block groups of a real ext4
 //! image: `info`, `verify`, `free-extents`, `alloc`, `free`; and its files:
-//! `ls`, `stat`, `fallocate`, `truncate`, `rm`.
+//! `ls`, `stat`, `fallocate`, `truncate`, `rm`, `write`, `cat`, `get`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use spacekit::ext4::{AllocRequest, Ext4Error, Image, OpenMode};
+use spacekit::ext4::{type_char, AllocRequest, Ext4Error, Image, OpenMode, COPY_CHUNK};
 
 use crate::args::{parse_size, parse_u64};
 
@@ -62,6 +62,43 @@ enum Ext4Command {
     Truncate(SizeArgs),
     /// Remove the regular file PATH and free its blocks and inode.
     Rm(PathArgs),
+    /// Create the regular file PATH (it must not exist, as with debugfs
+    /// `write`) holding the bytes of a host file (`--from`, sparse-aware:
+    /// only its data ranges are read and holes stay holes) or of standard
+    /// input. One flush at the end: on any error the image is as before.
+    Write(WriteArgs),
+    /// Print the bytes of the regular file PATH on standard output.
+    Cat(PathArgs),
+    /// Copy the regular file PATH out to a host file (sparse: blocks of
+    /// zeros become holes).
+    Get(GetArgs),
+}
+
+#[derive(Args, Debug)]
+struct WriteArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// The host file to copy in (default: standard input).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// The new file's permission bits, in octal.
+    #[arg(long, default_value = "644", value_parser = parse_mode)]
+    mode: u16,
+}
+
+#[derive(Args, Debug)]
+struct GetArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// The host file to write (replaced if it exists).
+    out: PathBuf,
+}
+
+fn parse_mode(s: &str) -> Result<u16, String> {
+    u16::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("{s:?} is not an octal mode up to 7777"))
 }
 
 #[derive(Args, Debug)]
@@ -160,6 +197,9 @@ pub fn run(args: &Ext4Args) -> Result<(), String> {
         Ext4Command::Fallocate(a) => change(a, true),
         Ext4Command::Truncate(a) => change(a, false),
         Ext4Command::Rm(a) => rm(a),
+        Ext4Command::Write(a) => write(a),
+        Ext4Command::Cat(a) => read_out(&a.common, &a.path, None),
+        Ext4Command::Get(a) => read_out(&a.file.common, &a.file.path, Some(&a.out)),
     }
 }
 
@@ -245,15 +285,10 @@ fn verify(c: &Common) -> Result<(), String> {
             println!("{m}");
         }
     }
-    if report.is_clean() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {} mismatch(es)",
-            c.image.display(),
-            report.mismatches.len()
-        ))
-    }
+    let n = report.mismatches.len();
+    (n == 0)
+        .then_some(())
+        .ok_or_else(|| format!("{}: {n} mismatch(es)", c.image.display()))
 }
 
 fn free_extents(a: &FreeExtentsArgs) -> Result<(), String> {
@@ -306,23 +341,7 @@ fn free_extents(a: &FreeExtentsArgs) -> Result<(), String> {
             .collect();
         println!("Group {g}: Free blocks: {}", list.join(", "));
     }
-    println!(
-        "\n{} free blocks in {} extents (shortest {}, longest {}); extent lengths:",
-        hist.free_blocks, hist.extents, hist.min_extent, hist.max_extent
-    );
-    for (k, b) in hist
-        .buckets
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.extents > 0)
-    {
-        println!(
-            "  {:>10}+ blocks: {:>8} extents, {:>12} blocks",
-            1u64 << k,
-            b.extents,
-            b.blocks
-        );
-    }
+    print!("\n{hist}");
     Ok(())
 }
 
@@ -485,16 +504,57 @@ fn rm(a: &PathArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `mode`'s file type as `ls -l` shows it.
-fn type_char(mode: u16) -> char {
-    match mode & 0xF000 {
-        0x8000 => '-',
-        0x4000 => 'd',
-        0xA000 => 'l',
-        0x2000 => 'c',
-        0x6000 => 'b',
-        0x1000 => 'p',
-        0xC000 => 's',
-        _ => '?',
+fn write(a: &WriteArgs) -> Result<(), String> {
+    let c = &a.file.common;
+    let mut img = open(c, OpenMode::ReadWrite)?;
+    let err = |e| format!("{}: {}: {e}", c.image.display(), a.file.path);
+    let ino = img.create(&a.file.path, a.mode).map_err(err)?;
+    let bytes = match &a.from {
+        Some(p) => {
+            let f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            img.copy_in(ino, &f).map_err(err)?
+        }
+        None => {
+            let mut input = std::io::stdin().lock();
+            let mut w = std::io::BufWriter::with_capacity(COPY_CHUNK, img.file(ino).map_err(err)?);
+            let n = std::io::copy(&mut input, &mut w).map_err(|e| {
+                err(Ext4Error::Io {
+                    context: "copy from standard input",
+                    source: e,
+                })
+            })?;
+            w.into_inner()
+                .map_err(|e| format!("{}: {}", a.file.path, e.error()))?;
+            n
+        }
+    };
+    img.flush().map_err(err)?;
+    if c.json {
+        print_json(
+            &json!({"image": c.image.display().to_string(), "path": a.file.path, "inode": ino, "bytes": bytes, "free_blocks": img.free_blocks_count()}),
+        );
+    } else {
+        eprintln!(
+            "wrote {bytes} bytes to {} (inode {ino}); {} blocks free",
+            a.file.path,
+            img.free_blocks_count()
+        );
     }
+    Ok(())
+}
+
+/// `cat` (to standard output) or `get` (to a host file, sparse).
+fn read_out(c: &Common, path: &str, out: Option<&PathBuf>) -> Result<(), String> {
+    let mut img = open(c, OpenMode::ReadOnly)?;
+    let err = |e| format!("{}: {path}: {e}", c.image.display());
+    let ino = img.lookup(path).map_err(err)?;
+    if let Some(p) = out {
+        let dst = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        return img.copy_out(ino, &dst).map(drop).map_err(err);
+    }
+    let mut stdout = std::io::BufWriter::with_capacity(COPY_CHUNK, std::io::stdout().lock());
+    std::io::copy(&mut img.file(ino).map_err(err)?, &mut stdout)
+        .and_then(|_| std::io::Write::flush(&mut stdout))
+        .map_err(|e| format!("{path}: {e}"))
+        .map(drop)
 }

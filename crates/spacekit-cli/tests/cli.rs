@@ -1383,3 +1383,82 @@ fn ext4_file_command_errors_exit_1_with_one_line_and_change_nothing() {
     }
     let _ = std::fs::remove_file(&img);
 }
+
+/// `write` (from a sparse host file, and from standard input), `cat` and
+/// `get` move bytes in and out unchanged: debugfs dumps what `write` put
+/// in, `get` keeps holes, an existing path is refused without a change.
+#[test]
+fn ext4_write_cat_get_move_bytes_unchanged() {
+    let Some(img) = ext4_image("ext4-write.img") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("spacekit-cli-write-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A sparse host file: 8 KiB of data at 1 MiB, 4 MiB long.
+    let src = dir.join("sparse.src");
+    let mut want = vec![0u8; 4 << 20];
+    for (i, b) in want[1 << 20..(1 << 20) + 8192].iter_mut().enumerate() {
+        *b = (i * 7 + 1) as u8;
+    }
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::create(&src).unwrap();
+        f.set_len(4 << 20).unwrap();
+        f.write_all_at(&want[1 << 20..(1 << 20) + 8192], 1 << 20)
+            .unwrap();
+    }
+    let w = ext4_json(
+        "write",
+        &img,
+        &["/s", "--from", src.to_str().unwrap(), "--mode", "600"],
+    );
+    assert_eq!(
+        (w["path"].as_str(), w["bytes"].as_u64()),
+        (Some("/s"), Some(8192))
+    );
+    let st = ext4_json("stat", &img, &["/s"]);
+    assert_eq!(st["size"], 4 << 20);
+    assert_eq!(st["blocks"], 16, "only the data's blocks: {st}");
+    assert_eq!(st["mode"].as_u64().unwrap() & 0o7777, 0o600);
+    // From standard input.
+    let mut child = spacekit()
+        .args(["ext4", "write"])
+        .arg(&img)
+        .arg("/in")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"line one\nline two\n").unwrap();
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(ext4_text("cat", &img, &["/in"]), "line one\nline two\n");
+    // debugfs reads the same bytes.
+    if debugfs(&img, "stat /s").is_some() {
+        let dumped = dir.join("dumped");
+        debugfs(&img, &format!("dump /s {}", dumped.display()));
+        assert!(std::fs::read(&dumped).unwrap() == want, "debugfs dump /s");
+    }
+    // get: the same bytes, the holes kept.
+    let out = dir.join("got");
+    ext4_text("get", &img, &["/s", out.to_str().unwrap()]);
+    assert!(std::fs::read(&out).unwrap() == want, "get /s");
+    use std::os::unix::fs::MetadataExt;
+    assert!(
+        std::fs::metadata(&out).unwrap().blocks() * 512 < 1 << 20,
+        "get kept no holes"
+    );
+    // An existing path: refused, the image unchanged.
+    let before = std::fs::read(&img).unwrap();
+    let o = ext4_cmd("write", &img, &["/s", "--from", src.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"));
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a refused write changed the image"
+    );
+    if let Some(code) = e2fsck_exit(&img) {
+        assert_eq!(code, 0, "e2fsck -fn after write");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&img);
+}

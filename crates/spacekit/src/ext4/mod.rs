@@ -155,7 +155,7 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
-pub use data::File;
+pub use data::{File, COPY_CHUNK};
 pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
 pub use extent::Extent;
@@ -163,7 +163,7 @@ pub use image::Image;
 pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 pub use mode::OpenMode;
-pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
+pub use stat::{type_char, Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
 
 use error::{corrupt, invalid, io};

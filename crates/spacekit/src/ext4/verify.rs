@@ -115,6 +115,32 @@ pub struct FreeHistogram {
     pub buckets: Vec<HistogramBucket>,
 }
 
+/// The summary line and one line per non-empty bucket: length from, the
+/// extents and their blocks.
+impl std::fmt::Display for FreeHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{} free blocks in {} extents (shortest {}, longest {}); extent lengths:",
+            self.free_blocks, self.extents, self.min_extent, self.max_extent
+        )?;
+        for (k, b) in self
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.extents > 0)
+        {
+            let from = 1u64 << k;
+            writeln!(
+                f,
+                "  {from:>10}+ blocks: {:>8} extents, {:>12} blocks",
+                b.extents, b.blocks
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// One bucket of a [`FreeHistogram`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HistogramBucket {
