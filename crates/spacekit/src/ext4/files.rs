@@ -76,11 +76,9 @@ const SB_HASH_SEED: usize = 0xEC;
 const SB_FLAGS: usize = 0x160;
 /// Superblock `s_log_groups_per_flex`.
 const SB_LOG_GROUPS_PER_FLEX: usize = 0x174;
-/// Inode `i_crtime` and `i_crtime_extra`.
-const CRTIME: usize = 0x90;
 
-/// Where [`Image::create`] puts a new entry.
-enum Place {
+/// Where a new directory entry goes ([`Image::plan_entry`]).
+pub(super) enum Place {
     /// Into this directory block, which has room.
     Block(u64),
     /// Into a new block appended to a linear directory.
@@ -160,7 +158,7 @@ fn components(path: &str) -> Result<Vec<&[u8]>, Ext4Error> {
 
 /// Now, in seconds; `SOURCE_DATE_EPOCH` when set (reproducible images,
 /// as e2fsprogs' `E2FSPROGS_FAKE_TIME`).
-fn now() -> u32 {
+pub(super) fn now() -> u32 {
     if let Some(t) = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -194,12 +192,12 @@ impl Image {
 /// Where a directory entry lies: the directory's logical block and the
 /// physical block.
 #[derive(Clone, Copy, Debug)]
-struct Slot {
-    physical: u64,
+pub(super) struct Slot {
+    pub(super) physical: u64,
 }
 
 impl Image {
-    fn csum(&self) -> bool {
+    pub(super) fn csum(&self) -> bool {
         self.info.checksums == ChecksumKind::MetadataCsum
     }
 
@@ -304,7 +302,7 @@ impl Image {
     /// name also matches an ASCII entry that differs only in case (what
     /// the kernel's Unicode casefolding gives for ASCII names); names with
     /// other characters match only byte for byte.
-    fn find_entry(
+    pub(super) fn find_entry(
         &mut self,
         dir_ino: u32,
         name: &[u8],
@@ -334,7 +332,7 @@ impl Image {
     /// (Unicode NFD + casefold, hashed folded), encrypted (names stored
     /// encrypted, hashed over the ciphertext), or on a `dirdata` file
     /// system. Checked before any change.
-    fn check_dir_writable(&self, dir_ino: u32) -> Result<(), Ext4Error> {
+    pub(super) fn check_dir_writable(&self, dir_ino: u32) -> Result<(), Ext4Error> {
         let flags = self.inode(dir_ino)?.flags;
         let feature = if flags & CASEFOLD_FL != 0 {
             "casefolded directory (casefold)"
@@ -380,7 +378,7 @@ impl Image {
     }
 
     /// The parent directory's inode and the last component of `path`.
-    fn parent_of<'p>(&mut self, path: &'p str) -> Result<(u32, &'p [u8]), Ext4Error> {
+    pub(super) fn parent_of<'p>(&mut self, path: &'p str) -> Result<(u32, &'p [u8]), Ext4Error> {
         let comps = components(path)?;
         let Some((&name, parents)) = comps.split_last() else {
             return Err(Ext4Error::NotARegularFile { ino: ROOT_INO });
@@ -618,14 +616,52 @@ impl Image {
         if self.find_entry(parent, name)?.is_some() {
             return Err(Ext4Error::Exists { path: path.into() });
         }
+        let ft = self.file_type_of(S_IFREG);
+        let place = self.plan_entry(parent, name, ft)?;
+        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
+        // From here an error is undone by `atomically`.
+        let ino = self.alloc_inode(Some(pg), false)?;
+        let mut root = [0u8; ROOT_SIZE];
+        extent::init_root(&mut root);
+        self.init_inode(ino, S_IFREG | (mode & 0o7777), 1, EXTENTS_FL, &root)?;
+        self.put_entry(parent, name, ino, ft, place)?;
+        self.touch(parent, true)?;
+        Ok(ino)
+    }
+
+    /// The directory-entry file type of inode type `ifmt` (`S_IFREG`, …),
+    /// or unknown without the `filetype` feature: 1 regular, 2 directory,
+    /// 3 character device, 4 block device, 5 FIFO, 6 socket, 7 symlink.
+    pub(super) fn file_type_of(&self, ifmt: u16) -> u8 {
+        if le32(&self.sb, layout::sb::INCOMPAT) & INCOMPAT_FILETYPE == 0 {
+            return dir::FT_UNKNOWN;
+        }
+        match ifmt & S_IFMT {
+            0x8000 => dir::FT_REG_FILE,
+            0x4000 => 2,
+            0x2000 => 3,
+            0x6000 => 4,
+            0x1000 => 5,
+            0xC000 => 6,
+            0xA000 => 7,
+            _ => dir::FT_UNKNOWN,
+        }
+    }
+
+    /// Where a new entry `name` (file type `ft`) goes in directory
+    /// `parent`, decided before any change: a leaf or linear block with
+    /// room, a new block appended, or an htree leaf to split (refused with
+    /// [`Ext4Error::Unsupported`] when its index would need a third level).
+    /// Also checks that an appended block and its tree blocks would fit.
+    pub(super) fn plan_entry(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        ft: u8,
+    ) -> Result<Place, Ext4Error> {
         let pinode = self.inode(parent)?;
         let csum = self.csum();
         let pseed = self.seed_of(parent, pinode.generation);
-        let ft = if le32(&self.sb, layout::sb::INCOMPAT) & INCOMPAT_FILETYPE != 0 {
-            dir::FT_REG_FILE
-        } else {
-            dir::FT_UNKNOWN
-        };
         // Where the entry goes, decided before any change.
         let (blocks, htree) = self.dir_blocks(parent)?;
         let mut place = Place::Append;
@@ -684,10 +720,22 @@ impl Image {
         if !matches!(place, Place::Block(_)) && self.free_blocks_count() < 8 {
             return Err(Ext4Error::NoSpace { len: 1, align: 1 });
         }
-        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
-        // From here an error is undone by `atomically`.
-        let ino = self.alloc_inode(Some(pg), false)?;
-        self.init_file_inode(ino, mode)?;
+        Ok(place)
+    }
+
+    /// Puts entry `name` → `ino` into directory `parent` where
+    /// [`Image::plan_entry`] said (no change to the parent's times).
+    pub(super) fn put_entry(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+        place: Place,
+    ) -> Result<(), Ext4Error> {
+        let pinode = self.inode(parent)?;
+        let csum = self.csum();
+        let pseed = self.seed_of(parent, pinode.generation);
         match place {
             Place::Block(p) => {
                 let mut b = self.dir_block(parent, pinode.generation, p)?;
@@ -717,47 +765,7 @@ impl Image {
                 self.dx_add_leaf(parent, &path, &index, sp.hash, new_leaf, pseed)?;
             }
         }
-        self.touch(parent, true)?;
-        Ok(ino)
-    }
-
-    /// Writes a fresh regular-file inode into slot `ino`.
-    fn init_file_inode(&mut self, ino: u32, mode: u16) -> Result<(), Ext4Error> {
-        let old = self.inode_raw(ino)?;
-        // A free bit over a live inode (links left) is a damaged bitmap:
-        // never write over a file or directory (found by the ext4 fuzzer:
-        // a create took the inode of a directory on its own path).
-        if layout::le16(&old, off::LINKS_COUNT) != 0 {
-            return Err(corrupt(
-                "inode bitmap",
-                self.info.group_of_inode(ino).map(|(g, _)| g),
-                ino.into(),
-                "the inode is marked free but still has links",
-            ));
-        }
-        let isz = old.len();
-        let mut raw = vec![0u8; isz];
-        let t = now();
-        layout::put16(&mut raw, off::MODE, S_IFREG | (mode & 0o7777));
-        layout::put16(&mut raw, off::LINKS_COUNT, 1);
-        layout::put32(&mut raw, off::FLAGS, EXTENTS_FL);
-        for f in [off::ATIME, off::CTIME, off::MTIME] {
-            layout::put32(&mut raw, f, t);
-        }
-        // Keep the slot's generation: the checksum seed stays, and a
-        // stale NFS handle to the old file is not our concern offline.
-        layout::put32(&mut raw, off::GENERATION, le32(&old, off::GENERATION));
-        let mut root = [0u8; ROOT_SIZE];
-        extent::init_root(&mut root);
-        raw[off::BLOCK..off::BLOCK + ROOT_SIZE].copy_from_slice(&root);
-        if isz > 128 {
-            let extra = 32.min(isz - 128) as u16;
-            layout::put16(&mut raw, off::EXTRA_ISIZE, extra);
-            if isz >= CRTIME + 4 && extra >= 24 {
-                layout::put32(&mut raw, CRTIME, t);
-            }
-        }
-        self.write_inode_fields(ino, &[(0, &raw)])
+        Ok(())
     }
 
     /// Adds the index entry `(hash, leaf)` for a new leaf to the bottom
@@ -1258,16 +1266,43 @@ impl Image {
                 feature: "removing a file with an xattr value inode (ea_inode)",
             });
         }
-        let pgen = self.inode(parent)?.generation;
-        let mut b = self.dir_block(parent, pgen, slot.physical)?;
-        dir::remove_entry(&mut b, &entry.name, self.csum())?;
-        self.write_block(slot.physical, b)?;
+        self.remove_entry_at(parent, &entry.name, slot.physical)?;
         self.touch(parent, true)?;
         if inode.links_count > 1 {
             let l = (inode.links_count - 1).to_le_bytes();
             return self.write_inode_fields(ino, &[(off::LINKS_COUNT, &l)]);
         }
+        self.release_inode(ino, &inode)
+    }
+
+    /// Removes entry `name` from the block `physical` of directory
+    /// `parent` (re-signed).
+    pub(super) fn remove_entry_at(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        physical: u64,
+    ) -> Result<(), Ext4Error> {
+        let pgen = self.inode(parent)?.generation;
+        let mut b = self.dir_block(parent, pgen, physical)?;
+        dir::remove_entry(&mut b, name, self.csum())?;
+        self.write_block(physical, b)
+    }
+
+    /// Frees inode `ino` (whose last link is gone): every data and tree
+    /// block of an extent-mapped inode, then `links_count` 0, `dtime` and
+    /// ctime now, size and `i_blocks` 0, and the inode's bitmap bit (a
+    /// directory also leaves `bg_used_dirs_count`).
+    pub(super) fn release_inode(
+        &mut self,
+        ino: u32,
+        inode: &super::Inode,
+    ) -> Result<(), Ext4Error> {
+        let has_extents = inode.flags & EXTENTS_FL != 0;
+        let mut root = [0u8; ROOT_SIZE];
+        root.copy_from_slice(&inode.block);
         if has_extents {
+            let seed = self.seed_of(ino, inode.generation);
             self.truncate_tree(&mut root, seed, 0)?;
         }
         let t = now().to_le_bytes();
@@ -1288,7 +1323,7 @@ impl Image {
             changes.push((off::BLOCKS_HIGH, &zero2));
         }
         self.write_inode_fields(ino, &changes)?;
-        self.free_inode(ino, false)
+        self.free_inode(ino, inode.is_dir())
     }
 }
 

@@ -104,6 +104,8 @@ pub mod inode {
     pub const CTIME_EXTRA: usize = 0x84;
     pub const MTIME_EXTRA: usize = 0x88;
     pub const ATIME_EXTRA: usize = 0x8C;
+    pub const CRTIME: usize = 0x90;
+    pub const CRTIME_EXTRA: usize = 0x94;
 }
 
 pub fn le16(b: &[u8], off: usize) -> u16 {

@@ -23,6 +23,9 @@
 //! * `crash` — injected write failures, the redo log, retries;
 //! * `contents` — file bytes written and read, against debugfs and the
 //!   kernel;
+//! * `namespace` — every kind of inode (directories, links, symlinks,
+//!   devices, FIFOs, sockets) and their attributes, against debugfs, e2fsck
+//!   and the kernel;
 //! * `found` — defects users found on `mke2fs -d` images, casefolded
 //!   directories and damaged descriptors, checked with debugfs, e2fsck and
 //!   (where a loop mount is allowed) the kernel.
@@ -42,5 +45,6 @@ mod files;
 mod found;
 mod inodes;
 mod inodes_read;
+mod namespace;
 mod read;
 mod refused;

@@ -1,0 +1,570 @@
+//! Every kind of inode and the names that lead to them: [`Image::mkdir`],
+//! [`Image::rmdir`], [`Image::symlink`] (and [`Image::read_link`]),
+//! [`Image::link`], [`Image::mknod`]; and an inode's attributes:
+//! [`Image::chmod`], [`Image::chown`], [`Image::set_times`].
+//!
+//! New inodes are laid out as the kernel lays them out: a directory gets
+//! one block holding `.` and `..` (re-signed with metadata_csum), the
+//! parent's link count grows by one and the group's `bg_used_dirs_count`
+//! too; a symlink target of up to 59 bytes lives in `i_block` (a fast
+//! symlink, no extents), a longer one in a data block; a device stores its
+//! number in `i_block` in the old encoding when major and minor fit in a
+//! byte, else in the new one (`new_encode_dev`). New inodes are allocated
+//! from the parent's group on, as libext2fs' `ext2fs_new_inode` searches.
+//! Every operation is one undo unit: on an error nothing changes.
+
+use std::vec::Vec;
+
+use super::error::{invalid, Ext4Error};
+use super::extent::{self, Extent, ROOT_SIZE};
+use super::files::{now, ImageStore, Place};
+use super::image::Image;
+use super::inode::off;
+use super::layout::{self, le16, le32};
+use super::stat::EXTENTS_FL;
+use super::AllocRequest;
+
+const S_IFMT: u16 = 0xF000;
+const S_IFDIR: u16 = 0x4000;
+const S_IFLNK: u16 = 0xA000;
+const S_IFCHR: u16 = 0x2000;
+const S_IFBLK: u16 = 0x6000;
+const S_IFIFO: u16 = 0x1000;
+const S_IFSOCK: u16 = 0xC000;
+/// The most links an inode may have (the kernel's `EXT4_LINK_MAX`).
+const LINK_MAX: u16 = 65000;
+/// ro_compat `dir_nlink`: a directory with too many subdirectories keeps
+/// `i_links_count` 1.
+const RO_COMPAT_DIR_NLINK: u32 = 0x20;
+
+/// A special file for [`Image::mknod`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A character device.
+    Char {
+        /// Major number (12 bits).
+        major: u32,
+        /// Minor number (20 bits).
+        minor: u32,
+    },
+    /// A block device.
+    Block {
+        /// Major number (12 bits).
+        major: u32,
+        /// Minor number (20 bits).
+        minor: u32,
+    },
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+}
+
+/// A point in time with nanoseconds, as `struct timespec`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timestamp {
+    /// Seconds since the epoch (ext4 stores -2^31 to 2^34 - 1 with large
+    /// inodes, 32 signed bits without).
+    pub secs: i64,
+    /// Nanoseconds, below 10^9 (kept only with large inodes).
+    pub nanos: u32,
+}
+
+/// The times [`Image::set_times`] sets; `None` keeps one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileTimes {
+    /// Last access.
+    pub atime: Option<Timestamp>,
+    /// Last change of the contents.
+    pub mtime: Option<Timestamp>,
+    /// Last change of the inode (when not given, becomes now).
+    pub ctime: Option<Timestamp>,
+    /// Creation (`i_crtime`; needs a large inode).
+    pub crtime: Option<Timestamp>,
+}
+
+impl Image {
+    /// Makes directory `path` with permission bits `mode & 0o7777`: one
+    /// block with `.` and `..`, `links_count` 2, the parent's links + 1.
+    /// Returns the inode.
+    ///
+    /// # Errors
+    /// As [`Image::create`]; [`Ext4Error::Unsupported`] when the parent
+    /// would pass 64,999 links without `dir_nlink`.
+    pub fn mkdir(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
+        self.atomically(|img| {
+            let (parent, name, ft, place) = img.plan_new(path, S_IFDIR)?;
+            let plinks = img.inode(parent)?.links_count;
+            let dir_nlink = le32(&img.sb, layout::sb::RO_COMPAT) & RO_COMPAT_DIR_NLINK != 0;
+            let new_plinks = match plinks {
+                1 if dir_nlink => 1,
+                l if l + 1 >= LINK_MAX && dir_nlink => 1,
+                l if l + 1 >= LINK_MAX => {
+                    return Err(Ext4Error::Unsupported {
+                        feature: "a directory of 65,000 links (needs dir_nlink)",
+                    })
+                }
+                l => l + 1,
+            };
+            let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
+            let ino = img.alloc_inode(Some(pg), true)?;
+            let mut root = [0u8; ROOT_SIZE];
+            extent::init_root(&mut root);
+            img.init_inode(ino, S_IFDIR | (mode & 0o7777), 2, EXTENTS_FL, &root)?;
+            let generation = img.inode(ino)?.generation;
+            let seed = img.seed_of(ino, generation);
+            let b = img.first_dir_block(ino, parent, seed)?;
+            img.put_data_block(ino, &mut root, seed, b)?;
+            img.write_inode_fields(ino, &[(off::LINKS_COUNT, &2u16.to_le_bytes())])?;
+            img.write_inode_fields(parent, &[(off::LINKS_COUNT, &new_plinks.to_le_bytes())])?;
+            img.put_entry(parent, name, ino, ft, place)?;
+            img.touch(parent, true)?;
+            Ok(ino)
+        })
+    }
+
+    /// Removes the empty directory `path` (only `.` and `..` left): its
+    /// entry, its blocks and inode; the parent's links - 1.
+    ///
+    /// # Errors
+    /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`];
+    /// [`Ext4Error::InvalidArgument`] (`what: "path"`) for the root or a
+    /// directory that is not empty.
+    pub fn rmdir(&mut self, path: &str) -> Result<(), Ext4Error> {
+        self.atomically(|img| {
+            img.check_writable()?;
+            let (parent, name) = img.parent_of(path)?;
+            img.check_dir_writable(parent)?;
+            let Some((entry, slot)) = img.find_entry(parent, name)? else {
+                return Err(Ext4Error::NotFound { path: path.into() });
+            };
+            let ino = entry.inode;
+            let inode = img.inode(ino)?;
+            if !inode.is_dir() {
+                return Err(Ext4Error::NotADirectory { path: path.into() });
+            }
+            if name == b"." || name == b".." {
+                return Err(invalid("path", 0, "cannot remove . or .."));
+            }
+            let live = img
+                .read_dir(ino)?
+                .into_iter()
+                .filter(|e| e.inode != 0 && e.name != b"." && e.name != b"..")
+                .count();
+            if live > 0 {
+                return Err(invalid("path", live as u64, "the directory is not empty"));
+            }
+            img.remove_entry_at(parent, name, slot.physical)?;
+            let plinks = img.inode(parent)?.links_count;
+            if plinks > 2 {
+                let l = (plinks - 1).to_le_bytes();
+                img.write_inode_fields(parent, &[(off::LINKS_COUNT, &l)])?;
+            }
+            img.touch(parent, true)?;
+            img.release_inode(ino, &inode)
+        })
+    }
+
+    /// Makes symlink `path` pointing at `target` (1 byte up to a block
+    /// less one): a fast symlink in `i_block` up to 59 bytes, else one
+    /// data block. Returns the inode.
+    ///
+    /// # Errors
+    /// As [`Image::create`]; [`Ext4Error::InvalidArgument`] (`what:
+    /// "target"`) for an empty or too long target or one holding a NUL.
+    pub fn symlink(&mut self, path: &str, target: &[u8]) -> Result<u32, Ext4Error> {
+        let bs = self.info.block_size as usize;
+        if target.is_empty() || target.len() >= bs.min(4096) || target.contains(&0) {
+            return Err(invalid(
+                "target",
+                target.len() as u64,
+                "1 byte up to a block (at most 4095), without NUL",
+            ));
+        }
+        self.atomically(|img| {
+            let (parent, name, ft, place) = img.plan_new(path, S_IFLNK)?;
+            let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
+            let ino = img.alloc_inode(Some(pg), false)?;
+            let mut root = [0u8; ROOT_SIZE];
+            if target.len() < ROOT_SIZE {
+                root[..target.len()].copy_from_slice(target);
+                img.init_inode(ino, S_IFLNK | 0o777, 1, 0, &root)?;
+                img.write_file_fields(ino, target.len() as u64, 0, &root)?;
+            } else {
+                extent::init_root(&mut root);
+                img.init_inode(ino, S_IFLNK | 0o777, 1, EXTENTS_FL, &root)?;
+                let generation = img.inode(ino)?.generation;
+                let seed = img.seed_of(ino, generation);
+                let mut b = std::vec![0u8; bs];
+                b[..target.len()].copy_from_slice(target);
+                img.put_data_block(ino, &mut root, seed, b)?;
+                let blocks = img.inode(ino)?.blocks;
+                img.write_file_fields(ino, target.len() as u64, blocks, &root)?;
+            }
+            img.put_entry(parent, name, ino, ft, place)?;
+            img.touch(parent, true)?;
+            Ok(ino)
+        })
+    }
+
+    /// The target of symlink `ino`.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] (`what: "ino"`) for an inode that is
+    /// not a symlink; [`Ext4Error::Unsupported`] for inline data; as
+    /// [`Image::read`] for the block.
+    pub fn read_link(&self, ino: u32) -> Result<Vec<u8>, Ext4Error> {
+        let inode = self.inode(ino)?;
+        if inode.mode & S_IFMT != S_IFLNK {
+            return Err(invalid("ino", ino.into(), "not a symlink"));
+        }
+        let size = inode.size as usize;
+        if inode.flags & EXTENTS_FL == 0 && size < ROOT_SIZE {
+            return Ok(inode.block[..size].to_vec());
+        }
+        let (root, _) = self.root_of(ino)?;
+        let seed = self.seed_of(ino, inode.generation);
+        let exts = extent::extents(&root, &mut super::files::ReadStore(self), seed)?;
+        let e = exts
+            .iter()
+            .find(|e| e.logical == 0 && !e.unwritten)
+            .ok_or_else(|| invalid("ino", ino.into(), "a symlink without its block"))?;
+        let b = self.read_block(e.physical)?;
+        Ok(b[..size.min(b.len())].to_vec())
+    }
+
+    /// Adds the name `new` for the inode at `existing` (a hard link; not
+    /// for directories): its `links_count` + 1, its ctime now.
+    ///
+    /// # Errors
+    /// As [`Image::lookup`] and [`Image::create`];
+    /// [`Ext4Error::InvalidArgument`] for a directory or an inode at
+    /// 65,000 links.
+    pub fn link(&mut self, existing: &str, new: &str) -> Result<(), Ext4Error> {
+        self.atomically(|img| {
+            let ino = img.lookup(existing)?;
+            let inode = img.inode(ino)?;
+            if inode.is_dir() {
+                return Err(invalid(
+                    "path",
+                    ino.into(),
+                    "hard links to directories are not allowed",
+                ));
+            }
+            if inode.links_count >= LINK_MAX - 1 {
+                return Err(invalid("path", inode.links_count.into(), "too many links"));
+            }
+            let (parent, name, ft, place) = img.plan_new(new, inode.mode)?;
+            let l = (inode.links_count + 1).to_le_bytes();
+            img.write_inode_fields(ino, &[(off::LINKS_COUNT, &l)])?;
+            img.put_entry(parent, name, ino, ft, place)?;
+            img.touch(ino, false)?;
+            img.touch(parent, true)
+        })
+    }
+
+    /// Makes the special file `path` (a device, FIFO or socket) with
+    /// permission bits `mode & 0o7777`. Returns the inode.
+    ///
+    /// # Errors
+    /// As [`Image::create`]; [`Ext4Error::InvalidArgument`] for a major
+    /// past 4095 or a minor past 2^20 - 1.
+    pub fn mknod(&mut self, path: &str, kind: NodeKind, mode: u16) -> Result<u32, Ext4Error> {
+        let mut block = [0u8; ROOT_SIZE];
+        let ifmt = match kind {
+            NodeKind::Char { major, minor } | NodeKind::Block { major, minor } => {
+                if major > 0xFFF || minor > 0xF_FFFF {
+                    return Err(invalid(
+                        "device",
+                        major.into(),
+                        "major up to 4095, minor up to 2^20 - 1",
+                    ));
+                }
+                if major < 256 && minor < 256 {
+                    layout::put32(&mut block, 0, (major << 8) | minor);
+                } else {
+                    let dev = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
+                    layout::put32(&mut block, 4, dev);
+                }
+                if matches!(kind, NodeKind::Char { .. }) {
+                    S_IFCHR
+                } else {
+                    S_IFBLK
+                }
+            }
+            NodeKind::Fifo => S_IFIFO,
+            NodeKind::Socket => S_IFSOCK,
+        };
+        self.atomically(|img| {
+            let (parent, name, ft, place) = img.plan_new(path, ifmt)?;
+            let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
+            let ino = img.alloc_inode(Some(pg), false)?;
+            img.init_inode(ino, ifmt | (mode & 0o7777), 1, 0, &block)?;
+            img.put_entry(parent, name, ino, ft, place)?;
+            img.touch(parent, true)?;
+            Ok(ino)
+        })
+    }
+
+    /// The device number of a character or block device inode, as
+    /// `(major, minor)` (either encoding).
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for an inode that is not a device.
+    pub fn device_number(&self, ino: u32) -> Result<(u32, u32), Ext4Error> {
+        let inode = self.inode(ino)?;
+        if !matches!(inode.mode & S_IFMT, S_IFCHR | S_IFBLK) {
+            return Err(invalid("ino", ino.into(), "not a device"));
+        }
+        let old = le32(&inode.block, 0);
+        if old != 0 {
+            return Ok(((old >> 8) & 0xFF, old & 0xFF));
+        }
+        let new = le32(&inode.block, 4);
+        Ok((
+            (new & 0xF_FF00) >> 8,
+            (new & 0xFF) | ((new >> 12) & 0xF_FF00),
+        ))
+    }
+
+    /// Sets inode `ino`'s permission bits to `mode & 0o7777` (the type
+    /// stays); ctime now.
+    ///
+    /// # Errors
+    /// [`Ext4Error::ReadOnly`]; as [`Image::inode`].
+    pub fn chmod(&mut self, ino: u32, mode: u16) -> Result<(), Ext4Error> {
+        self.atomically(|img| {
+            img.check_writable()?;
+            let old = img.inode(ino)?.mode;
+            let m = ((old & S_IFMT) | (mode & 0o7777)).to_le_bytes();
+            img.write_inode_fields(ino, &[(off::MODE, &m)])?;
+            img.touch(ino, false)
+        })
+    }
+
+    /// Sets inode `ino`'s owner and group (32 bits each: the low halves in
+    /// `i_uid`/`i_gid`, the high ones in `l_i_uid_high`/`l_i_gid_high`);
+    /// ctime now.
+    ///
+    /// # Errors
+    /// [`Ext4Error::ReadOnly`]; as [`Image::inode`].
+    pub fn chown(&mut self, ino: u32, uid: u32, gid: u32) -> Result<(), Ext4Error> {
+        self.atomically(|img| {
+            img.check_writable()?;
+            img.inode(ino)?;
+            let (ul, uh) = (
+                (uid as u16).to_le_bytes(),
+                ((uid >> 16) as u16).to_le_bytes(),
+            );
+            let (gl, gh) = (
+                (gid as u16).to_le_bytes(),
+                ((gid >> 16) as u16).to_le_bytes(),
+            );
+            img.write_inode_fields(
+                ino,
+                &[
+                    (off::UID, &ul),
+                    (off::UID_HIGH, &uh),
+                    (off::GID, &gl),
+                    (off::GID_HIGH, &gh),
+                ],
+            )?;
+            img.touch(ino, false)
+        })
+    }
+
+    /// Sets inode `ino`'s times with nanoseconds (`utimensat(2)`, plus
+    /// crtime): the seconds' low 32 bits in `i_*time`, and with a large
+    /// inode the `*_extra` field (nanoseconds << 2 | the epoch bits of the
+    /// seconds above 32 signed bits). ctime becomes now unless given.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for nanoseconds past 999,999,999, or
+    /// seconds or a crtime the inode cannot hold; as [`Image::chmod`].
+    pub fn set_times(&mut self, ino: u32, times: FileTimes) -> Result<(), Ext4Error> {
+        self.atomically(|img| {
+            img.check_writable()?;
+            let raw = img.inode_raw(ino)?;
+            let extra = if raw.len() > 128 {
+                128 + usize::from(le16(&raw, off::EXTRA_ISIZE))
+            } else {
+                128
+            };
+            let now = Timestamp {
+                secs: i64::from(now()),
+                nanos: 0,
+            };
+            let fields = [
+                (times.atime, off::ATIME, Some(off::ATIME_EXTRA)),
+                (times.mtime, off::MTIME, Some(off::MTIME_EXTRA)),
+                (
+                    times.ctime.or(Some(now)),
+                    off::CTIME,
+                    Some(off::CTIME_EXTRA),
+                ),
+                (times.crtime, off::CRTIME, Some(off::CRTIME_EXTRA)),
+            ];
+            let mut bytes: Vec<(usize, [u8; 4])> = Vec::new();
+            for (t, lo, hi) in fields {
+                let Some(t) = t else { continue };
+                if t.nanos >= 1_000_000_000 {
+                    return Err(invalid("nanos", t.nanos.into(), "at most 999,999,999"));
+                }
+                let has_extra = hi.is_some_and(|h| h + 4 <= extra);
+                let fits = if has_extra {
+                    (-(1i64 << 31)..1i64 << 34).contains(&t.secs)
+                } else {
+                    i32::try_from(t.secs).is_ok()
+                };
+                if !fits || (lo == off::CRTIME && !has_extra) || lo + 4 > extra.max(128) {
+                    return Err(invalid(
+                        "secs",
+                        t.secs as u64,
+                        "outside what the inode holds",
+                    ));
+                }
+                bytes.push((lo, (t.secs as u32).to_le_bytes()));
+                if let (true, Some(h)) = (has_extra, hi) {
+                    let epoch = ((t.secs - i64::from(t.secs as i32)) >> 32) as u32 & 3;
+                    bytes.push((h, ((t.nanos << 2) | epoch).to_le_bytes()));
+                }
+            }
+            let changes: Vec<(usize, &[u8])> = bytes.iter().map(|(o, b)| (*o, &b[..])).collect();
+            img.write_inode_fields(ino, &changes)
+        })
+    }
+
+    /// The checks of a new name `path` for an inode of type `ifmt`:
+    /// writable, the parent a directory spacekit may change, the name free;
+    /// returns the parent, the name, its entry type and where it goes.
+    fn plan_new<'p>(
+        &mut self,
+        path: &'p str,
+        ifmt: u16,
+    ) -> Result<(u32, &'p [u8], u8, Place), Ext4Error> {
+        self.check_writable()?;
+        let (parent, name) = self.parent_of(path)?;
+        self.check_dir_writable(parent)?;
+        if name.contains(&0) || name == b"." || name == b".." {
+            return Err(invalid(
+                "name",
+                name.len() as u64,
+                "a name holds no NUL and is not . or ..",
+            ));
+        }
+        if self.find_entry(parent, name)?.is_some() {
+            return Err(Ext4Error::Exists { path: path.into() });
+        }
+        let ft = self.file_type_of(ifmt);
+        let place = self.plan_entry(parent, name, ft)?;
+        Ok((parent, name, ft, place))
+    }
+
+    /// Writes a fresh inode into slot `ino`: `mode` (type and bits),
+    /// `links`, `flags`, `i_block`, times now, `i_extra_isize` 32 in large
+    /// inodes (crtime now), the slot's generation kept.
+    pub(super) fn init_inode(
+        &mut self,
+        ino: u32,
+        mode: u16,
+        links: u16,
+        flags: u32,
+        block: &[u8; ROOT_SIZE],
+    ) -> Result<(), Ext4Error> {
+        let old = self.inode_raw(ino)?;
+        // A free bit over a live inode (links left) is a damaged bitmap:
+        // never write over a file or directory.
+        if le16(&old, off::LINKS_COUNT) != 0 {
+            return Err(super::error::corrupt(
+                "inode bitmap",
+                self.info.group_of_inode(ino).map(|(g, _)| g),
+                ino.into(),
+                "the inode is marked free but still has links",
+            ));
+        }
+        let isz = old.len();
+        let mut raw = std::vec![0u8; isz];
+        let t = now();
+        layout::put16(&mut raw, off::MODE, mode);
+        layout::put16(&mut raw, off::LINKS_COUNT, links);
+        layout::put32(&mut raw, off::FLAGS, flags);
+        for f in [off::ATIME, off::CTIME, off::MTIME] {
+            layout::put32(&mut raw, f, t);
+        }
+        layout::put32(&mut raw, off::GENERATION, le32(&old, off::GENERATION));
+        raw[off::BLOCK..off::BLOCK + ROOT_SIZE].copy_from_slice(block);
+        if isz > 128 {
+            let extra = 32.min(isz - 128) as u16;
+            layout::put16(&mut raw, off::EXTRA_ISIZE, extra);
+            if isz >= off::CRTIME + 4 && extra >= 24 {
+                layout::put32(&mut raw, off::CRTIME, t);
+            }
+        }
+        self.write_inode_fields(ino, &[(0, &raw)])
+    }
+
+    /// The first block of new directory `ino` under `parent`: `.` (12
+    /// bytes) and `..` spanning the rest, then the checksum tail (signed
+    /// with `seed`) with metadata_csum.
+    fn first_dir_block(
+        &self,
+        ino: u32,
+        parent: u32,
+        seed: Option<u32>,
+    ) -> Result<Vec<u8>, Ext4Error> {
+        let bs = self.info.block_size as usize;
+        let mut b = super::dir::init_block(bs, seed)?;
+        let end = if seed.is_some() {
+            bs - super::dir::TAIL_LEN
+        } else {
+            bs
+        };
+        let ft = self.file_type_of(S_IFDIR);
+        for (at, len, who, name) in [(0, 12, ino, &b"."[..]), (12, end - 12, parent, b"..")] {
+            layout::put32(&mut b, at, who);
+            let rec = super::dir::rec_len_to_disk(len, bs)?;
+            layout::put16(&mut b, at + 4, rec);
+            b[at + 6] = name.len() as u8;
+            b[at + 7] = ft;
+            b[at + 8..at + 8 + name.len()].copy_from_slice(name);
+        }
+        if let Some(seed) = seed {
+            super::dir::sign_tail(seed, &mut b)?;
+        }
+        Ok(b)
+    }
+
+    /// Allocates one block for logical block 0 of new inode `ino` (near its
+    /// goal), maps it in `root`, writes `data` there through the block
+    /// cache and sets size (one block) and `i_blocks`.
+    fn put_data_block(
+        &mut self,
+        ino: u32,
+        root: &mut [u8; ROOT_SIZE],
+        seed: Option<u32>,
+        data: Vec<u8>,
+    ) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let goal = self.file_goal(ino, root, seed)?;
+        let p = self.alloc_blocks(AllocRequest {
+            goal: Some(goal),
+            len: 1,
+            align: 1,
+        })?;
+        let mut store = ImageStore::new(self);
+        let out = extent::insert(
+            root,
+            &mut store,
+            seed,
+            Extent {
+                logical: 0,
+                physical: p,
+                len: 1,
+                unwritten: false,
+            },
+        )?;
+        self.write_block(p, data)?;
+        let blocks = (1 + u64::from(out.tree_blocks_added)) * (bs / 512);
+        self.write_file_fields(ino, bs, blocks, root)
+    }
+}

@@ -1,0 +1,352 @@
+//! Every kind of inode: directories, symlinks (fast and in a block), hard
+//! links, devices (both encodings), FIFOs and sockets, with modes, 32-bit
+//! owners and nanosecond times — made by spacekit and read by e2fsck,
+//! debugfs and the kernel; made by `mke2fs -d` and read by spacekit.
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::process::Command;
+
+use spacekit::ext4::{Ext4Error, FileTimes, Image, NodeKind, Timestamp};
+
+use crate::files::debugfs;
+use crate::fixtures::*;
+use crate::oracles::*;
+
+fn configs() -> Vec<Config> {
+    let mut out = vec![K1, K1_NOCSUM, K64];
+    out.extend(CONFIGS.iter().filter(|c| c.name == "4k-seed").copied());
+    out
+}
+
+/// `debugfs stat`'s "Type: T    Mode:  0MMMM" and "User: U   Group: G".
+fn debugfs_type_mode_owner(img: &Path, path: &str) -> (String, u32, u64, u64, u64) {
+    let t = debugfs(img, &format!("stat {path}"));
+    let word = |key: &str| -> String {
+        let i = t.find(key).unwrap_or_else(|| panic!("no {key} in {t}"));
+        t[i + key.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    (
+        word("Type: "),
+        u32::from_str_radix(&word("Mode: "), 8).unwrap(),
+        word("User: ").parse().unwrap(),
+        word("Group: ").parse().unwrap(),
+        word("Links: ").parse().unwrap(),
+    )
+}
+
+/// The kernel's view (a read-only loop mount) of each path: the metadata
+/// and, for symlinks, the target. `None` when the mount is not allowed.
+fn kernel_meta(
+    img: &Path,
+    dir: &TempDir,
+    paths: &[&str],
+) -> Option<Vec<(fs::Metadata, Option<Vec<u8>>)>> {
+    let mnt = dir.path("mnt-ns");
+    fs::create_dir_all(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-o", "loop,ro"])
+        .arg(img)
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("skipping the kernel's read: mount -o loop,ro failed");
+        return None;
+    }
+    let got = paths
+        .iter()
+        .map(|p| {
+            let full = mnt.join(p.trim_start_matches('/'));
+            let m = fs::symlink_metadata(&full).unwrap_or_else(|e| panic!("{p}: {e}"));
+            let target = m.file_type().is_symlink().then(|| {
+                fs::read_link(&full)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            });
+            (m, target)
+        })
+        .collect();
+    let um = Command::new("umount").arg(&mnt).status().unwrap();
+    assert!(um.success());
+    Some(got)
+}
+
+#[test]
+fn every_kind_of_inode_agrees_with_e2fsck_debugfs_and_the_kernel() {
+    require_e2fsprogs!();
+    for cfg in configs() {
+        let what = cfg.name;
+        let dir = TempDir::new("ns-kinds");
+        let path = mkfs(&dir, &cfg);
+        let mut img = open_rw(&path);
+        let d = img.mkdir("/d", 0o750).unwrap();
+        let e = img.mkdir("/d/e", 0o700).unwrap();
+        let f = img.create("/d/e/f", 0o640).unwrap();
+        img.write(f, 0, b"contents of f\n").unwrap();
+        img.link("/d/e/f", "/d/f-link").unwrap();
+        let long = "x/".repeat(70) + "end";
+        img.symlink("/short", b"d/e/f").unwrap();
+        img.symlink("/long", long.as_bytes()).unwrap();
+        img.mknod("/null", NodeKind::Char { major: 1, minor: 3 }, 0o666)
+            .unwrap();
+        img.mknod("/sda", NodeKind::Block { major: 8, minor: 0 }, 0o660)
+            .unwrap();
+        img.mknod(
+            "/big",
+            NodeKind::Char {
+                major: 300,
+                minor: 70000,
+            },
+            0o600,
+        )
+        .unwrap();
+        img.mknod("/fifo", NodeKind::Fifo, 0o644).unwrap();
+        img.mknod("/sock", NodeKind::Socket, 0o755).unwrap();
+        img.chown(f, 100_000, 70_000).unwrap();
+        img.chmod(d, 0o1777).unwrap();
+        let t = |secs, nanos| Some(Timestamp { secs, nanos });
+        img.set_times(
+            f,
+            FileTimes {
+                atime: t(1_600_000_000, 5),
+                mtime: t(1_700_000_000, 123_456_789),
+                ctime: None,
+                crtime: None,
+            },
+        )
+        .unwrap();
+        let gone = img.mkdir("/gone", 0o755).unwrap();
+        assert!(gone > 0);
+        img.rmdir("/gone").unwrap();
+        // Refused without a change.
+        assert!(matches!(
+            img.rmdir("/d"),
+            Err(Ext4Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            img.rmdir("/d/e/f"),
+            Err(Ext4Error::NotADirectory { .. })
+        ));
+        assert!(matches!(
+            img.link("/d", "/d2"),
+            Err(Ext4Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            img.mkdir("/short", 0o755),
+            Err(Ext4Error::Exists { .. })
+        ));
+        img.flush().unwrap();
+        // spacekit's own reading.
+        let (short, long_i, big) = (
+            img.lookup("/short").unwrap(),
+            img.lookup("/long").unwrap(),
+            img.lookup("/big").unwrap(),
+        );
+        assert_eq!(img.read_link(short).unwrap(), b"d/e/f");
+        assert_eq!(img.read_link(long_i).unwrap(), long.as_bytes());
+        assert_eq!(img.device_number(big).unwrap(), (300, 70000));
+        assert_eq!(img.inode(e).unwrap().links_count, 2);
+        assert_eq!(img.inode(d).unwrap().links_count, 3);
+        assert_eq!(img.inode(f).unwrap().links_count, 2);
+        assert!(matches!(
+            img.lookup("/gone"),
+            Err(Ext4Error::NotFound { .. })
+        ));
+        drop(img);
+        assert_fsck_clean(&path, what);
+        // debugfs.
+        let want = [
+            ("/d", "directory", 0o1777, 0, 0, 3),
+            ("/d/e", "directory", 0o700, 0, 0, 2),
+            ("/d/e/f", "regular", 0o640, 100_000, 70_000, 2),
+            ("/short", "symlink", 0o777, 0, 0, 1),
+            ("/long", "symlink", 0o777, 0, 0, 1),
+            ("/null", "character", 0o666, 0, 0, 1),
+            ("/sda", "block", 0o660, 0, 0, 1),
+            ("/fifo", "FIFO", 0o644, 0, 0, 1),
+            ("/sock", "socket", 0o755, 0, 0, 1),
+        ];
+        for (p, ty, mode, uid, gid, links) in want {
+            let got = debugfs_type_mode_owner(&path, p);
+            assert_eq!(
+                got,
+                (ty.to_string(), mode, uid, gid, links),
+                "{what}: debugfs stat {p}"
+            );
+        }
+        let st = debugfs(&path, "stat /short");
+        assert!(st.contains("Fast link dest: \"d/e/f\""), "{what}: {st}");
+        let st = debugfs(&path, "stat /null");
+        assert!(
+            st.contains("Device major/minor number: 01:03"),
+            "{what}: {st}"
+        );
+        let st = debugfs(&path, "stat /d/e/f");
+        assert!(st.contains("mtime: 0x6553f100:1d6f3454"), "{what}: {st}");
+        assert_eq!(debugfs_dump(&path, &dir, "/d/f-link"), b"contents of f\n");
+        // The kernel.
+        let paths = [
+            "/d",
+            "/d/e/f",
+            "/short",
+            "/long",
+            "/null",
+            "/sda",
+            "/big",
+            "/fifo",
+            "/sock",
+            "/d/f-link",
+        ];
+        if let Some(m) = kernel_meta(&path, &dir, &paths) {
+            let dev = |m: &fs::Metadata| {
+                let r = m.rdev();
+                (
+                    ((r >> 8) & 0xFFF) as u32,
+                    ((r & 0xFF) | ((r >> 12) & 0xFFF00)) as u32,
+                )
+            };
+            assert!(m[0].0.is_dir() && m[0].0.mode() & 0o7777 == 0o1777 && m[0].0.nlink() == 3);
+            assert_eq!(
+                (m[1].0.uid(), m[1].0.gid(), m[1].0.nlink()),
+                (100_000, 70_000, 2),
+                "{what}"
+            );
+            assert_eq!(
+                (m[1].0.mtime(), m[1].0.mtime_nsec(), m[1].0.atime_nsec()),
+                (1_700_000_000, 123_456_789, 5),
+                "{what}"
+            );
+            assert_eq!(m[2].1.as_deref(), Some(&b"d/e/f"[..]));
+            assert_eq!(m[3].1.as_deref(), Some(long.as_bytes()));
+            assert!(m[4].0.file_type().is_char_device() && dev(&m[4].0) == (1, 3));
+            assert!(m[5].0.file_type().is_block_device() && dev(&m[5].0) == (8, 0));
+            assert_eq!(dev(&m[6].0), (300, 70000), "{what}: the new encoding");
+            assert!(m[7].0.file_type().is_fifo() && m[8].0.file_type().is_socket());
+            assert_eq!(
+                m[9].0.ino(),
+                m[1].0.ino(),
+                "{what}: a hard link is one inode"
+            );
+        }
+    }
+}
+
+/// `mke2fs -d` copies a tree with every kind of inode; spacekit reads the
+/// same symlink targets, device numbers, modes, owners and link counts the
+/// host has.
+#[test]
+fn spacekit_reads_every_kind_mke2fs_made() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("ns-mke2fs");
+    let src = dir.path("src");
+    fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    fs::write(src.join("sub/file"), b"data").unwrap();
+    fs::hard_link(src.join("sub/file"), src.join("hard")).unwrap();
+    std::os::unix::fs::symlink("sub/file", src.join("short")).unwrap();
+    std::os::unix::fs::symlink("y".repeat(300), src.join("long")).unwrap();
+    let nodes = Command::new("mknod")
+        .arg(src.join("tty"))
+        .args(["c", "4", "64"])
+        .status();
+    let made_nodes = nodes.is_ok_and(|s| s.success());
+    if made_nodes {
+        assert!(Command::new("mkfifo")
+            .arg(src.join("pipe"))
+            .status()
+            .unwrap()
+            .success());
+    } else {
+        println!("skipping devices in the source tree: mknod needs root");
+    }
+    for cfg in configs() {
+        let size = if cfg.name == "64k" { "64M" } else { "16M" };
+        let img_path = mkfs_d(&dir, &format!("{}.img", cfg.name), cfg.args, &src, size);
+        let mut img = open_ro(&img_path);
+        let short = img.lookup("/short").unwrap();
+        assert_eq!(img.read_link(short).unwrap(), b"sub/file");
+        let long = img.lookup("/long").unwrap();
+        assert_eq!(img.read_link(long).unwrap(), "y".repeat(300).as_bytes());
+        let f = img.lookup("/sub/file").unwrap();
+        assert_eq!(img.lookup("/hard").unwrap(), f);
+        assert_eq!(img.inode(f).unwrap().links_count, 2);
+        let sub = img.lookup("/sub").unwrap();
+        assert_eq!(img.inode(sub).unwrap().links_count, 3);
+        let host = fs::metadata(src.join("sub/file")).unwrap();
+        let i = img.inode(f).unwrap();
+        assert_eq!(
+            (u32::from(i.mode) & 0o7777, i.uid, i.gid),
+            (host.mode() & 0o7777, host.uid(), host.gid())
+        );
+        if made_nodes {
+            let tty = img.lookup("/tty").unwrap();
+            assert_eq!(img.device_number(tty).unwrap(), (4, 64), "{}", cfg.name);
+            let pipe = img.lookup("/pipe").unwrap();
+            assert_eq!(img.inode(pipe).unwrap().mode & 0xF000, 0x1000);
+        }
+    }
+}
+
+/// An operation that fails in the middle (no block for the new
+/// directory) leaves the inode counts, the parent and the names as they
+/// were.
+#[test]
+fn a_failed_mkdir_changes_nothing() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("ns-full");
+    let path = mkfs(&dir, &K1);
+    let mut img = open_rw(&path);
+    // Fill the data blocks.
+    let f = img.create("/fill", 0o644).unwrap();
+    for step in [64 * 1024, 1024] {
+        loop {
+            let size = img.stat(f).unwrap().size;
+            if img.fallocate(f, size, step, false).is_err() {
+                break;
+            }
+        }
+    }
+    // The last few blocks the fallocates' tree margin left.
+    let mut taken = Vec::new();
+    while let Ok(b) = img.alloc_blocks(spacekit::ext4::AllocRequest {
+        goal: None,
+        len: 1,
+        align: 1,
+    }) {
+        taken.push(b);
+    }
+    img.flush().unwrap();
+    let before = (
+        img.free_inodes_count(),
+        img.free_blocks_count(),
+        img.inode(2).unwrap(),
+    );
+    let e = img.mkdir("/newdir", 0o755).unwrap_err();
+    assert!(matches!(e, Ext4Error::NoSpace { .. }), "{e:?}");
+    assert_eq!(
+        (
+            img.free_inodes_count(),
+            img.free_blocks_count(),
+            img.inode(2).unwrap()
+        ),
+        before
+    );
+    assert!(matches!(
+        img.lookup("/newdir"),
+        Err(Ext4Error::NotFound { .. })
+    ));
+    assert!(!img.is_dirty(), "a failed mkdir left changes to flush");
+    for b in taken {
+        img.free_blocks(b, 1).unwrap();
+    }
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "full");
+    let _ = Image::open(&path, spacekit::ext4::OpenMode::ReadOnly).unwrap();
+}
