@@ -22,7 +22,6 @@ use super::image::Image;
 use super::inode::off;
 use super::layout::{self, le16, le32};
 use super::stat::EXTENTS_FL;
-use super::AllocRequest;
 
 const S_IFMT: u16 = 0xF000;
 const S_IFDIR: u16 = 0x4000;
@@ -546,11 +545,7 @@ impl Image {
     ) -> Result<(), Ext4Error> {
         let bs = u64::from(self.info.block_size);
         let goal = self.file_goal(ino, root, seed)?;
-        let p = self.alloc_blocks(AllocRequest {
-            goal: Some(goal),
-            len: 1,
-            align: 1,
-        })?;
+        let (p, _) = self.alloc_run_from(Some(goal).filter(|&g| g < self.info.blocks_count), 1)?;
         let mut store = ImageStore::new(self);
         let out = extent::insert(
             root,
