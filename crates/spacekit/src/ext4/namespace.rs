@@ -93,18 +93,6 @@ impl Image {
     pub fn mkdir(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.atomically(|img| {
             let (parent, name, ft, place) = img.plan_new(path, S_IFDIR)?;
-            let plinks = img.inode(parent)?.links_count;
-            let dir_nlink = le32(&img.sb, layout::sb::RO_COMPAT) & RO_COMPAT_DIR_NLINK != 0;
-            let new_plinks = match plinks {
-                1 if dir_nlink => 1,
-                l if l + 1 >= LINK_MAX && dir_nlink => 1,
-                l if l + 1 >= LINK_MAX => {
-                    return Err(Ext4Error::Unsupported {
-                        feature: "a directory of 65,000 links (needs dir_nlink)",
-                    })
-                }
-                l => l + 1,
-            };
             let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
             let ino = img.alloc_inode(Some(pg), true)?;
             let mut root = [0u8; ROOT_SIZE];
@@ -115,7 +103,7 @@ impl Image {
             let b = img.first_dir_block(ino, parent, seed)?;
             img.put_data_block(ino, &mut root, seed, b)?;
             img.write_inode_fields(ino, &[(off::LINKS_COUNT, &2u16.to_le_bytes())])?;
-            img.write_inode_fields(parent, &[(off::LINKS_COUNT, &new_plinks.to_le_bytes())])?;
+            img.add_links(parent, 1)?;
             img.put_entry(parent, name, ino, ft, place)?;
             img.touch(parent, true)?;
             Ok(ino)
@@ -154,11 +142,7 @@ impl Image {
                 return Err(invalid("path", live as u64, "the directory is not empty"));
             }
             img.remove_entry_at(parent, name, slot.physical)?;
-            let plinks = img.inode(parent)?.links_count;
-            if plinks > 2 {
-                let l = (plinks - 1).to_le_bytes();
-                img.write_inode_fields(parent, &[(off::LINKS_COUNT, &l)])?;
-            }
+            img.add_links(parent, -1)?;
             img.touch(parent, true)?;
             img.release_inode(ino, &inode)
         })
@@ -260,6 +244,173 @@ impl Image {
             img.touch(ino, false)?;
             img.touch(parent, true)
         })
+    }
+
+    /// Renames `from` to `to` with `rename(2)`'s rules: a file replaces a
+    /// file (or symlink, device…) at `to`, a directory replaces an empty
+    /// directory; a directory moved to another parent gets its `..`
+    /// rewritten and the two parents' link counts follow; a directory
+    /// cannot move under itself. The same inode at both names changes
+    /// nothing. The inode's ctime and both parents' mtime and ctime become
+    /// now.
+    ///
+    /// # Errors
+    /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`] (a directory over
+    /// a file); [`Ext4Error::InvalidArgument`] (`what: "to"`) for a file
+    /// over a directory, a directory over one that is not empty, a
+    /// directory into its own subtree, or `.`/`..`.
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<(), Ext4Error> {
+        self.atomically(|img| img.rename_op(from, to))
+    }
+
+    /// [`Image::rename`], inside its undo.
+    fn rename_op(&mut self, from: &str, to: &str) -> Result<(), Ext4Error> {
+        self.check_writable()?;
+        let (op, oname) = self.parent_of(from)?;
+        let (np, nname) = self.parent_of(to)?;
+        self.check_dir_writable(op)?;
+        self.check_dir_writable(np)?;
+        for n in [oname, nname] {
+            if n == b"." || n == b".." || n.contains(&0) {
+                return Err(invalid("to", n.len() as u64, "not a name to rename"));
+            }
+        }
+        let Some((entry, slot)) = self.find_entry(op, oname)? else {
+            return Err(Ext4Error::NotFound { path: from.into() });
+        };
+        let ino = entry.inode;
+        let inode = self.inode(ino)?;
+        let target = self.find_entry(np, nname)?;
+        if target.as_ref().is_some_and(|(t, _)| t.inode == ino) {
+            return Ok(());
+        }
+        if inode.is_dir() {
+            // `np` must not be `ino` or below it.
+            let mut x = np;
+            while x != super::stat::ROOT_INO {
+                if x == ino {
+                    return Err(invalid(
+                        "to",
+                        ino.into(),
+                        "a directory cannot move under itself",
+                    ));
+                }
+                x = match self.find_entry(x, b"..")? {
+                    Some((e, _)) if e.inode != x => e.inode,
+                    _ => break,
+                };
+            }
+        }
+        if let Some((t, tslot)) = &target {
+            let tinode = self.inode(t.inode)?;
+            match (inode.is_dir(), tinode.is_dir()) {
+                (false, true) => {
+                    return Err(invalid(
+                        "to",
+                        t.inode.into(),
+                        "a file cannot replace a directory",
+                    ))
+                }
+                (true, false) => return Err(Ext4Error::NotADirectory { path: to.into() }),
+                (true, true) => {
+                    let live = self
+                        .read_dir(t.inode)?
+                        .into_iter()
+                        .filter(|e| e.inode != 0 && e.name != b"." && e.name != b"..")
+                        .count();
+                    if live > 0 {
+                        return Err(invalid(
+                            "to",
+                            live as u64,
+                            "the directory it replaces is not empty",
+                        ));
+                    }
+                }
+                (false, false) => {}
+            }
+            self.remove_entry_at(np, nname, tslot.physical)?;
+            if tinode.is_dir() {
+                self.add_links(np, -1)?;
+                self.release_inode(t.inode, &tinode)?;
+            } else if tinode.links_count > 1 {
+                self.add_links(t.inode, -1)?;
+                self.touch(t.inode, false)?;
+            } else {
+                self.release_inode(t.inode, &tinode)?;
+            }
+        }
+        // Out of the old directory first: an htree split while adding may
+        // move the old entry to another block.
+        self.remove_entry_at(op, oname, slot.physical)?;
+        let ft = self.file_type_of(inode.mode);
+        let place = self.plan_entry(np, nname, ft)?;
+        self.put_entry(np, nname, ino, ft, place)?;
+        if inode.is_dir() && op != np {
+            self.set_dotdot(ino, np)?;
+            self.add_links(op, -1)?;
+            self.add_links(np, 1)?;
+        }
+        self.touch(ino, false)?;
+        self.touch(op, true)?;
+        if np != op {
+            self.touch(np, true)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `d` (±1) to inode `ino`'s link count, as the kernel does for
+    /// directories: a directory at 1 (`dir_nlink`, too many to count) stays
+    /// there; one that would reach 65,000 goes to 1 with `dir_nlink`.
+    fn add_links(&mut self, ino: u32, d: i32) -> Result<(), Ext4Error> {
+        let inode = self.inode(ino)?;
+        let dir_nlink = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_DIR_NLINK != 0;
+        let l = i32::from(inode.links_count);
+        let new = match l + d {
+            _ if inode.is_dir() && l == 1 => 1,
+            n if n >= i32::from(LINK_MAX) && inode.is_dir() && dir_nlink => 1,
+            n if n >= i32::from(LINK_MAX) => {
+                return Err(invalid(
+                    "links",
+                    n as u64,
+                    "too many links (needs dir_nlink)",
+                ))
+            }
+            n => n.max(0),
+        } as u16;
+        self.write_inode_fields(ino, &[(off::LINKS_COUNT, &new.to_le_bytes())])
+    }
+
+    /// Points directory `ino`'s `..` at `parent`: the second record of its
+    /// block 0 (a linear block, re-signed; or an htree's dx root, whose
+    /// index is re-signed).
+    fn set_dotdot(&mut self, ino: u32, parent: u32) -> Result<(), Ext4Error> {
+        let inode = self.inode(ino)?;
+        let seed = self.seed_of(ino, inode.generation);
+        let (root, _) = self.root_of(ino)?;
+        let exts = extent::extents(&root, &mut super::files::ReadStore(self), seed)?;
+        let p0 = exts
+            .iter()
+            .find(|e| e.logical == 0)
+            .map(|e| e.physical)
+            .ok_or_else(|| invalid("ino", ino.into(), "a directory without block 0"))?;
+        let mut b = self.read_block(p0)?.into_owned();
+        let first = usize::from(le16(&b, 4));
+        if first != 12 || &b[first + 8..first + 10] != b".." {
+            return Err(super::error::corrupt(
+                "dir block 0",
+                None,
+                ino.into(),
+                "no .. entry after .",
+            ));
+        }
+        layout::put32(&mut b, first, parent);
+        if inode.flags & super::dir::INDEX_FL != 0 {
+            let r = super::dir::parse_dx_root(&b, self.csum())?;
+            super::dir::dx_rewrite(&mut b, &r.entries, seed)?;
+        } else if let Some(seed) = seed {
+            super::dir::sign_tail(seed, &mut b)?;
+        }
+        self.write_block(p0, b)
     }
 
     /// Makes the special file `path` (a device, FIFO or socket) with

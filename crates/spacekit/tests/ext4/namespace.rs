@@ -350,3 +350,75 @@ fn a_failed_mkdir_changes_nothing() {
     assert_fsck_clean(&path, "full");
     let _ = Image::open(&path, spacekit::ext4::OpenMode::ReadOnly).unwrap();
 }
+
+/// `rename(2)`'s cases, each flushed and checked by e2fsck, with the
+/// names debugfs lists and (where mounts work) the kernel's view of `..`.
+#[test]
+fn rename_follows_rename2() {
+    require_e2fsprogs!();
+    for cfg in configs() {
+        let what = cfg.name;
+        let dir = TempDir::new("ns-rename");
+        let path = mkfs(&dir, &cfg);
+        let mut img = open_rw(&path);
+        let a = img.mkdir("/a", 0o755).unwrap();
+        let b = img.mkdir("/b", 0o755).unwrap();
+        let sub = img.mkdir("/a/sub", 0o755).unwrap();
+        let f = img.create("/a/f", 0o644).unwrap();
+        img.write(f, 0, b"f's bytes").unwrap();
+        let g = img.create("/b/g", 0o644).unwrap();
+        img.create("/a/sub/inner", 0o644).unwrap();
+        img.mkdir("/b/empty", 0o755).unwrap();
+        // Within a directory, then over another file (which goes).
+        img.rename("/a/f", "/a/f2").unwrap();
+        img.rename("/a/f2", "/b/g").unwrap();
+        assert_eq!(img.lookup("/b/g").unwrap(), f);
+        assert!(
+            !img.inode_in_use(g).unwrap(),
+            "{what}: the replaced file's inode was not freed"
+        );
+        // A directory to another parent, over an empty directory.
+        img.rename("/a/sub", "/b/empty").unwrap();
+        assert!(img.lookup("/b/empty/inner").is_ok());
+        assert_eq!(img.inode(a).unwrap().links_count, 2);
+        assert_eq!(img.inode(b).unwrap().links_count, 3);
+        // Refused, nothing changed.
+        assert!(
+            img.rename("/b", "/b/empty/x").is_err(),
+            "{what}: a directory under itself"
+        );
+        assert!(
+            img.rename("/b/g", "/b/empty").is_err(),
+            "{what}: a file over a directory"
+        );
+        assert!(
+            img.rename("/a", "/b/g").is_err(),
+            "{what}: a directory over a file"
+        );
+        img.mkdir("/full", 0o755).unwrap();
+        img.create("/full/x", 0o644).unwrap();
+        assert!(
+            img.rename("/a", "/full").is_err(),
+            "{what}: over a directory that is not empty"
+        );
+        img.rename("/b/g", "/b/g").unwrap();
+        img.flush().unwrap();
+        drop(img);
+        assert_fsck_clean(&path, what);
+        let ls = debugfs(&path, "ls -l /b/empty");
+        let dotdot = ls
+            .lines()
+            .find(|l| l.trim_end().ends_with(" .."))
+            .unwrap_or_else(|| panic!("{ls}"));
+        assert_eq!(
+            dotdot.split_whitespace().next(),
+            Some(b.to_string().as_str()),
+            "{what}: .. of the moved directory: {ls}"
+        );
+        assert_eq!(debugfs_dump(&path, &dir, "/b/g"), b"f's bytes");
+        assert!(sub > 0);
+        if let Some(m) = kernel_meta(&path, &dir, &["/b", "/b/empty/inner", "/a"]) {
+            assert_eq!((m[0].0.nlink(), m[2].0.nlink()), (3, 2), "{what}");
+        }
+    }
+}
