@@ -19,7 +19,9 @@
 //! --ignored --nocapture`) with `SPACEKIT_SOAK_CHILD_IMAGE` set. It opens
 //! the image read-write and loops: `create`, `fallocate` (with and without
 //! keep-size, aligned and not, small holes to grow deep extent trees and
-//! long runs), `truncate` (down, to 0, up) and `unlink`, each followed by
+//! long runs), `truncate` (down, to 0, up), `unlink` and, on files named
+//! `/wNNN`, `write` (bytes that are never zero, a function of their file
+//! offset, over holes, unwritten extents and earlier bytes), each followed by
 //! `flush`, printing `begin` before the operation, `flush` before the
 //! flush, and `done` with the resulting size, `i_blocks`, mapped blocks and
 //! free counts only after `flush` returned. Low-level `alloc_blocks` is not
@@ -38,6 +40,10 @@
 //! blocks plus every inode's blocks, and free inodes plus files, never
 //! change. A failure keeps the image and the child's output under
 //! `$TMPDIR/spacekit-soak-failed-SEED-KILL/`.
+//!
+//! After every kill each `/w` file's bytes are read back with
+//! `Image::read`: the non-zero bytes must be exactly the ranges the model's
+//! flushed writes (cut by truncates) cover, each the byte written there.
 //!
 //! `/data`, a file of non-zero bytes debugfs wrote before the first kill,
 //! is cut and grown like the others; after every kill its contents must be
@@ -193,13 +199,29 @@ enum Op {
         size: u64,
     },
     Unlink(String),
+    /// Bytes [`pattern`] at `[off, off + len)` of a `/w` file.
+    Write {
+        path: String,
+        off: u64,
+        len: u64,
+    },
 }
+
+/// The byte a write puts at file offset `p`: never zero, so the bytes a
+/// file holds say which ranges were written.
+fn pattern(p: u64) -> u8 {
+    ((p.wrapping_mul(2_654_435_761) >> 13) as u8) | 1
+}
+
+/// Files whose name starts with this get writes (and only they may hold
+/// written extents, besides `/data`).
+const WRITTEN: &str = "/w";
 
 impl Op {
     fn path(&self) -> &str {
         match self {
             Op::Create(p) | Op::Unlink(p) => p,
-            Op::Falloc { path, .. } | Op::Trunc { path, .. } => path,
+            Op::Falloc { path, .. } | Op::Trunc { path, .. } | Op::Write { path, .. } => path,
         }
     }
 
@@ -214,6 +236,7 @@ impl Op {
             } => format!("falloc {path} {off} {len} {}", u8::from(*keep)),
             Op::Trunc { path, size } => format!("trunc {path} {size}"),
             Op::Unlink(p) => format!("unlink {p}"),
+            Op::Write { path, off, len } => format!("write {path} {off} {len}"),
         }
     }
 
@@ -234,6 +257,11 @@ impl Op {
                 size: n(2)?,
             },
             "unlink" => Op::Unlink(path()?),
+            "write" => Op::Write {
+                path: path()?,
+                off: n(2)?,
+                len: n(3)?,
+            },
             _ => return None,
         })
     }
@@ -244,6 +272,7 @@ impl Op {
             Op::Create(_) | Op::Unlink(_) => 2,
             Op::Falloc { .. } => 5,
             Op::Trunc { .. } => 3,
+            Op::Write { .. } => 4,
         }
     }
 }
@@ -286,7 +315,8 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
     let roll = rng.random_range(0..100);
     if files.is_empty() || (roll < 15 && files.len() < NAMES as usize) {
         loop {
-            let p = format!("/f{:03}", rng.random_range(0..NAMES));
+            let prefix = if rng.random_bool(0.3) { WRITTEN } else { "/f" };
+            let p = format!("{prefix}{:03}", rng.random_range(0..NAMES));
             let p = if big.is_none() && rng.random_bool(0.5) {
                 BIG.to_owned()
             } else {
@@ -356,6 +386,15 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
         } else {
             len
         };
+        if path.starts_with(WRITTEN) && rng.random_bool(0.6) {
+            // Bytes: at most 64 blocks, over holes, unwritten extents and
+            // earlier bytes alike.
+            return Op::Write {
+                path,
+                off,
+                len: len.min(64 * bs),
+            };
+        }
         Op::Falloc {
             path,
             off,
@@ -384,6 +423,11 @@ fn run_op(img: &mut Image, op: &Op) -> Result<bool, Ext4Error> {
             img.truncate(ino, *size)
         }
         Op::Unlink(p) => img.unlink(p),
+        Op::Write { path, off, len } => {
+            let ino = img.lookup(path)?;
+            let bytes: Vec<u8> = (*off..off + len).map(pattern).collect();
+            img.write(ino, *off, &bytes)
+        }
     };
     match r {
         Ok(()) => Ok(true),
@@ -467,6 +511,24 @@ struct FileModel {
     /// For `/data`: how many of its original bytes it still starts with
     /// (at most its size); every byte after them up to the size is zero.
     kept: Option<u64>,
+    /// For `/w` files: the byte ranges `[a, b)` written (holding
+    /// [`pattern`]), merged and sorted; every other byte is zero.
+    written: Vec<(u64, u64)>,
+}
+
+/// `ranges` with `[a, b)` added, merged and sorted.
+fn add_range(ranges: &[(u64, u64)], a: u64, b: u64) -> Vec<(u64, u64)> {
+    let mut all = ranges.to_vec();
+    all.push((a, b));
+    all.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in all {
+        match out.last_mut() {
+            Some(l) if s <= l.1 => l.1 = l.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
 }
 
 /// An image's files and counts.
@@ -503,6 +565,7 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
                 mapped: BTreeSet::new(),
                 iblocks: 0,
                 kept: None,
+                written: Vec::new(),
             };
             if s.files.insert(p.clone(), new).is_some() {
                 return Err(format!("create {p}: it exists in the model"));
@@ -538,6 +601,22 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
             f.mapped.retain(|&b| b < first);
             f.size = *size;
             f.kept = f.kept.map(|k| k.min(*size));
+            f.written = f
+                .written
+                .iter()
+                .filter(|r| r.0 < *size)
+                .map(|&(a, b)| (a, b.min(*size)))
+                .collect();
+        }
+        Op::Write { path, off, len } => {
+            let f = s
+                .files
+                .get_mut(path)
+                .ok_or_else(|| format!("write {path}: not in the model"))?;
+            let end = off + len;
+            f.mapped.extend(off / bs..end.div_ceil(bs));
+            f.size = f.size.max(end);
+            f.written = add_range(&f.written, *off, end);
         }
     }
     Ok(s)
@@ -633,7 +712,7 @@ fn observe(img: &mut Image, image: &Path, data: &[u8]) -> Result<(State, u16, us
         extents = extents.max(st.extents.len());
         let mut mapped = BTreeSet::new();
         for x in &st.extents {
-            if !x.unwritten && path != DATA {
+            if !x.unwritten && path != DATA && !path.starts_with(WRITTEN) {
                 return Err(format!("{path}: a written extent {x:?}"));
             }
             mapped.extend(u64::from(x.logical)..u64::from(x.logical) + u64::from(x.len));
@@ -649,11 +728,32 @@ fn observe(img: &mut Image, image: &Path, data: &[u8]) -> Result<(State, u16, us
         } else {
             None
         };
+        let mut written = Vec::new();
+        if path.starts_with(WRITTEN) {
+            let mut buf = vec![0u8; st.size as usize];
+            img.read(ino, 0, &mut buf).map_err(e)?;
+            for (p, &b) in buf.iter().enumerate() {
+                let p = p as u64;
+                if b != 0 && b != pattern(p) {
+                    return Err(format!(
+                        "{path}: byte {p} is {b:#x}, written as {:#x}",
+                        pattern(p)
+                    ));
+                }
+                if b != 0 {
+                    match written.last_mut() {
+                        Some((_, e)) if *e == p => *e = p + 1,
+                        _ => written.push((p, p + 1)),
+                    }
+                }
+            }
+        }
         let model = FileModel {
             size: st.size,
             mapped,
             iblocks: st.blocks,
             kept,
+            written,
         };
         files.insert(path, model);
     }
@@ -672,11 +772,19 @@ fn observe(img: &mut Image, image: &Path, data: &[u8]) -> Result<(State, u16, us
 /// unchanged (the root directory may have grown), and the conserved sums
 /// equal.
 fn matches_after(seen: &State, before: &State, want: &State, op: &Op, bs: u64) -> bool {
-    type Shape = Vec<(String, u64, BTreeSet<u64>, Option<u64>)>;
+    type Shape = Vec<(String, u64, BTreeSet<u64>, Option<u64>, Vec<(u64, u64)>)>;
     let shape = |s: &State| -> Shape {
         s.files
             .iter()
-            .map(|(p, f)| (p.clone(), f.size, f.mapped.clone(), f.kept))
+            .map(|(p, f)| {
+                (
+                    p.clone(),
+                    f.size,
+                    f.mapped.clone(),
+                    f.kept,
+                    f.written.clone(),
+                )
+            })
             .collect()
     };
     shape(seen) == shape(want)
@@ -707,6 +815,8 @@ struct Stats {
     /// Operations flushed in all, and refused for lack of space.
     flushed: u64,
     nospace: u64,
+    /// Of the flushed operations, writes of bytes.
+    writes: u64,
     /// The most files at a kill, and the deepest extent tree seen.
     max_files: usize,
     max_depth: u16,
@@ -920,6 +1030,7 @@ impl Soak {
                     self.state = apply_done(&self.state, &w[2..], bs)?;
                     in_flight = None;
                     stats.flushed += 1;
+                    stats.writes += u64::from(w.get(2) == Some(&"write"));
                 }
                 _ => return Err(format!("bad line {line:?}\nstderr: {}", out.stderr)),
             }
@@ -1116,8 +1227,8 @@ fn parent() {
     println!(
         "crash soak: {} kills in {:.1?} (seed {seed}): {} between operations, {} inside an \
          operation before its flush, {} inside a flush ({} applied, {} absent); redo logs \
-         left: {} complete (replayed), {} incomplete (discarded); {} operations flushed, {} \
-         refused for space; up to {} files, extent trees up to depth {} and {} extents",
+         left: {} complete (replayed), {} incomplete (discarded); {} operations flushed ({} \
+         writes), {} refused for space; up to {} files, extent trees up to depth {} and {} extents",
         stats.kills,
         stats.elapsed,
         stats.between,
@@ -1128,6 +1239,7 @@ fn parent() {
         stats.redo_complete,
         stats.redo_incomplete,
         stats.flushed,
+        stats.writes,
         stats.nospace,
         stats.max_files,
         stats.max_depth,
