@@ -1212,14 +1212,16 @@ impl Image {
         Ok((data, tree))
     }
 
-    /// Removes the entry `path` (a regular file) from its directory and,
+    /// Removes the entry `path` (anything but a directory: a regular file,
+    /// a symlink, a device, FIFO or socket) from its directory and,
     /// when that was its last link, frees every data and tree block and
     /// the inode (`links_count` 0, `dtime` set, size and `i_blocks` 0).
     /// The parent's mtime and ctime become now.
     ///
     /// # Errors
-    /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`];
-    /// [`Ext4Error::Corrupt`] for a bad extent tree; [`Ext4Error::Io`]. Nothing changes
+    /// As [`Image::lookup`]; [`Ext4Error::NotARegularFile`] for a directory
+    /// (see [`Image::rmdir`]); [`Ext4Error::Corrupt`] for a bad extent tree;
+    /// [`Ext4Error::Io`]. Nothing changes
     /// on an error (checked before the first change, or undone).
     pub fn unlink(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| img.unlink_op(path))
@@ -1235,7 +1237,7 @@ impl Image {
         };
         let ino = entry.inode;
         let inode = self.inode(ino)?;
-        if inode.mode & S_IFMT != S_IFREG {
+        if inode.is_dir() {
             return Err(Ext4Error::NotARegularFile { ino });
         }
         let seed = self.seed_of(ino, inode.generation);

@@ -422,3 +422,185 @@ fn rename_follows_rename2() {
         }
     }
 }
+
+/// What the random namespace test expects at a path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Node {
+    Dir,
+    /// A file: its id in the model's contents (hard links share one).
+    File(usize),
+    Symlink(Vec<u8>),
+    Fifo,
+}
+
+/// Random mkdir, create + write, link, symlink, mknod, unlink, rmdir and
+/// rename (some refused, as `rename(2)` refuses them) against a model of
+/// the tree and of each file's bytes: after every flush e2fsck is clean and
+/// every path reads back as the model says, with the link counts the model
+/// implies; at the end the kernel lists the same tree.
+#[test]
+fn random_namespace_sequences_match_a_model() {
+    use spacekit_testkit::rng::Rng;
+    use std::collections::BTreeMap;
+    require_e2fsprogs!();
+    for cfg in configs() {
+        let what = cfg.name;
+        let dir = TempDir::new("ns-random");
+        let path = mkfs(&dir, &cfg);
+        let bs = open_ro(&path).info().block_size as u64;
+        let mut rng = Rng(0xA5A5_1234 ^ bs);
+        let mut tree: BTreeMap<String, Node> = BTreeMap::new();
+        let mut contents: Vec<Vec<u8>> = Vec::new();
+        let mut img = open_rw(&path);
+        for step in 0..60 {
+            let dirs: Vec<String> = std::iter::once(String::new())
+                .chain(
+                    tree.iter()
+                        .filter(|(_, n)| **n == Node::Dir)
+                        .map(|(p, _)| p.clone()),
+                )
+                .collect();
+            let parent = dirs[rng.below(dirs.len() as u64) as usize].clone();
+            let new = format!("{parent}/n{step}");
+            let pick = |rng: &mut Rng, tree: &BTreeMap<String, Node>| {
+                let keys: Vec<&String> = tree.keys().collect();
+                (!keys.is_empty()).then(|| keys[rng.below(keys.len() as u64) as usize].clone())
+            };
+            match rng.below(9) {
+                0 | 1 => {
+                    img.mkdir(&new, 0o755).unwrap();
+                    tree.insert(new, Node::Dir);
+                }
+                2 | 3 => {
+                    let ino = img.create(&new, 0o644).unwrap();
+                    let bytes = random_bytes(rng.below(3 * bs) as usize, rng.next());
+                    img.write(ino, 0, &bytes).unwrap();
+                    contents.push(bytes);
+                    tree.insert(new, Node::File(contents.len() - 1));
+                }
+                4 => {
+                    let target = if rng.below(2) == 0 {
+                        b"short".to_vec()
+                    } else {
+                        vec![b'L'; 100]
+                    };
+                    img.symlink(&new, &target).unwrap();
+                    tree.insert(new, Node::Symlink(target));
+                }
+                5 => {
+                    img.mknod(&new, NodeKind::Fifo, 0o600).unwrap();
+                    tree.insert(new, Node::Fifo);
+                }
+                6 => {
+                    let Some(p) = pick(&mut rng, &tree) else {
+                        continue;
+                    };
+                    match tree[&p].clone() {
+                        Node::File(id) => {
+                            img.link(&p, &new).unwrap();
+                            tree.insert(new, Node::File(id));
+                        }
+                        Node::Dir => {
+                            let empty = !tree.keys().any(|k| k.starts_with(&format!("{p}/")));
+                            let r = img.rmdir(&p);
+                            assert_eq!(r.is_ok(), empty, "{what}: rmdir {p}: {r:?}");
+                            if empty {
+                                tree.remove(&p);
+                            }
+                        }
+                        _ => {
+                            img.unlink(&p).unwrap();
+                            tree.remove(&p);
+                        }
+                    }
+                }
+                7 => {
+                    let Some(p) = pick(&mut rng, &tree) else {
+                        continue;
+                    };
+                    if tree[&p] == Node::Dir {
+                        continue;
+                    }
+                    img.unlink(&p).unwrap();
+                    tree.remove(&p);
+                }
+                _ => {
+                    let Some(p) = pick(&mut rng, &tree) else {
+                        continue;
+                    };
+                    let under = new.starts_with(&format!("{p}/"));
+                    let r = img.rename(&p, &new);
+                    assert_eq!(r.is_ok(), !under, "{what}: rename {p} {new}: {r:?}");
+                    if r.is_ok() {
+                        let moved: Vec<(String, Node)> = tree
+                            .iter()
+                            .filter(|(k, _)| **k == p || k.starts_with(&format!("{p}/")))
+                            .map(|(k, n)| (k.clone(), n.clone()))
+                            .collect();
+                        for (k, n) in moved {
+                            tree.remove(&k);
+                            tree.insert(format!("{new}{}", &k[p.len()..]), n);
+                        }
+                    }
+                }
+            }
+            if step % 6 == 5 {
+                img.flush().unwrap();
+                assert_fsck_clean(&path, &format!("{what}: step {step}"));
+                check_model(&mut img, &tree, &contents, &format!("{what}: step {step}"));
+            }
+        }
+        img.flush().unwrap();
+        drop(img);
+        let paths: Vec<&str> = tree.keys().map(String::as_str).collect();
+        if let Some(m) = kernel_meta(&path, &dir, &paths) {
+            for ((p, n), (meta, target)) in tree.iter().zip(m) {
+                let kind_ok = match n {
+                    Node::Dir => meta.is_dir(),
+                    Node::File(_) => meta.is_file(),
+                    Node::Symlink(t) => target.as_deref() == Some(&t[..]),
+                    Node::Fifo => meta.file_type().is_fifo(),
+                };
+                assert!(kind_ok, "{what}: the kernel sees {p} as {meta:?}");
+            }
+        }
+    }
+}
+
+/// Every path of the model reads back as it says, with its link count.
+fn check_model(
+    img: &mut Image,
+    tree: &std::collections::BTreeMap<String, Node>,
+    contents: &[Vec<u8>],
+    what: &str,
+) {
+    for (p, n) in tree {
+        let ino = img.lookup(p).unwrap_or_else(|e| panic!("{what}: {p}: {e}"));
+        let inode = img.inode(ino).unwrap();
+        match n {
+            Node::Dir => {
+                let subdirs = tree
+                    .iter()
+                    .filter(|(k, v)| {
+                        **v == Node::Dir && k.rsplit_once('/').map(|x| x.0) == Some(p.as_str())
+                    })
+                    .count();
+                assert!(inode.is_dir(), "{what}: {p}");
+                assert_eq!(
+                    usize::from(inode.links_count),
+                    2 + subdirs,
+                    "{what}: {p}: links"
+                );
+            }
+            Node::File(id) => {
+                let mut buf = vec![0; contents[*id].len() + 1];
+                let k = img.read(ino, 0, &mut buf).unwrap();
+                assert!(buf[..k] == contents[*id][..], "{what}: {p}: bytes");
+                let links = tree.values().filter(|v| **v == Node::File(*id)).count();
+                assert_eq!(usize::from(inode.links_count), links, "{what}: {p}: links");
+            }
+            Node::Symlink(t) => assert_eq!(&img.read_link(ino).unwrap(), t, "{what}: {p}"),
+            Node::Fifo => assert_eq!(inode.mode & 0xF000, 0x1000, "{what}: {p}"),
+        }
+    }
+}
