@@ -641,7 +641,7 @@ pub fn run(data: &[u8]) {
     let mut steps = 0;
     while !input.is_empty() && steps < 16 {
         steps += 1;
-        let op = input.u8() % 10;
+        let op = input.u8() % 16;
         let (what, ok) = match op {
             0 => {
                 let goal = if input.bool() {
@@ -778,11 +778,85 @@ pub fn run(data: &[u8]) {
                 }
                 ("flush".to_string(), r.is_ok())
             }
+            10 => {
+                let p = path(&mut input);
+                let ino = img.lookup(&p).unwrap_or(0);
+                let off = match input.u8() % 3 {
+                    0 => input.below(16 * u64::from(info.block_size)),
+                    1 => input.below(1 << 20),
+                    _ => input.edgy_u64(),
+                };
+                let n = input.below(3 * u64::from(info.block_size)) as usize;
+                let bytes: Vec<u8> = (0..n).map(|i| (i as u8) ^ 0x5A).collect();
+                let r = img.write(ino, off, &bytes);
+                if r.is_ok() && !bytes.is_empty() && files.is_some() {
+                    let end = off + n as u64;
+                    model_resize(&mut files, ino, end, true);
+                    if let Some(d) = files.as_mut().and_then(|f| f.get_mut(&ino)) {
+                        d[off as usize..end as usize].copy_from_slice(&bytes);
+                    }
+                    let mut back = vec![0u8; n];
+                    let got = img.read(ino, off, &mut back);
+                    assert!(
+                        got.is_ok_and(|k| k == n) && back == bytes,
+                        "write({p}) then read"
+                    );
+                }
+                (format!("write({p:?} = {ino}, {off}, {n})"), r.is_ok())
+            }
+            11 => {
+                let p = path(&mut input);
+                let r = img.mkdir(&p, 0o755);
+                // (Only while no raw free has handed a live block out again.)
+                if let (Ok(ino), true) = (&r, files.is_some()) {
+                    assert_eq!(img.lookup(&p).ok(), Some(*ino), "mkdir({p}) then lookup");
+                }
+                (format!("mkdir({p:?})"), r.is_ok())
+            }
+            12 => {
+                let p = path(&mut input);
+                let n = 1 + input.below(120) as usize;
+                let target = vec![b't'; n];
+                let r = img.symlink(&p, &target);
+                if let (Ok(ino), true) = (&r, files.is_some()) {
+                    assert_eq!(
+                        img.read_link(*ino).ok(),
+                        Some(target),
+                        "symlink({p}) then read_link"
+                    );
+                }
+                (format!("symlink({p:?}, {n} bytes)"), r.is_ok())
+            }
+            13 => {
+                let (a, b) = (path(&mut input), path(&mut input));
+                (format!("link({a:?}, {b:?})"), img.link(&a, &b).is_ok())
+            }
+            14 => {
+                let (a, b) = (path(&mut input), path(&mut input));
+                let ino = img.lookup(&a).ok();
+                let replaced = img.lookup(&b).ok().filter(|&t| Some(t) != ino);
+                let r = img.rename(&a, &b);
+                if r.is_ok() && a != b && files.is_some() {
+                    assert_eq!(img.lookup(&b).ok(), ino, "rename({a}, {b}) then lookup");
+                    // The replaced inode's last link may be gone.
+                    if let (Some(t), Some(files)) = (replaced, files.as_mut()) {
+                        files.remove(&t);
+                    }
+                }
+                (format!("rename({a:?}, {b:?})"), r.is_ok())
+            }
+            15 => {
+                let p = path(&mut input);
+                (format!("rmdir({p:?})"), img.rmdir(&p).is_ok())
+            }
             _ => {
                 let p = path(&mut input);
                 if let Ok(ino) = img.lookup(&p) {
                     let _ = img.stat(ino);
                     let _ = img.read_dir(ino);
+                    let mut buf = [0u8; 300];
+                    let _ = img.read(ino, input.below(1 << 16), &mut buf);
+                    let _ = img.read_link(ino);
                 }
                 ("lookup".to_string(), false)
             }
