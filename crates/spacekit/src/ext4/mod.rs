@@ -140,6 +140,7 @@ mod redo;
 mod stat;
 mod undo;
 mod verify;
+mod xattr;
 
 use std::boxed::Box;
 use std::cell::OnceCell;
