@@ -26,6 +26,9 @@
 //! * `found` — defects users found on `mke2fs -d` images, casefolded
 //!   directories and damaged descriptors, checked with debugfs, e2fsck and
 //!   (where a loop mount is allowed) the kernel.
+//! * `xattr` — extended attributes (in the inode and the xattr block, POSIX
+//!   ACLs) set, replaced and removed, against debugfs, e2fsck and the
+//!   kernel's `getfattr` / `setfattr` / `setfacl` on a loop mount.
 
 #![cfg(feature = "ext4")]
 
@@ -44,3 +47,4 @@ mod inodes;
 mod inodes_read;
 mod read;
 mod refused;
+mod xattr;
