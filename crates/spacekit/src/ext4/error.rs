@@ -76,7 +76,7 @@ pub enum Ext4Error {
     /// or inode failing refuses the change that would use it.
     BadChecksum {
         /// `"superblock"`, `"group descriptor"`, `"block bitmap"`,
-        /// `"inode bitmap"` or `"inode"`.
+        /// `"inode bitmap"`, `"inode"` or `"xattr block"`.
         what: &'static str,
         /// The group, for per-group metadata.
         group: Option<u32>,
