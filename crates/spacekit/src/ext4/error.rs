@@ -76,7 +76,7 @@ pub enum Ext4Error {
     /// or inode failing refuses the change that would use it.
     BadChecksum {
         /// `"superblock"`, `"group descriptor"`, `"block bitmap"`,
-        /// `"inode bitmap"` or `"inode"`.
+        /// `"inode bitmap"`, `"inode"` or `"xattr block"`.
         what: &'static str,
         /// The group, for per-group metadata.
         group: Option<u32>,
@@ -145,6 +145,22 @@ pub enum Ext4Error {
     },
     /// No group has a free inode.
     NoFreeInodes,
+    /// An extended attribute that the inode does not have
+    /// ([`Image::get_xattr`](super::Image::get_xattr) gives `None`
+    /// instead; `ENODATA` to the kernel).
+    NoXattr {
+        /// The attribute's full name (`user.comment`).
+        name: String,
+    },
+    /// An extended attribute whose value fits neither in the inode nor
+    /// in the one xattr block a file may have (`ENOSPC` to the kernel);
+    /// nothing was changed.
+    XattrNoSpace {
+        /// The attribute's full name.
+        name: String,
+        /// The value's length in bytes.
+        len: usize,
+    },
     /// Freeing a block that is already free; nothing was changed.
     BlockAlreadyFree {
         /// The first free block in the range.
@@ -235,6 +251,11 @@ impl fmt::Display for Ext4Error {
                 "ext4: no group has {len} free blocks in a row aligned to {align}"
             ),
             Ext4Error::NoFreeInodes => write!(f, "ext4: no free inode"),
+            Ext4Error::NoXattr { name } => write!(f, "ext4: no extended attribute {name}"),
+            Ext4Error::XattrNoSpace { name, len } => write!(
+                f,
+                "ext4: extended attribute {name} ({len} bytes) fits neither in the inode nor in an xattr block"
+            ),
             Ext4Error::BlockAlreadyFree { block } => {
                 write!(f, "ext4: block {block} is already free")
             }

@@ -1252,13 +1252,6 @@ impl Image {
                 feature: "block-mapped (non-extent) files",
             });
         }
-        if inode.links_count <= 1 && inode.file_acl != 0 {
-            // Freeing the inode would leave its xattr block's reference
-            // count (and the block) behind.
-            return Err(Ext4Error::Unsupported {
-                feature: "removing a file with an extended-attribute block",
-            });
-        }
         if inode.links_count <= 1
             && le32(&self.sb, layout::sb::INCOMPAT) & INCOMPAT_EA_INODE != 0
             && xattr_value_inodes(inode.raw())
@@ -1307,6 +1300,8 @@ impl Image {
             let seed = self.seed_of(ino, inode.generation);
             self.truncate_tree(&mut root, seed, 0)?;
         }
+        // Its xattr block: freed, or one reference fewer when shared.
+        self.release_xattr_block(ino)?;
         let t = now().to_le_bytes();
         let zero4 = [0u8; 4];
         let zero2 = [0u8; 2];

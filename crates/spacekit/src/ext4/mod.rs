@@ -35,6 +35,15 @@
 //! with [`Image::alloc_blocks`] directly belong to no file: e2fsck reports
 //! them as a leak.
 //!
+//! # Extended attributes
+//!
+//! [`Image::xattrs`], [`Image::get_xattr`], [`Image::set_xattr`] and
+//! [`Image::remove_xattr`] read and write them in the inode (after
+//! `i_extra_isize`) and in the external xattr block (`i_file_acl`), as the
+//! kernel and e2fsprogs lay them out; POSIX ACLs are taken and given in the
+//! form `getxattr(2)` uses. [`Image::unlink`] releases a file's xattr
+//! block.
+//!
 //! # Devices
 //!
 //! An image lives on a [`Device`]: [`Image::open`] opens a file
@@ -141,6 +150,7 @@ mod redo;
 mod stat;
 mod undo;
 mod verify;
+mod xattr;
 
 use std::boxed::Box;
 use std::cell::OnceCell;

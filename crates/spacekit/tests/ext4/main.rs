@@ -29,6 +29,9 @@
 //! * `found` — defects users found on `mke2fs -d` images, casefolded
 //!   directories and damaged descriptors, checked with debugfs, e2fsck and
 //!   (where a loop mount is allowed) the kernel.
+//! * `xattr` — extended attributes (in the inode and the xattr block, POSIX
+//!   ACLs) set, replaced and removed, against debugfs, e2fsck and the
+//!   kernel's `getfattr` / `setfattr` / `setfacl` on a loop mount.
 
 #![cfg(feature = "ext4")]
 
@@ -48,3 +51,4 @@ mod inodes_read;
 mod namespace;
 mod read;
 mod refused;
+mod xattr;
