@@ -1,0 +1,341 @@
+//! Growing an htree directory: a full leaf splits in two, and index
+//! entries go into dx roots and dx nodes, which are rewritten, created or
+//! moved a level down when they fill up (the kernel's `ext4_dx_add_entry`).
+
+use std::vec;
+use std::vec::Vec;
+
+use crate::ext4::error::{corrupt, invalid, Ext4Error};
+use crate::ext4::layout::{le16, le32, put16, put32};
+
+use super::format::{check_block_size, TAIL_LEN};
+use super::hash::DxHash;
+use super::htree::{
+    dx_count_offset, dx_limit, parse_dx_root, sign_dx, DxEntry, DX_ENTRY_LEN, DX_MAX_INDIRECT,
+    DX_NODE_COUNT_OFFSET,
+};
+use super::linear::{entries, entry_size, rec_len_to_disk, write_entry, DirEntry};
+use super::tail::sign_tail;
+
+/// A leaf split in two by [`split_leaf`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeafSplit {
+    /// The old leaf's new contents: the names hashing below [`LeafSplit::hash`].
+    pub lower: Vec<u8>,
+    /// The new leaf: the names from the split hash up.
+    pub upper: Vec<u8>,
+    /// The index hash of the new leaf: the lowest hash in `upper`, plus 1
+    /// when names with that hash remain in `lower` too (a collision run
+    /// continued across the two leaves).
+    pub hash: u32,
+}
+
+/// Splits a full htree leaf (the kernel's `do_split`): its live entries are
+/// sorted by `(hash, minor_hash)` and the top ones, up to half the block's
+/// room, move to a new block; both blocks are written packed (each record its
+/// [`entry_size`], the last one taking the rest) and, with `seed`
+/// (metadata_csum: the directory's
+/// [`raw::inode_seed`](crate::ext4::raw::inode_seed)), signed. Names keep their
+/// inode and file type.
+///
+/// # Errors
+/// As [`entries`] for a bad block; [`Ext4Error::InvalidArgument`]
+/// (`"entries"`) for a leaf with fewer than two entries (nothing to split).
+pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<LeafSplit, Ext4Error> {
+    let csum = seed.is_some();
+    let mut map: Vec<((u32, u32), DirEntry)> = entries(leaf, csum)?
+        .into_iter()
+        .map(|e| (hasher.hash(&e.name), e))
+        .collect();
+    if map.len() < 2 {
+        return Err(invalid(
+            "entries",
+            map.len() as u64,
+            "a leaf needs two entries to split",
+        ));
+    }
+    map.sort_by_key(|(h, _)| *h);
+    let room = leaf.len() - if csum { TAIL_LEN } else { 0 };
+    // Move entries from the top while they fill at most half the room.
+    let mut split = map.len();
+    let mut moved = 0;
+    while split > 1 {
+        let size = entry_size(map[split - 1].1.name.len());
+        if moved + size > room / 2 {
+            break;
+        }
+        moved += size;
+        split -= 1;
+    }
+    split = split.min(map.len() - 1);
+    let hash2 = map[split].0 .0;
+    let continued = u32::from(map[split - 1].0 .0 == hash2);
+    let pack = |part: &[((u32, u32), DirEntry)]| -> Result<Vec<u8>, Ext4Error> {
+        let mut b = vec![0u8; leaf.len()];
+        let mut off = 0;
+        for (i, (_, e)) in part.iter().enumerate() {
+            let len = if i + 1 == part.len() {
+                room - off
+            } else {
+                entry_size(e.name.len())
+            };
+            put16(&mut b, off + 4, rec_len_to_disk(len, leaf.len())?);
+            write_entry(&mut b, off, &e.name, e.inode, e.file_type);
+            off += len;
+        }
+        if let Some(s) = seed {
+            sign_tail(s, &mut b)?;
+        }
+        Ok(b)
+    };
+    Ok(LeafSplit {
+        lower: pack(&map[..split])?,
+        upper: pack(&map[split..])?,
+        hash: hash2 + continued,
+    })
+}
+
+/// Rewrites the index entries of a dx root or node: `count` becomes
+/// `entries.len()` and the entries are written in order (the first entry's hash
+/// is the count/limit pair, so only its block is written); the slots after them
+/// are zeroed, and with `seed` (metadata_csum: the directory's
+/// [`raw::inode_seed`](crate::ext4::raw::inode_seed)) the dx tail is re-signed.
+/// For an index that splits or moves down a level (the kernel's
+/// `ext4_dx_add_entry`).
+///
+/// # Errors
+/// As [`dx_checksum`](super::dx_checksum) for a block that is neither a dx root nor a dx node;
+/// [`Ext4Error::InvalidArgument`] (`"entries"`) for none, or more than the
+/// limit.
+pub fn dx_rewrite(
+    index: &mut [u8],
+    entries: &[DxEntry],
+    seed: Option<u32>,
+) -> Result<(), Ext4Error> {
+    let off = dx_count_offset(index)?;
+    let limit = usize::from(le16(index, off));
+    if entries.is_empty() || entries.len() > limit {
+        return Err(invalid(
+            "entries",
+            entries.len() as u64,
+            "an index holds 1 to limit entries",
+        ));
+    }
+    let end = off + limit * DX_ENTRY_LEN;
+    if end > index.len() {
+        return Err(corrupt(
+            "dx_countlimit.limit",
+            None,
+            limit as u64,
+            "larger than the block",
+        ));
+    }
+    put16(index, off + 2, entries.len() as u16);
+    for (i, e) in entries.iter().enumerate() {
+        let at = off + i * DX_ENTRY_LEN;
+        if i > 0 {
+            put32(index, at, e.hash);
+        }
+        put32(index, at + 4, e.block);
+    }
+    index[off + entries.len() * DX_ENTRY_LEN..end].fill(0);
+    if let Some(s) = seed {
+        sign_dx(s, index)?;
+    }
+    Ok(())
+}
+
+/// A new dx node block holding `entries` (an empty record spanning the
+/// block, then the count/limit pair with the node limit for this block
+/// size and metadata_csum, the entries and, with `seed`, the signed dx
+/// tail).
+///
+/// # Errors
+/// As [`dx_rewrite`]; [`Ext4Error::InvalidArgument`] (`"block_size"`) for
+/// a block size that is not a power of two from 1024 to 65536.
+pub fn dx_node(
+    block_size: usize,
+    entries: &[DxEntry],
+    seed: Option<u32>,
+) -> Result<Vec<u8>, Ext4Error> {
+    check_block_size(block_size)?;
+    let mut b = vec![0u8; block_size];
+    put16(&mut b, 4, rec_len_to_disk(block_size, block_size)?);
+    let limit = dx_limit(block_size, false, seed.is_some());
+    put16(&mut b, DX_NODE_COUNT_OFFSET, limit as u16);
+    dx_rewrite(&mut b, entries, seed)?;
+    Ok(b)
+}
+
+/// Sets a dx root's `indirect_levels` and re-signs it (with `seed`).
+///
+/// # Errors
+/// As [`parse_dx_root`] for a block that is not a dx root;
+/// [`Ext4Error::InvalidArgument`] (`"indirect_levels"`) above 2.
+pub fn dx_set_levels(root: &mut [u8], levels: u8, seed: Option<u32>) -> Result<(), Ext4Error> {
+    parse_dx_root(root, seed.is_some())?;
+    if levels > DX_MAX_INDIRECT {
+        return Err(invalid("indirect_levels", levels.into(), "at most 2"));
+    }
+    root[24 + 6] = levels;
+    if let Some(s) = seed {
+        sign_dx(s, root)?;
+    }
+    Ok(())
+}
+
+/// Inserts the index entry `(hash, block)` into a dx root or node right after
+/// the entry at position `after` (the kernel's `dx_insert_block`), and with
+/// `seed` (metadata_csum: the directory's
+/// [`raw::inode_seed`](crate::ext4::raw::inode_seed)) re-signs its dx tail
+/// (computed afresh: the entries after the new one move).
+///
+/// Returns `Ok(false)`, with the block unchanged, when the block is full
+/// (`count == limit`): the index itself would have to split.
+///
+/// # Errors
+/// As [`dx_checksum`](super::dx_checksum) for a block that is neither a dx root nor a dx node;
+/// [`Ext4Error::InvalidArgument`] (`"after"`) for a position past the
+/// entries, or a hash that would break their order.
+pub fn dx_insert(
+    index: &mut [u8],
+    after: usize,
+    hash: u32,
+    block: u32,
+    seed: Option<u32>,
+) -> Result<bool, Ext4Error> {
+    let off = dx_count_offset(index)?;
+    let limit = usize::from(le16(index, off));
+    let count = usize::from(le16(index, off + 2));
+    if after >= count {
+        return Err(invalid("after", after as u64, "past the index's entries"));
+    }
+    let hash_at = |i: usize| {
+        if i == 0 {
+            0
+        } else {
+            le32(index, off + i * DX_ENTRY_LEN)
+        }
+    };
+    if hash < hash_at(after) || (after + 1 < count && hash > hash_at(after + 1)) {
+        return Err(invalid("after", after as u64, "the hash does not go there"));
+    }
+    if count >= limit {
+        return Ok(false);
+    }
+    let at = off + (after + 1) * DX_ENTRY_LEN;
+    let end = off + count * DX_ENTRY_LEN;
+    if end + DX_ENTRY_LEN > index.len() {
+        return Err(corrupt(
+            "dx_countlimit.limit",
+            None,
+            limit as u64,
+            "larger than the block",
+        ));
+    }
+    index.copy_within(at..end, at + DX_ENTRY_LEN);
+    put32(index, at, hash);
+    put32(index, at + 4, block);
+    put16(index, off + 2, (count + 1) as u16);
+    if let Some(s) = seed {
+        sign_dx(s, index)?;
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ext4::dir::htree::dx_tail_at;
+    use crate::ext4::dir::{
+        add_entry, dx_checksum, init_block, parse_dx_node, verify_dx, verify_tail, FT_REG_FILE,
+    };
+
+    /// A full leaf splits into two signed blocks holding the same names,
+    /// the lower ones below the split hash and the upper ones from it, and
+    /// the new index entry goes in order with a fresh dx tail.
+    #[test]
+    fn split_leaf_and_dx_insert() {
+        let hasher = DxHash::new(1, [7; 16]).unwrap();
+        for (bs, seed) in [(1024, Some(0x1234_5678)), (4096, None), (1024, None)] {
+            let mut leaf = init_block(bs, seed).unwrap();
+            let mut names = Vec::new();
+            for i in 0.. {
+                let name = std::format!("name-{i:04}-{}", "x".repeat(i % 37));
+                if !add_entry(
+                    &mut leaf,
+                    name.as_bytes(),
+                    100 + i as u32,
+                    FT_REG_FILE,
+                    seed.is_some(),
+                )
+                .unwrap()
+                {
+                    break;
+                }
+                names.push(name.into_bytes());
+            }
+            let sp = split_leaf(&leaf, &hasher, seed).unwrap();
+            let csum = seed.is_some();
+            if let Some(s) = seed {
+                verify_tail(s, &sp.lower).unwrap();
+                verify_tail(s, &sp.upper).unwrap();
+            }
+            let lower = entries(&sp.lower, csum).unwrap();
+            let upper = entries(&sp.upper, csum).unwrap();
+            assert_eq!(lower.len() + upper.len(), names.len());
+            assert!(!lower.is_empty() && !upper.is_empty());
+            let split = sp.hash & !1;
+            for e in &lower {
+                let h = hasher.hash(&e.name).0;
+                assert!(h < split || (h == split && sp.hash & 1 == 1));
+            }
+            for e in &upper {
+                assert!(hasher.hash(&e.name).0 >= split);
+                assert_eq!(
+                    u64::from(e.inode),
+                    100 + names.iter().position(|n| *n == e.name).unwrap() as u64
+                );
+            }
+            // Each half has room again.
+            assert!(add_entry(&mut sp.lower.clone(), b"one-more-name", 9, 1, csum).unwrap());
+            assert!(add_entry(&mut sp.upper.clone(), b"one-more-name", 9, 1, csum).unwrap());
+
+            // A dx node with three entries; insert after the second.
+            let mut node = vec![0u8; bs];
+            put16(&mut node, 4, rec_len_to_disk(bs, bs).unwrap());
+            let limit = dx_limit(bs, false, csum);
+            put16(&mut node, 8, limit as u16);
+            put16(&mut node, 10, 3);
+            for (i, (h, b)) in [(0, 1), (split / 2, 2), (split.saturating_add(8) | 0x100, 3)]
+                .iter()
+                .enumerate()
+            {
+                if i > 0 {
+                    put32(&mut node, 8 + i * 8, *h);
+                }
+                put32(&mut node, 12 + i * 8, *b);
+            }
+            if let Some(s) = seed {
+                let (tail, _) = dx_tail_at(&node).unwrap();
+                let c = dx_checksum(s, &node).unwrap();
+                put32(&mut node, tail + 4, c);
+            }
+            let bad = dx_insert(&mut node.clone(), 0, sp.hash, 9, seed);
+            assert!(bad.is_err(), "out of order");
+            assert!(dx_insert(&mut node, 1, sp.hash, 9, seed).unwrap());
+            let parsed = parse_dx_node(&node, csum).unwrap();
+            let blocks: Vec<u32> = parsed.entries.iter().map(|e| e.block).collect();
+            assert_eq!(blocks, [1, 2, 9, 3]);
+            assert_eq!(parsed.entries[2].hash, sp.hash);
+            if let Some(s) = seed {
+                verify_dx(s, &node).unwrap();
+            }
+            // Full: refused, unchanged.
+            put16(&mut node, 8, 4);
+            let before = node.clone();
+            assert!(!dx_insert(&mut node, 1, sp.hash, 10, seed).unwrap());
+            assert_eq!(node, before);
+        }
+    }
+}
