@@ -255,7 +255,10 @@ fn the_cli_is_a_thin_shell() {
     let mut lines = 0;
     for p in &files {
         // Lines of code: comments (the `--help` text is doc comments),
-        // blank lines and unit tests do not make the shell thicker.
+        // blank lines and unit tests do not make the shell thicker. The
+        // bound grew from 1300 when `spacekit ext4` took debugfs's verbs
+        // over files, names, inodes and attributes (about 25, each 10 to
+        // 25 lines of arguments and output); their logic is the library's.
         lines += code(p).lines().filter(|l| !l.trim().is_empty()).count();
         // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
         let c = code(p);
@@ -266,8 +269,8 @@ fn the_cli_is_a_thin_shell() {
         assert!(!keyword, "{} holds unsafe code", p.display());
     }
     assert!(
-        lines <= 1300,
-        "the CLI's src/ has {lines} lines of code (at most 1300)"
+        lines <= 1700,
+        "the CLI's src/ has {lines} lines of code (at most 1700)"
     );
 }
 

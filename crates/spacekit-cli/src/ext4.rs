@@ -1,14 +1,16 @@
 //! `spacekit ext4`: look at and change the block groups of a real ext4
 //! image: `info`, `verify`, `free-extents`, `alloc`, `free`; and its files:
-//! `ls`, `stat`, `fallocate`, `truncate`, `rm`, `write`, `cat`, `get`.
+//! `ls`, `stat`, `fallocate`, `truncate`, `rm`, `write`, `cat`, `get`, and
+//! (in `ext4_ns.rs`) the verbs over names, inodes and attributes.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use spacekit::ext4::{type_char, AllocRequest, Ext4Error, Image, OpenMode, COPY_CHUNK};
+use spacekit::ext4::{AllocRequest, Ext4Error, Image, OpenMode, COPY_CHUNK};
 
-use crate::args::{parse_size, parse_u64};
+use crate::args::{parse_size, parse_u64, type_char};
+use crate::ext4_args::{open, print_json, Common, PathArgs};
 
 /// Arguments of `spacekit ext4`.
 #[derive(Args, Debug)]
@@ -72,6 +74,8 @@ enum Ext4Command {
     /// Copy the regular file PATH out to a host file (sparse: blocks of
     /// zeros become holes).
     Get(GetArgs),
+    #[command(flatten)]
+    Ns(crate::ext4_ns::NsCommand),
 }
 
 #[derive(Args, Debug)]
@@ -82,7 +86,7 @@ struct WriteArgs {
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
     /// The new file's permission bits, in octal.
-    #[arg(long, default_value = "644", value_parser = parse_mode)]
+    #[arg(long, default_value = "644", value_parser = crate::args::parse_mode)]
     mode: u16,
 }
 
@@ -92,13 +96,6 @@ struct GetArgs {
     file: PathArgs,
     /// The host file to write (replaced if it exists).
     out: PathBuf,
-}
-
-fn parse_mode(s: &str) -> Result<u16, String> {
-    u16::from_str_radix(s, 8)
-        .ok()
-        .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| format!("{s:?} is not an octal mode up to 7777"))
 }
 
 #[derive(Args, Debug)]
@@ -111,14 +108,6 @@ struct LsArgs {
 }
 
 #[derive(Args, Debug)]
-struct PathArgs {
-    #[command(flatten)]
-    common: Common,
-    /// The file (absolute path in the image).
-    path: String,
-}
-
-#[derive(Args, Debug)]
 struct SizeArgs {
     #[command(flatten)]
     file: PathArgs,
@@ -128,15 +117,6 @@ struct SizeArgs {
     /// fallocate only: leave the file's size as it is.
     #[arg(long)]
     keep_size: bool,
-}
-
-#[derive(Args, Debug)]
-struct Common {
-    /// The image file.
-    image: PathBuf,
-    /// One JSON object on standard output instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -176,14 +156,6 @@ struct FreeArgs {
     len: u64,
 }
 
-fn open(c: &Common, mode: OpenMode) -> Result<Image, String> {
-    Image::open(&c.image, mode).map_err(|e| format!("{}: {e}", c.image.display()))
-}
-
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-}
-
 /// Runs `spacekit ext4`.
 pub fn run(args: &Ext4Args) -> Result<(), String> {
     match &args.command {
@@ -200,6 +172,7 @@ pub fn run(args: &Ext4Args) -> Result<(), String> {
         Ext4Command::Write(a) => write(a),
         Ext4Command::Cat(a) => read_out(&a.common, &a.path, None),
         Ext4Command::Get(a) => read_out(&a.file.common, &a.file.path, Some(&a.out)),
+        Ext4Command::Ns(c) => crate::ext4_ns::run(c),
     }
 }
 

@@ -11,6 +11,8 @@ mod args;
 mod bench;
 mod dirty;
 mod ext4;
+mod ext4_args;
+mod ext4_ns;
 mod maps;
 mod migrate;
 

@@ -1462,3 +1462,72 @@ fn ext4_write_cat_get_move_bytes_unchanged() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&img);
 }
+
+/// The verbs over names and inodes, as a user chains them: each exits 0,
+/// debugfs sees the result, e2fsck finds nothing to fix, a refused one
+/// exits 1 and changes nothing.
+#[test]
+fn ext4_name_and_inode_verbs_agree_with_debugfs() {
+    let Some(img) = ext4_image("ext4-verbs.img") else {
+        return;
+    };
+    let ok = |args: &[&str]| {
+        let out = ext4_cmd(args[0], &img, &args[1..]);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ok(&["mkdir", "/etc"]);
+    ok(&["mkdir", "/etc/sub", "--mode", "700"]);
+    ok(&["touch", "/etc/hosts", "--time", "1700000000.25"]);
+    ok(&["ln", "/etc/hosts", "/hosts2"]);
+    ok(&["ln", "-s", "../etc/hosts", "/etc/sub/link"]);
+    ok(&["mknod", "/null", "c", "1", "3", "--mode", "666"]);
+    ok(&["mknod", "/fifo", "p"]);
+    ok(&["chmod", "/etc/hosts", "600"]);
+    ok(&["chown", "/etc/hosts", "1000:2000"]);
+    ok(&["xattr", "/etc/hosts", "set", "user.comment", "hello"]);
+    ok(&["mv", "/etc/sub", "/sub2"]);
+    assert_eq!(
+        ext4_text("readlink", &img, &["/sub2/link"]),
+        "../etc/hosts\n"
+    );
+    assert_eq!(
+        ext4_text("xattr", &img, &["/etc/hosts", "get", "user.comment"]),
+        "user.comment=0x68656c6c6f\n"
+    );
+    let before = std::fs::read(&img).unwrap();
+    let o = ext4_cmd("rmdir", &img, &["/etc"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not empty"));
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a refused rmdir changed the image"
+    );
+    if let Some(t) = debugfs(&img, "stat /etc/hosts") {
+        assert!(
+            t.contains("Type: regular") && t.contains("Mode:  0600"),
+            "{t}"
+        );
+        assert!(
+            t.contains("User:  1000") && t.contains("Group:  2000") && t.contains("Links: 2"),
+            "{t}"
+        );
+        assert!(t.contains("mtime: 0x6553f100:3b9aca00"), "{t}");
+    }
+    if let Some(t) = debugfs(&img, "stat /null") {
+        assert!(
+            t.contains("Type: character special") && t.contains("Device major/minor number: 01:03"),
+            "{t}"
+        );
+    }
+    if let Some(t) = debugfs(&img, "ls -l /sub2") {
+        assert!(t.contains("link"), "{t}");
+    }
+    if let Some(code) = e2fsck_exit(&img) {
+        assert_eq!(code, 0, "e2fsck -fn after the verbs");
+    }
+    let _ = std::fs::remove_file(&img);
+}

@@ -109,6 +109,12 @@ pub enum Ext4Error {
         /// The path up to and including that component.
         path: String,
     },
+    /// A directory that still holds entries ([`Image::rmdir`](super::Image::rmdir),
+    /// or one [`Image::rename`](super::Image::rename) would replace).
+    NotEmpty {
+        /// The directory.
+        path: String,
+    },
     /// A path component longer than 255 bytes.
     NameTooLong {
         /// The component's length in bytes.
@@ -231,6 +237,7 @@ impl fmt::Display for Ext4Error {
                 write!(f, "ext4: {path}: no such file or directory")
             }
             Ext4Error::NotADirectory { path } => write!(f, "ext4: {path}: not a directory"),
+            Ext4Error::NotEmpty { path } => write!(f, "ext4: {path}: directory not empty"),
             Ext4Error::NameTooLong { len } => write!(
                 f,
                 "ext4: a name of {len} bytes is too long (at most 255 bytes)"

@@ -175,7 +175,7 @@ pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 pub use mode::OpenMode;
 pub use namespace::{FileTimes, NodeKind, Timestamp};
-pub use stat::{type_char, Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
+pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
 
 use error::{corrupt, invalid, io};

@@ -115,8 +115,8 @@ impl Image {
     ///
     /// # Errors
     /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`];
-    /// [`Ext4Error::InvalidArgument`] (`what: "path"`) for the root or a
-    /// directory that is not empty.
+    /// [`Ext4Error::NotEmpty`]; [`Ext4Error::InvalidArgument`] (`what:
+    /// "path"`) for `.` or `..`.
     pub fn rmdir(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| {
             img.check_writable()?;
@@ -139,7 +139,7 @@ impl Image {
                 .filter(|e| e.inode != 0 && e.name != b"." && e.name != b"..")
                 .count();
             if live > 0 {
-                return Err(invalid("path", live as u64, "the directory is not empty"));
+                return Err(Ext4Error::NotEmpty { path: path.into() });
             }
             img.remove_entry_at(parent, name, slot.physical)?;
             img.add_links(parent, -1)?;
@@ -256,9 +256,9 @@ impl Image {
     ///
     /// # Errors
     /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`] (a directory over
-    /// a file); [`Ext4Error::InvalidArgument`] (`what: "to"`) for a file
-    /// over a directory, a directory over one that is not empty, a
-    /// directory into its own subtree, or `.`/`..`.
+    /// a file); [`Ext4Error::NotEmpty`] (a directory over one that is not
+    /// empty); [`Ext4Error::InvalidArgument`] (`what: "to"`) for a file
+    /// over a directory, a directory into its own subtree, or `.`/`..`.
     pub fn rename(&mut self, from: &str, to: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| img.rename_op(from, to))
     }

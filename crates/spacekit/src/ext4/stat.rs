@@ -12,22 +12,6 @@ pub const CASEFOLD_FL: u32 = 0x4000_0000;
 /// The root directory.
 pub const ROOT_INO: u32 = 2;
 
-/// The file type of `i_mode` as `ls -l` shows it: `-` regular, `d`
-/// directory, `l` symlink, `c` and `b` devices, `p` FIFO, `s` socket, `?`
-/// anything else.
-pub fn type_char(mode: u16) -> char {
-    match mode & 0xF000 {
-        0x8000 => '-',
-        0x4000 => 'd',
-        0xA000 => 'l',
-        0x2000 => 'c',
-        0x6000 => 'b',
-        0x1000 => 'p',
-        0xC000 => 's',
-        _ => '?',
-    }
-}
-
 /// What [`Image::stat`](super::Image::stat) reports about an inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stat {

@@ -1,0 +1,319 @@
+//! `spacekit ext4` verbs over names and inodes, as debugfs names them:
+//! `mkdir`, `rmdir`, `ln` (`-s`), `mv`, `mknod`, `chmod`, `chown`, `touch`,
+//! `readlink`, `xattr list|get|set|rm`. Each change is one flush; a refused
+//! one says why and changes nothing (exit status 1).
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use spacekit::ext4::{Ext4Error, FileTimes, Image, NodeKind, OpenMode, Timestamp};
+
+use crate::ext4_args::{open, print_json, Common, PathArgs};
+
+#[derive(Subcommand, Debug)]
+pub enum NsCommand {
+    /// Make directory PATH (`.` and `..`, the parent's link count + 1).
+    Mkdir(ModeArgs),
+    /// Remove the empty directory PATH.
+    Rmdir(PathArgs),
+    /// Make PATH a hard link to the inode at TARGET, or with `-s` a
+    /// symlink whose text is TARGET (fast in the inode up to 59 bytes).
+    Ln(LnArgs),
+    /// Rename FROM to TO with rename(2)'s rules (a file replaces a file, a
+    /// directory an empty directory; `..` follows a moved directory).
+    Mv(MvArgs),
+    /// Make a character (`c`) or block (`b`) device, a FIFO (`p`) or a
+    /// socket (`s`) at PATH.
+    Mknod(MknodArgs),
+    /// Set PATH's permission bits (octal).
+    Chmod(ChmodArgs),
+    /// Set PATH's owner and group (`UID:GID`, 32-bit numbers).
+    Chown(ChownArgs),
+    /// Set PATH's access and modification times (`SECONDS[.NANOS]`, default
+    /// now), creating an empty file if PATH does not exist.
+    Touch(TouchArgs),
+    /// Print the target of symlink PATH.
+    Readlink(PathArgs),
+    /// List, get, set or remove PATH's extended attributes (`user.`,
+    /// `trusted.`, `security.`, `system.posix_acl_*` in getxattr's format).
+    Xattr(XattrArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ModeArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// Permission bits, in octal.
+    #[arg(long, default_value = "755", value_parser = crate::args::parse_mode)]
+    mode: u16,
+}
+
+#[derive(Args, Debug)]
+pub struct LnArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The existing path (a hard link), or the symlink's text (`-s`).
+    target: String,
+    /// The new name.
+    path: String,
+    /// Make a symlink.
+    #[arg(short = 's', long)]
+    symbolic: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MvArgs {
+    #[command(flatten)]
+    common: Common,
+    from: String,
+    to: String,
+}
+
+#[derive(Args, Debug)]
+pub struct MknodArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// `c`, `b`, `p` or `s`.
+    kind: char,
+    /// Device major number (`c` and `b`).
+    major: Option<u32>,
+    /// Device minor number (`c` and `b`).
+    minor: Option<u32>,
+    /// Permission bits, in octal.
+    #[arg(long, default_value = "644", value_parser = crate::args::parse_mode)]
+    mode: u16,
+}
+
+#[derive(Args, Debug)]
+pub struct ChmodArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    #[arg(value_parser = crate::args::parse_mode)]
+    mode: u16,
+}
+
+#[derive(Args, Debug)]
+pub struct ChownArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// `UID:GID`.
+    owner: String,
+}
+
+#[derive(Args, Debug)]
+pub struct TouchArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// `SECONDS[.NANOS]` since the epoch (default: now, or
+    /// `SOURCE_DATE_EPOCH`).
+    #[arg(long, value_name = "TIME")]
+    time: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct XattrArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// `list`, `get`, `set` or `rm`.
+    action: String,
+    /// The attribute's full name (`user.comment`).
+    name: Option<String>,
+    /// The value for `set` (bytes of the argument; `0x…` for hex).
+    value: Option<String>,
+}
+
+/// Runs one of the verbs.
+pub fn run(cmd: &NsCommand) -> Result<(), String> {
+    match cmd {
+        NsCommand::Mkdir(a) => change(&a.file.common, &a.file.path, |img| {
+            let ino = img.mkdir(&a.file.path, a.mode)?;
+            Ok(json!({"made": a.file.path, "inode": ino}))
+        }),
+        NsCommand::Rmdir(a) => change(&a.common, &a.path, |img| {
+            img.rmdir(&a.path)?;
+            Ok(json!({"removed": a.path}))
+        }),
+        NsCommand::Ln(a) => change(&a.common, &a.path, |img| {
+            if a.symbolic {
+                let ino = img.symlink(&a.path, a.target.as_bytes())?;
+                return Ok(json!({"symlink": a.path, "inode": ino, "target": a.target}));
+            }
+            img.link(&a.target, &a.path)?;
+            Ok(json!({"link": a.path, "to": a.target}))
+        }),
+        NsCommand::Mv(a) => change(&a.common, &a.from, |img| {
+            img.rename(&a.from, &a.to)?;
+            Ok(json!({"renamed": a.from, "to": a.to}))
+        }),
+        NsCommand::Mknod(a) => {
+            let dev = |f: fn(u32, u32) -> NodeKind| match (a.major, a.minor) {
+                (Some(major), Some(minor)) => Ok(f(major, minor)),
+                _ => Err("a device needs MAJOR and MINOR".to_string()),
+            };
+            let kind = match a.kind {
+                'c' => dev(|major, minor| NodeKind::Char { major, minor })?,
+                'b' => dev(|major, minor| NodeKind::Block { major, minor })?,
+                'p' => NodeKind::Fifo,
+                's' => NodeKind::Socket,
+                k => return Err(format!("mknod: type {k:?} is not c, b, p or s")),
+            };
+            change(&a.file.common, &a.file.path, |img| {
+                let ino = img.mknod(&a.file.path, kind, a.mode)?;
+                Ok(json!({"made": a.file.path, "inode": ino}))
+            })
+        }
+        NsCommand::Chmod(a) => change(&a.file.common, &a.file.path, |img| {
+            let ino = img.lookup(&a.file.path)?;
+            img.chmod(ino, a.mode)?;
+            Ok(json!({"path": a.file.path, "mode": format!("{:o}", a.mode)}))
+        }),
+        NsCommand::Chown(a) => {
+            let ids = a
+                .owner
+                .split_once(':')
+                .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+            let (uid, gid): (u32, u32) =
+                ids.ok_or_else(|| format!("chown: {:?} is not UID:GID", a.owner))?;
+            change(&a.file.common, &a.file.path, |img| {
+                let ino = img.lookup(&a.file.path)?;
+                img.chown(ino, uid, gid)?;
+                Ok(json!({"path": a.file.path, "uid": uid, "gid": gid}))
+            })
+        }
+        NsCommand::Touch(a) => {
+            let t = a.time.as_deref().map(parse_time).transpose()?;
+            change(&a.file.common, &a.file.path, |img| {
+                let ino = match img.lookup(&a.file.path) {
+                    Ok(i) => i,
+                    Err(Ext4Error::NotFound { .. }) => img.create(&a.file.path, 0o644)?,
+                    Err(e) => return Err(e),
+                };
+                if let Some(t) = t {
+                    img.set_times(
+                        ino,
+                        FileTimes {
+                            atime: Some(t),
+                            mtime: Some(t),
+                            ..FileTimes::default()
+                        },
+                    )?;
+                }
+                Ok(json!({"touched": a.file.path, "inode": ino}))
+            })
+        }
+        NsCommand::Readlink(a) => {
+            let mut img = open(&a.common, OpenMode::ReadOnly)?;
+            let err = |e| format!("{}: {}: {e}", a.common.image.display(), a.path);
+            let ino = img.lookup(&a.path).map_err(err)?;
+            let t = img.read_link(ino).map_err(err)?;
+            println!("{}", String::from_utf8_lossy(&t));
+            Ok(())
+        }
+        NsCommand::Xattr(a) => xattr(a),
+    }
+}
+
+/// Opens the image read-write, runs `f`, flushes, and reports what `f`
+/// returned (JSON with `--json`, else one line on stderr).
+fn change(
+    c: &Common,
+    path: &str,
+    f: impl FnOnce(&mut Image) -> Result<Value, Ext4Error>,
+) -> Result<(), String> {
+    let mut img = open(c, OpenMode::ReadWrite)?;
+    let err = |e| format!("{}: {path}: {e}", c.image.display());
+    let mut v = f(&mut img).map_err(err)?;
+    img.flush().map_err(err)?;
+    v["image"] = json!(c.image.display().to_string());
+    if c.json {
+        print_json(&v);
+    } else {
+        eprintln!("{v}");
+    }
+    Ok(())
+}
+
+/// `SECONDS[.NANOS]`.
+fn parse_time(s: &str) -> Result<Timestamp, String> {
+    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
+    let nanos = if frac.is_empty() {
+        Ok(0)
+    } else {
+        format!("{frac:0<9}").get(..9).unwrap_or("").parse()
+    };
+    match (secs.parse(), nanos) {
+        (Ok(secs), Ok(nanos)) => Ok(Timestamp { secs, nanos }),
+        _ => Err(format!("--time: {s:?} is not SECONDS[.NANOS]")),
+    }
+}
+
+fn xattr(a: &XattrArgs) -> Result<(), String> {
+    let (c, path) = (&a.file.common, &a.file.path);
+    let name = || {
+        a.name
+            .clone()
+            .ok_or_else(|| format!("xattr {}: needs NAME", a.action))
+    };
+    match a.action.as_str() {
+        "list" | "get" => {
+            let mut img = open(c, OpenMode::ReadOnly)?;
+            let err = |e| format!("{}: {path}: {e}", c.image.display());
+            let ino = img.lookup(path).map_err(err)?;
+            let mut all = img.xattrs(ino).map_err(err)?;
+            if a.action == "get" {
+                let n = name()?;
+                all.retain(|(k, _)| *k == n);
+                if all.is_empty() {
+                    return Err(format!("{path}: no attribute {n}"));
+                }
+            }
+            if c.json {
+                let list: Vec<Value> = all
+                    .iter()
+                    .map(|(k, v)| json!({"name": k, "value": hex(v)}))
+                    .collect();
+                print_json(
+                    &json!({"image": c.image.display().to_string(), "path": path, "xattrs": list}),
+                );
+            } else {
+                for (k, v) in all {
+                    println!("{k}={}", hex(&v));
+                }
+            }
+            Ok(())
+        }
+        "set" => {
+            let n = name()?;
+            let v = a.value.as_deref().ok_or("xattr set: needs VALUE")?;
+            let bytes = match v.strip_prefix("0x") {
+                Some(h) => (0..h.len() / 2)
+                    .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|e| format!("xattr set: {v:?}: {e}"))?,
+                None => v.as_bytes().to_vec(),
+            };
+            change(c, path, |img| {
+                let ino = img.lookup(path)?;
+                img.set_xattr(ino, &n, &bytes)?;
+                Ok(json!({"path": path, "set": n, "len": bytes.len()}))
+            })
+        }
+        "rm" => {
+            let n = name()?;
+            change(c, path, |img| {
+                let ino = img.lookup(path)?;
+                img.remove_xattr(ino, &n)?;
+                Ok(json!({"path": path, "removed": n}))
+            })
+        }
+        other => Err(format!("xattr: {other:?} is not list, get, set or rm")),
+    }
+}
+
+/// `0x` and the bytes in hex, as `getfattr -e hex` prints them.
+fn hex(v: &[u8]) -> String {
+    let mut s = String::from("0x");
+    for b in v {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
