@@ -26,12 +26,17 @@
 //!
 //! # Files
 //!
-//! spacekit is an offline allocator whose results e2fsck accepts:
-//! [`Image::lookup`], [`Image::read_dir`], [`Image::stat`],
+//! spacekit is an offline file-system library whose results e2fsck
+//! accepts: [`Image::lookup`], [`Image::read_dir`], [`Image::stat`],
 //! [`Image::create`], [`Image::fallocate`] (unwritten extents from the goal
 //! ext4 uses), [`Image::truncate`] and [`Image::unlink`], over extent trees
 //! and linear or htree directory blocks it reads and writes record by
-//! record. Blocks taken
+//! record; file contents with [`Image::write`], [`Image::read`] and
+//! [`File`] (see `data.rs` for where the bytes go and why that is
+//! crash-safe); every kind of inode with [`Image::mkdir`],
+//! [`Image::rmdir`], [`Image::symlink`], [`Image::link`],
+//! [`Image::rename`], [`Image::mknod`], [`Image::chmod`],
+//! [`Image::chown`] and [`Image::set_times`]. Blocks taken
 //! with [`Image::alloc_blocks`] directly belong to no file: e2fsck reports
 //! them as a leak.
 //!
