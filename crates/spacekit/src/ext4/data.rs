@@ -37,7 +37,7 @@ use std::vec::Vec;
 
 use super::error::{invalid, io as io_err, Ext4Error};
 use super::extent::{self, Extent};
-use super::files::{holes, ImageStore, ReadStore, ENCRYPT_FL};
+use super::files::{holes, ImageStore, ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
 use super::image::Image;
 
 /// How a stretch of logical blocks of a write is mapped before it.
@@ -274,13 +274,23 @@ impl Image {
     /// Reads up to `buf.len()` bytes at byte `offset` of regular file
     /// `ino`, as `pread(2)`: returns how many bytes were read, fewer at the
     /// end of the file and 0 at or past it. Holes and unwritten extents read
-    /// as zeros. Sees the image as the next flush will leave it.
+    /// as zeros. Sees the image as the next flush will leave it. An
+    /// inline-data file (`inline_data`) reads from its inode and its
+    /// `system.data` attribute.
     ///
     /// # Errors
     /// [`Ext4Error::NotARegularFile`]; [`Ext4Error::Unsupported`] for
-    /// inline-data, block-mapped or encrypted files; [`Ext4Error::Corrupt`]
+    /// block-mapped or encrypted files; [`Ext4Error::Corrupt`]
     /// or [`Ext4Error::BadChecksum`] for a bad extent tree; [`Ext4Error::Io`].
     pub fn read(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize, Ext4Error> {
+        let inode = self.inode(ino)?;
+        if inode.flags & INLINE_DATA_FL != 0 && inode.is_file() {
+            let all = self.inline_bytes(&inode)?;
+            let from = (offset.min(all.len() as u64)) as usize;
+            let n = (all.len() - from).min(buf.len());
+            buf[..n].copy_from_slice(&all[from..from + n]);
+            return Ok(n);
+        }
         let (root, inode) = self.root_of_file(ino)?;
         if inode.flags & ENCRYPT_FL != 0 {
             return Err(Ext4Error::Unsupported {
@@ -423,6 +433,27 @@ impl Image {
         }
         dst.set_len(at).map_err(io_err("write host file"))?;
         Ok(at)
+    }
+
+    /// The contents of an inline-data inode (`inline_data` feature): the
+    /// 60 bytes of `i_block`, then the value of its `system.data`
+    /// attribute, up to `i_size`.
+    pub(super) fn inline_bytes(&self, inode: &super::inode::Inode) -> Result<Vec<u8>, Ext4Error> {
+        let mut all = inode.block.to_vec();
+        if let Some(v) = self.get_xattr(inode.number, "system.data")? {
+            all.extend_from_slice(&v);
+        }
+        let size = usize::try_from(inode.size).unwrap_or(usize::MAX);
+        if all.len() < size {
+            return Err(super::error::corrupt(
+                "i_size",
+                None,
+                inode.size,
+                "past the inline data",
+            ));
+        }
+        all.truncate(size);
+        Ok(all)
     }
 
     /// A handle on regular file `ino` at offset 0, with `std::io::Read`,

@@ -60,7 +60,7 @@ const INCOMPAT_DIRDATA: u32 = 0x1000;
 /// `EXT4_ENCRYPT_FL`: the directory's names are encrypted.
 pub(super) const ENCRYPT_FL: u32 = 0x800;
 /// `EXT4_INLINE_DATA_FL`: the contents live in the inode.
-const INLINE_DATA_FL: u32 = 0x1000_0000;
+pub(super) const INLINE_DATA_FL: u32 = 0x1000_0000;
 /// `EXT4_VERITY_FL`: an fs-verity file (read-only to the kernel).
 const VERITY_FL: u32 = 0x10_0000;
 /// incompat `ea_inode`: xattr values may live in inodes of their own.

@@ -202,6 +202,9 @@ impl Image {
             return Err(invalid("ino", ino.into(), "not a symlink"));
         }
         let size = inode.size as usize;
+        if inode.flags & super::files::INLINE_DATA_FL != 0 {
+            return self.inline_bytes(&inode);
+        }
         if inode.flags & EXTENTS_FL == 0 && size < ROOT_SIZE {
             return Ok(inode.block[..size].to_vec());
         }

@@ -353,3 +353,69 @@ fn a_write_after_frees_commits_them_first() {
     model.insert("/new".to_string(), want);
     check_against_everyone(&path, &dir, &model, "reuse");
 }
+
+/// `mke2fs -O inline_data -d`: files of up to 60 bytes live in `i_block`,
+/// larger ones also in the `system.data` attribute, larger still in
+/// blocks; spacekit reads every one byte for byte, and refuses to write an
+/// inline file (typed, nothing changed).
+#[test]
+fn inline_data_files_read_and_writes_are_refused() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("contents-inline");
+    let src = dir.path("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut model = BTreeMap::new();
+    for (i, len) in [0usize, 1, 59, 60, 61, 100, 150, 4000]
+        .into_iter()
+        .enumerate()
+    {
+        let b = random_bytes(len, 80 + i as u64);
+        fs::write(src.join(format!("f{i}")), &b).unwrap();
+        model.insert(format!("/f{i}"), b);
+    }
+    std::os::unix::fs::symlink("t".repeat(90), src.join("longlink")).unwrap();
+    let path = mkfs_d(
+        &dir,
+        "inline.img",
+        &["-b", "4096", "-I", "256", "-O", "^has_journal,inline_data"],
+        &src,
+        "16M",
+    );
+    assert_fsck_clean(&path, "inline");
+    let mut img = open_ro(&path);
+    let mut inline = 0;
+    for (name, want) in &model {
+        let ino = img.lookup(name).unwrap();
+        inline += usize::from(img.inode(ino).unwrap().flags & 0x1000_0000 != 0);
+        let mut got = vec![0; want.len() + 10];
+        let n = img.read(ino, 0, &mut got).unwrap();
+        assert!(
+            n == want.len() && got[..n] == want[..],
+            "{name}: inline bytes"
+        );
+        let mut tail = vec![0; 10];
+        let k = img
+            .read(ino, want.len().saturating_sub(5) as u64, &mut tail)
+            .unwrap();
+        assert_eq!(
+            &tail[..k],
+            &want[want.len().saturating_sub(5)..],
+            "{name}: from an offset"
+        );
+    }
+    assert!(inline >= 5, "mke2fs made only {inline} inline files");
+    let l = img.lookup("/longlink").unwrap();
+    assert_eq!(img.read_link(l).unwrap(), "t".repeat(90).as_bytes());
+    drop(img);
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let ino = img.lookup("/f5").unwrap();
+    let e = img.write(ino, 0, b"x").unwrap_err();
+    assert!(matches!(e, Ext4Error::Unsupported { .. }), "{e:?}");
+    assert!(!img.is_dirty());
+    drop(img);
+    assert!(
+        fs::read(&path).unwrap() == before,
+        "a refused write changed the image"
+    );
+}
