@@ -1073,6 +1073,149 @@ enum spacekit_status spacekit_ext4_unlink(struct spacekit_ext4 *img, const char 
 // `img` a live handle.
 enum spacekit_status spacekit_ext4_flush(struct spacekit_ext4 *img);
 
+// Writes `len` bytes at byte `offset` of regular file `ino`, as
+// `pwrite(2)`: the file grows past its end, holes stay holes, a write into
+// an unwritten extent initialises the part written.
+//
+// Errors: `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`,
+// `SPACEKIT_ERROR_FILE_TOO_BIG`, `SPACEKIT_ERROR_NO_SPACE` (checked first),
+// `SPACEKIT_ERROR_UNSUPPORTED` (inline-data, encrypted, fs-verity files),
+// `SPACEKIT_ERROR_READ_ONLY`, `SPACEKIT_ERROR_IO`.
+//
+// # Safety
+// `img` a live handle; `data` valid for reads of `len` bytes (NULL only
+// with `len == 0`).
+enum spacekit_status spacekit_ext4_write(struct spacekit_ext4 *img, uint32_t ino, uint64_t offset, const uint8_t *data, size_t len);
+
+// Reads up to `len` bytes at byte `offset` of regular file `ino` into
+// `buf`, as `pread(2)`; `*read` gets the count (0 at or past the end).
+// Holes and unwritten extents read as zeros.
+//
+// Errors: `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`, `SPACEKIT_ERROR_UNSUPPORTED`,
+// `SPACEKIT_ERROR_CORRUPT`, `SPACEKIT_ERROR_BAD_CHECKSUM`,
+// `SPACEKIT_ERROR_IO`.
+//
+// # Safety
+// `img` a live handle; `buf` valid for writes of `len` bytes; `read`
+// valid for a write.
+enum spacekit_status spacekit_ext4_read(const struct spacekit_ext4 *img, uint32_t ino, uint64_t offset, uint8_t *buf, size_t len, size_t *read);
+
+// Makes directory `path` with permission bits `mode`; `*ino` (may be
+// NULL) gets its inode.
+//
+// Errors: as `spacekit_ext4_create`.
+//
+// # Safety
+// `img` a live handle; `path` a NUL-terminated string; `ino` NULL or
+// valid for a write.
+enum spacekit_status spacekit_ext4_mkdir(struct spacekit_ext4 *img, const char *path, uint16_t mode, uint32_t *ino);
+
+// Removes the empty directory `path`.
+//
+// Errors: `SPACEKIT_ERROR_NOT_A_DIRECTORY`; `SPACEKIT_ERROR_INVALID_ARGUMENT`
+// when it is not empty; as `spacekit_ext4_unlink`.
+//
+// # Safety
+// `img` a live handle; `path` a NUL-terminated string.
+enum spacekit_status spacekit_ext4_rmdir(struct spacekit_ext4 *img, const char *path);
+
+// Makes symlink `path` to `target` (a NUL-terminated string of 1 byte up
+// to a block less one); `*ino` (may be NULL) gets its inode.
+//
+// Errors: as `spacekit_ext4_create`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for
+// an empty or too long target.
+//
+// # Safety
+// `img` a live handle; `path` and `target` NUL-terminated strings; `ino`
+// NULL or valid for a write.
+enum spacekit_status spacekit_ext4_symlink(struct spacekit_ext4 *img, const char *path, const char *target, uint32_t *ino);
+
+// Copies the target of symlink `ino` into `buf` (not NUL-terminated);
+// `*len` gets its full length (which may exceed `cap`: call again with a
+// larger buffer).
+//
+// Errors: `SPACEKIT_ERROR_INVALID_ARGUMENT` for an inode that is not a
+// symlink; `SPACEKIT_ERROR_IO`.
+//
+// # Safety
+// `img` a live handle; `buf` valid for writes of `cap` bytes; `len` valid
+// for a write.
+enum spacekit_status spacekit_ext4_read_link(const struct spacekit_ext4 *img, uint32_t ino, uint8_t *buf, size_t cap, size_t *len);
+
+// Adds the name `new_path` for the (non-directory) inode at `existing`.
+//
+// Errors: as `spacekit_ext4_lookup` and `spacekit_ext4_create`;
+// `SPACEKIT_ERROR_INVALID_ARGUMENT` for a directory.
+//
+// # Safety
+// `img` a live handle; both paths NUL-terminated strings.
+enum spacekit_status spacekit_ext4_link(struct spacekit_ext4 *img, const char *existing, const char *new_path);
+
+// Renames `from` to `to` with `rename(2)`'s rules.
+//
+// Errors: as `spacekit_ext4_lookup`; `SPACEKIT_ERROR_NOT_A_DIRECTORY`;
+// `SPACEKIT_ERROR_INVALID_ARGUMENT` (a file over a directory, a directory
+// under itself or over one that is not empty).
+//
+// # Safety
+// `img` a live handle; both paths NUL-terminated strings.
+enum spacekit_status spacekit_ext4_rename(struct spacekit_ext4 *img, const char *from, const char *to);
+
+// Makes a special file at `path`: `kind` `'c'` or `'b'` (a device
+// `major:minor`), `'p'` (FIFO) or `'s'` (socket); `*ino` (may be NULL)
+// gets its inode.
+//
+// Errors: as `spacekit_ext4_create`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for
+// another kind or a device number out of range.
+//
+// # Safety
+// `img` a live handle; `path` a NUL-terminated string; `ino` NULL or
+// valid for a write.
+enum spacekit_status spacekit_ext4_mknod(struct spacekit_ext4 *img, const char *path, char kind, uint32_t major, uint32_t minor, uint16_t mode, uint32_t *ino);
+
+// Sets inode `ino`'s permission bits (`mode & 07777`).
+//
+// # Safety
+// `img` a live handle.
+enum spacekit_status spacekit_ext4_chmod(struct spacekit_ext4 *img, uint32_t ino, uint16_t mode);
+
+// Sets inode `ino`'s owner and group (32-bit ids).
+//
+// # Safety
+// `img` a live handle.
+enum spacekit_status spacekit_ext4_chown(struct spacekit_ext4 *img, uint32_t ino, uint32_t uid, uint32_t gid);
+
+// Sets extended attribute `name` (`user.…`, `security.…`, …) of inode
+// `ino` to `len` bytes at `value` (POSIX ACLs in `getxattr(2)`'s format).
+//
+// Errors: `SPACEKIT_ERROR_INVALID_ARGUMENT` (a bad name or ACL),
+// `SPACEKIT_ERROR_NAME_TOO_LONG`, `SPACEKIT_ERROR_NO_SPACE`,
+// `SPACEKIT_ERROR_UNSUPPORTED`, `SPACEKIT_ERROR_READ_ONLY`.
+//
+// # Safety
+// `img` a live handle; `name` a NUL-terminated string; `value` valid for
+// reads of `len` bytes (NULL only with `len == 0`).
+enum spacekit_status spacekit_ext4_set_xattr(struct spacekit_ext4 *img, uint32_t ino, const char *name, const uint8_t *value, size_t len);
+
+// Copies extended attribute `name` of inode `ino` into `buf`; `*len` gets
+// its full length (which may exceed `cap`).
+//
+// Errors: `SPACEKIT_ERROR_NO_ENTRY` when the inode has no such attribute;
+// `SPACEKIT_ERROR_INVALID_ARGUMENT` for a bad name.
+//
+// # Safety
+// `img` a live handle; `name` a NUL-terminated string; `buf` valid for
+// writes of `cap` bytes; `len` valid for a write.
+enum spacekit_status spacekit_ext4_get_xattr(const struct spacekit_ext4 *img, uint32_t ino, const char *name, uint8_t *buf, size_t cap, size_t *len);
+
+// Removes extended attribute `name` of inode `ino`.
+//
+// Errors: `SPACEKIT_ERROR_NO_ENTRY` when the inode has no such attribute.
+//
+// # Safety
+// `img` a live handle; `name` a NUL-terminated string.
+enum spacekit_status spacekit_ext4_remove_xattr(struct spacekit_ext4 *img, uint32_t ino, const char *name);
+
 // A static, NUL-terminated description of a status code. Unknown codes
 // give `"unknown spacekit status code"`. Never NULL; the string must not
 // be freed.

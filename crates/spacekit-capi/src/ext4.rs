@@ -8,7 +8,7 @@ use spacekit_core::ext4::{Ext4Error, Image, OpenMode};
 use crate::ffi::spacekit_status::{self, *};
 use crate::ffi::{drop_box, guard, handle, handle_mut, need, put, put_box, slice_mut};
 
-fn ext4_err(e: Ext4Error) -> spacekit_status {
+pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
     match e {
         Ext4Error::Io { .. } => SPACEKIT_ERROR_IO,
         Ext4Error::Corrupt { .. } => SPACEKIT_ERROR_CORRUPT,
@@ -68,7 +68,7 @@ unsafe fn host_path<'a>(p: *const c_char) -> Result<&'a Path, spacekit_status> {
 ///
 /// # Safety
 /// `p` NULL or a NUL-terminated string valid for reads.
-unsafe fn path<'a>(p: *const c_char) -> Result<&'a str, spacekit_status> {
+pub(crate) unsafe fn path<'a>(p: *const c_char) -> Result<&'a str, spacekit_status> {
     if p.is_null() {
         return Err(SPACEKIT_ERROR_NULL_POINTER);
     }
@@ -86,7 +86,7 @@ unsafe fn path<'a>(p: *const c_char) -> Result<&'a str, spacekit_status> {
 /// dropped). Not thread-safe (even lookups fill caches): one thread at a
 /// time.
 pub struct spacekit_ext4 {
-    img: Image,
+    pub(crate) img: Image,
 }
 
 /// Geometry and counts of an open image.

@@ -28,6 +28,8 @@ mod crc;
 mod dirty;
 #[cfg(feature = "ext4")]
 mod ext4;
+#[cfg(feature = "ext4")]
+mod ext4_files;
 mod ffi;
 mod rangetree;
 

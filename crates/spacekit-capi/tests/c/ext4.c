@@ -193,6 +193,53 @@ int main(int argc, char **argv) {
     CHECK(mismatches == 0);
     OK(spacekit_ext4_close(img));
 
+    /* contents, every kind of inode, extended attributes */
+    OK(spacekit_ext4_open(argv[1], true, &img));
+    uint32_t dir = 0, file = 0, link = 0, fifo = 0;
+    OK(spacekit_ext4_mkdir(img, "/dir", 0750, &dir));
+    CHECK(dir > 11);
+    OK(spacekit_ext4_create(img, "/dir/f", 0644, &file));
+    static const char text[] = "written through the C ABI\n";
+    OK(spacekit_ext4_write(img, file, 5000, (const uint8_t *)text, sizeof text - 1));
+    uint8_t back[64] = {0};
+    size_t n = 0;
+    OK(spacekit_ext4_read(img, file, 4998, back, sizeof back, &n));
+    CHECK(n == sizeof text - 1 + 2 && back[0] == 0 && back[1] == 0);
+    CHECK(memcmp(back + 2, text, sizeof text - 1) == 0);
+    OK(spacekit_ext4_read(img, file, 1 << 20, back, sizeof back, &n));
+    CHECK(n == 0);
+    EXPECT(spacekit_ext4_read(img, file, 0, back, sizeof back, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    OK(spacekit_ext4_symlink(img, "/dir/l", "f", &link));
+    char target[8] = {0};
+    OK(spacekit_ext4_read_link(img, link, (uint8_t *)target, sizeof target, &n));
+    CHECK(n == 1 && target[0] == 'f');
+    OK(spacekit_ext4_link(img, "/dir/f", "/f2"));
+    OK(spacekit_ext4_rename(img, "/f2", "/f3"));
+    OK(spacekit_ext4_mknod(img, "/fifo", 'p', 0, 0, 0600, &fifo));
+    EXPECT(spacekit_ext4_mknod(img, "/x", 'q', 0, 0, 0600, NULL), SPACEKIT_ERROR_INVALID_ARGUMENT);
+    OK(spacekit_ext4_chmod(img, file, 0600));
+    OK(spacekit_ext4_chown(img, file, 100000, 100001));
+    OK(spacekit_ext4_set_xattr(img, file, "user.note", (const uint8_t *)"hi", 2));
+    uint8_t val[8] = {0};
+    OK(spacekit_ext4_get_xattr(img, file, "user.note", val, sizeof val, &n));
+    CHECK(n == 2 && val[0] == 'h' && val[1] == 'i');
+    OK(spacekit_ext4_remove_xattr(img, file, "user.note"));
+    EXPECT(spacekit_ext4_get_xattr(img, file, "user.note", val, sizeof val, &n), SPACEKIT_ERROR_NO_ENTRY);
+    EXPECT(spacekit_ext4_remove_xattr(img, file, "user.note"), SPACEKIT_ERROR_NO_ENTRY);
+    EXPECT(spacekit_ext4_rmdir(img, "/dir"), SPACEKIT_ERROR_INVALID_ARGUMENT);
+    OK(spacekit_ext4_mkdir(img, "/empty", 0755, NULL));
+    OK(spacekit_ext4_rmdir(img, "/empty"));
+    OK(spacekit_ext4_flush(img));
+    OK(spacekit_ext4_close(img));
+    OK(spacekit_ext4_open(argv[1], false, &img));
+    OK(spacekit_ext4_lookup(img, "/f3", &again));
+    CHECK(again == file);
+    OK(spacekit_ext4_read(img, file, 5000, back, sizeof back, &n));
+    CHECK(n == sizeof text - 1 && memcmp(back, text, n) == 0);
+    OK(spacekit_ext4_verify(img, &mismatches));
+    CHECK(mismatches == 0);
+    OK(spacekit_ext4_close(img));
+
     printf("ext4: ok\n");
     return 0;
 }
