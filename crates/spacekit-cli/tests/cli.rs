@@ -63,6 +63,7 @@ fn help_explains_every_subcommand() {
         "rangetree",
         "cma",
         "ext4-fallocate",
+        "ext4-write",
         "--quick",
         "--full",
         "--json",
@@ -906,6 +907,40 @@ fn quick_ext4_fallocate_writes_the_documented_rows() {
         assert!(r["median_ns"].as_f64().unwrap() > 0.0);
     }
     assert_mismatch_fails("ext4-fallocate");
+}
+
+#[test]
+fn quick_ext4_write_writes_the_documented_rows() {
+    let rows = quick_rows("ext4-write");
+    if rows.is_empty() {
+        eprintln!("ext4-write skipped (e2fsprogs not installed)");
+        return;
+    }
+    for (case, bytes) in [("large-write", 8u64 << 20), ("large-read", 8 << 20)] {
+        for variant in ["debugfs", "spacekit", "limit"] {
+            let r = rows
+                .iter()
+                .find(|r| r["case"] == case && r["variant"] == variant)
+                .unwrap_or_else(|| panic!("no {case}/{variant} row"));
+            assert_eq!(r["bytes"].as_u64().unwrap(), bytes, "{r}");
+            assert_eq!(r["block_size"].as_u64().unwrap(), 4096, "{r}");
+            // Run from the spacekit binary, every variant is a process.
+            assert_eq!(r["run"], "process", "{r}");
+            assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    for variant in ["debugfs", "spacekit", "limit"] {
+        let r = rows
+            .iter()
+            .find(|r| r["case"] == "small" && r["variant"] == variant)
+            .unwrap_or_else(|| panic!("no small/{variant} row"));
+        assert_eq!(r["files"].as_u64().unwrap(), 200, "{r}");
+        assert_eq!(r["dirs"].as_u64().unwrap(), 7, "{r}");
+        assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(rows.len(), 9);
+    assert_mismatch_fails("ext4-write");
 }
 
 /// A 64 MiB, 4-group ext4 image made by mkfs.ext4, or `None` (with a
