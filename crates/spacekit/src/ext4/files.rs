@@ -207,6 +207,19 @@ impl Image {
         self.csum().then(|| self.inode_seed(ino, generation))
     }
 
+    /// `offset + len`, refused with [`Ext4Error::FileTooBig`] past
+    /// [`Image::max_file_size`] (or on overflow).
+    pub(super) fn range_end(&self, offset: u64, len: u64) -> Result<u64, Ext4Error> {
+        let max = self.max_file_size();
+        offset
+            .checked_add(len)
+            .filter(|&e| e <= max)
+            .ok_or(Ext4Error::FileTooBig {
+                size: offset.saturating_add(len),
+                max,
+            })
+    }
+
     /// The largest file size: `(2^32 - 1)` blocks (extent files), capped
     /// at 2^63 - 1.
     pub fn max_file_size(&self) -> u64 {
@@ -938,14 +951,7 @@ impl Image {
     ) -> Result<u64, Ext4Error> {
         self.check_writable()?;
         let (mut root, inode) = self.root_of_file(ino)?;
-        let max = self.max_file_size();
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= max)
-            .ok_or(Ext4Error::FileTooBig {
-                size: offset.saturating_add(len),
-                max,
-            })?;
+        let end = self.range_end(offset, len)?;
         if len == 0 {
             return Err(invalid("len", 0, "must be at least 1"));
         }
