@@ -22,7 +22,7 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
         Ext4Error::BadChecksum { .. } => SPACEKIT_ERROR_BAD_CHECKSUM,
         Ext4Error::InvalidArgument { .. } => SPACEKIT_ERROR_INVALID_ARGUMENT,
         Ext4Error::NotAbsolute { .. } => SPACEKIT_ERROR_NOT_ABSOLUTE,
-        Ext4Error::NotFound { .. } => SPACEKIT_ERROR_NO_ENTRY,
+        Ext4Error::NotFound { .. } | Ext4Error::NoXattr { .. } => SPACEKIT_ERROR_NO_ENTRY,
         Ext4Error::NotADirectory { .. } => SPACEKIT_ERROR_NOT_A_DIRECTORY,
         Ext4Error::NameTooLong { .. } => SPACEKIT_ERROR_NAME_TOO_LONG,
         Ext4Error::NotARegularFile { .. } => SPACEKIT_ERROR_NOT_A_REGULAR_FILE,

@@ -349,10 +349,7 @@ pub unsafe extern "C" fn spacekit_ext4_remove_xattr(
     guard(|| {
         // SAFETY: the caller's contract on the pointers.
         let (i, n) = unsafe { (handle_mut(img)?, path(name)?) };
-        i.img.remove_xattr(ino, n).map_err(|e| match e {
-            spacekit_core::ext4::Ext4Error::NoXattr { .. } => SPACEKIT_ERROR_NO_ENTRY,
-            e => ext4_err(e),
-        })
+        i.img.remove_xattr(ino, n).map_err(ext4_err)
     })
 }
 

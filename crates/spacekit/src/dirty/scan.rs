@@ -55,6 +55,14 @@ pub(crate) const BUF: usize = 1024;
 /// Words per batch.
 const BATCH: usize = 64;
 
+/// After a batch without edges ending before word `i`: the first word of
+/// `[i, end)` that differs from the stretch (every bit equal to `carry`),
+/// found at SIMD speed, or `end`. The carry is unchanged across it.
+#[inline(always)]
+fn past_uniform<W: Words>(src: W, i: usize, end: usize, carry: u64, level: Level) -> usize {
+    src.skip(i, end, carry.wrapping_neg(), level).unwrap_or(end)
+}
+
 /// One bitmap.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct One<'a>(pub(crate) &'a [u64]);
@@ -241,12 +249,7 @@ impl<W: Words> Scanner<W> {
             self.i += n;
             self.carry = carry;
             if m == 0 {
-                // A batch without edges: the rest of its uniform stretch
-                // goes by at SIMD speed, with the carry unchanged.
-                let x = carry.wrapping_neg();
-                self.i = src
-                    .skip(self.i, self.end, x, self.level)
-                    .unwrap_or(self.end);
+                self.i = past_uniform(src, self.i, self.end, carry, self.level);
             }
         }
     }
@@ -474,12 +477,7 @@ impl<W: Words> RangeScan<W> {
         self.i += n;
         self.carry = carry;
         if m == 0 {
-            // A batch without edges: the rest of its uniform stretch goes by
-            // at SIMD speed, with the carry unchanged.
-            let x = carry.wrapping_neg();
-            self.i = src
-                .skip(self.i, self.end, x, self.level)
-                .unwrap_or(self.end);
+            self.i = past_uniform(src, self.i, self.end, carry, self.level);
         }
     }
 

@@ -1235,12 +1235,7 @@ impl Image {
 
     /// [`Image::unlink`], inside its undo.
     fn unlink_op(&mut self, path: &str) -> Result<(), Ext4Error> {
-        self.check_writable()?;
-        let (parent, name) = self.parent_of(path)?;
-        self.check_dir_writable(parent)?;
-        let Some((entry, slot)) = self.find_entry(parent, name)? else {
-            return Err(Ext4Error::NotFound { path: path.into() });
-        };
+        let (parent, entry, slot) = self.entry_to_remove(path)?;
         let ino = entry.inode;
         let inode = self.inode(ino)?;
         if inode.is_dir() {
@@ -1274,6 +1269,22 @@ impl Image {
             return self.write_inode_fields(ino, &[(off::LINKS_COUNT, &l)]);
         }
         self.release_inode(ino, &inode)
+    }
+
+    /// The checks before an entry is removed (`unlink`, `rmdir`): writable,
+    /// its directory one spacekit may change, the entry there. Returns the
+    /// directory, the entry and where it lies.
+    pub(super) fn entry_to_remove(
+        &mut self,
+        path: &str,
+    ) -> Result<(u32, DirEntry, Slot), Ext4Error> {
+        self.check_writable()?;
+        let (parent, name) = self.parent_of(path)?;
+        self.check_dir_writable(parent)?;
+        match self.find_entry(parent, name)? {
+            Some((entry, slot)) => Ok((parent, entry, slot)),
+            None => Err(Ext4Error::NotFound { path: path.into() }),
+        }
     }
 
     /// Removes entry `name` from the block `physical` of directory

@@ -102,7 +102,6 @@ impl Image {
             let seed = img.seed_of(ino, generation);
             let b = img.first_dir_block(ino, parent, seed)?;
             img.put_data_block(ino, &mut root, seed, b)?;
-            img.write_inode_fields(ino, &[(off::LINKS_COUNT, &2u16.to_le_bytes())])?;
             img.add_links(parent, 1)?;
             img.put_entry(parent, name, ino, ft, place)?;
             img.touch(parent, true)?;
@@ -119,13 +118,8 @@ impl Image {
     /// "path"`) for `.` or `..`.
     pub fn rmdir(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| {
-            img.check_writable()?;
-            let (parent, name) = img.parent_of(path)?;
-            img.check_dir_writable(parent)?;
-            let Some((entry, slot)) = img.find_entry(parent, name)? else {
-                return Err(Ext4Error::NotFound { path: path.into() });
-            };
-            let ino = entry.inode;
+            let (parent, entry, slot) = img.entry_to_remove(path)?;
+            let (ino, name) = (entry.inode, &entry.name[..]);
             let inode = img.inode(ino)?;
             if !inode.is_dir() {
                 return Err(Ext4Error::NotADirectory { path: path.into() });
@@ -547,15 +541,13 @@ impl Image {
                 secs: i64::from(now()),
                 nanos: 0,
             };
+            // (the time, its seconds field, its `*_extra` field); crtime
+            // lives only in a large inode's extra space.
             let fields = [
-                (times.atime, off::ATIME, Some(off::ATIME_EXTRA)),
-                (times.mtime, off::MTIME, Some(off::MTIME_EXTRA)),
-                (
-                    times.ctime.or(Some(now)),
-                    off::CTIME,
-                    Some(off::CTIME_EXTRA),
-                ),
-                (times.crtime, off::CRTIME, Some(off::CRTIME_EXTRA)),
+                (times.atime, off::ATIME, off::ATIME_EXTRA),
+                (times.mtime, off::MTIME, off::MTIME_EXTRA),
+                (times.ctime.or(Some(now)), off::CTIME, off::CTIME_EXTRA),
+                (times.crtime, off::CRTIME, off::CRTIME_EXTRA),
             ];
             let mut bytes: Vec<(usize, [u8; 4])> = Vec::new();
             for (t, lo, hi) in fields {
@@ -563,13 +555,13 @@ impl Image {
                 if t.nanos >= 1_000_000_000 {
                     return Err(invalid("nanos", t.nanos.into(), "at most 999,999,999"));
                 }
-                let has_extra = hi.is_some_and(|h| h + 4 <= extra);
+                let has_extra = hi + 4 <= extra;
                 let fits = if has_extra {
                     (-(1i64 << 31)..1i64 << 34).contains(&t.secs)
                 } else {
                     i32::try_from(t.secs).is_ok()
                 };
-                if !fits || (lo == off::CRTIME && !has_extra) || lo + 4 > extra.max(128) {
+                if !fits || (lo == off::CRTIME && !has_extra) {
                     return Err(invalid(
                         "secs",
                         t.secs as u64,
@@ -577,9 +569,9 @@ impl Image {
                     ));
                 }
                 bytes.push((lo, (t.secs as u32).to_le_bytes()));
-                if let (true, Some(h)) = (has_extra, hi) {
+                if has_extra {
                     let epoch = ((t.secs - i64::from(t.secs as i32)) >> 32) as u32 & 3;
-                    bytes.push((h, ((t.nanos << 2) | epoch).to_le_bytes()));
+                    bytes.push((hi, ((t.nanos << 2) | epoch).to_le_bytes()));
                 }
             }
             let changes: Vec<(usize, &[u8])> = bytes.iter().map(|(o, b)| (*o, &b[..])).collect();

@@ -70,6 +70,25 @@ pub const K64: Config = Config {
 };
 
 /// 1 KiB blocks without metadata_csum.
+/// 1 KiB blocks, 128-byte inodes: no `i_extra_isize` space (16-bit inode
+/// checksums, no in-inode xattrs).
+pub const K1_I128: Config = Config {
+    name: "1k-i128",
+    size: "8M",
+    args: &[
+        "-b",
+        "1024",
+        "-g",
+        "1024",
+        "-N",
+        "256",
+        "-I",
+        "128",
+        "-O",
+        "^has_journal",
+    ],
+};
+
 pub const K1_NOCSUM: Config = Config {
     name: "1k-nocsum",
     size: "8M",

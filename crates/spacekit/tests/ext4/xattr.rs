@@ -33,24 +33,6 @@ const K4: Config = Config {
     ],
 };
 
-/// 128-byte inodes: no room in the inode, every attribute in the block.
-const K1_I128: Config = Config {
-    name: "1k-i128",
-    size: "8M",
-    args: &[
-        "-b",
-        "1024",
-        "-g",
-        "1024",
-        "-N",
-        "256",
-        "-I",
-        "128",
-        "-O",
-        "^has_journal",
-    ],
-};
-
 /// 128-byte inodes, 4 KiB blocks, no checksums.
 const K4_I128_NOCSUM: Config = Config {
     name: "4k-i128-nocsum",
