@@ -851,14 +851,41 @@ pub fn run(data: &[u8]) {
             }
             _ => {
                 let p = path(&mut input);
+                let mut changed = false;
                 if let Ok(ino) = img.lookup(&p) {
                     let _ = img.stat(ino);
                     let _ = img.read_dir(ino);
                     let mut buf = [0u8; 300];
                     let _ = img.read(ino, input.below(1 << 16), &mut buf);
                     let _ = img.read_link(ino);
+                    // Extended attributes: parsed from what the edits left
+                    // of the inode's extra space and its xattr block, then
+                    // set (in the inode or a block) or removed, and read
+                    // back.
+                    let _ = img.xattrs(ino);
+                    let name = ["user.a", "trusted.b", "security.selinux"][input.below(3) as usize];
+                    if input.bool() {
+                        let n = if input.bool() {
+                            input.below(40)
+                        } else {
+                            input.below(3000)
+                        } as usize;
+                        let value = vec![input.u8(); n];
+                        if img.set_xattr(ino, name, &value).is_ok() {
+                            changed = true;
+                            if files.is_some() {
+                                assert_eq!(
+                                    img.get_xattr(ino, name).ok().flatten(),
+                                    Some(value),
+                                    "set_xattr({p}, {name}) then get"
+                                );
+                            }
+                        }
+                    } else {
+                        changed = img.remove_xattr(ino, name).is_ok();
+                    }
                 }
-                ("lookup".to_string(), false)
+                ("lookup and xattrs".to_string(), changed)
             }
         };
         if ok && op <= 3 {
