@@ -166,6 +166,7 @@ impl Image {
         self.pending_blocks.iter().map(move |(&b, data)| Record {
             offset: b * bs,
             data: data.clone(),
+            ..Record::default()
         })
     }
 

@@ -18,8 +18,10 @@ use std::vec::Vec;
 /// A flush calls, in order: [`Device::write_log`] (the log's contents from
 /// offset 0, then its trailer), [`Device::sync_log`], one
 /// [`Device::write_at`] per changed block, [`Device::sync`], then
-/// [`Device::remove_log`]. A device must make each durable when it returns
-/// (a `sync` is a barrier: writes before it are durable after it).
+/// [`Device::remove_log`] (and, first of all, [`Device::sync`] when file
+/// data was written since the last flush). A device must make each sync
+/// durable when it returns (a `sync` is a barrier: writes before it are
+/// durable after it); the log's removal need not be.
 ///
 /// ```
 /// use spacekit::ext4::{Device, MemDevice};
@@ -87,7 +89,9 @@ pub trait Device: fmt::Debug + Send {
     /// An I/O error.
     fn sync_log(&mut self) -> io::Result<()>;
 
-    /// Removes the log durably; `Ok` if there is none.
+    /// Removes the log; `Ok` if there is none. The removal need not be
+    /// durable when this returns: the image checks a log that comes back
+    /// before it replays it.
     ///
     /// # Errors
     /// An I/O error.
@@ -95,6 +99,14 @@ pub trait Device: fmt::Debug + Send {
 
     /// Where the log lives, for error messages (a path for a file device).
     fn log_name(&self) -> PathBuf;
+
+    /// The host file holding the image, when the device is one file read
+    /// and written as it is (byte `n` of the image at byte `n` of the
+    /// file): lets the kernel copy file data out without a pass through
+    /// user space (`copy_file_range(2)`). `None` by default.
+    fn file(&self) -> Option<&File> {
+        None
+    }
 }
 
 /// An image file and its redo log beside it (`<image>.spacekit-redo`),
@@ -147,7 +159,9 @@ impl Device for FileDevice {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.file.sync_all()
+        // fdatasync: writes inside the file never change its size, and the
+        // data is what a flush orders.
+        self.file.sync_data()
     }
 
     fn read_log(&self) -> io::Result<Option<Vec<u8>>> {
@@ -168,13 +182,17 @@ impl Device for FileDevice {
     }
 
     fn sync_log(&mut self) -> io::Result<()> {
-        File::open(&self.log)?.sync_all()?;
+        // fdatasync covers the new file's size; the directory sync makes
+        // its name durable.
+        File::open(&self.log)?.sync_data()?;
         sync_dir(&self.log)
     }
 
     fn remove_log(&mut self) -> io::Result<()> {
+        // Not fsynced: a log that comes back after a power failure is
+        // checked before it is replayed (see `redo.rs`).
         match fs::remove_file(&self.log) {
-            Ok(()) => sync_dir(&self.log),
+            Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
@@ -182,6 +200,10 @@ impl Device for FileDevice {
 
     fn log_name(&self) -> PathBuf {
         self.log.clone()
+    }
+
+    fn file(&self) -> Option<&File> {
+        Some(&self.file)
     }
 }
 

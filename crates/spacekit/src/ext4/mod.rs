@@ -99,12 +99,16 @@
 //! superblock, the descriptor-table blocks holding changed descriptors, the
 //! changed bitmaps), and first records them in a redo log beside the image,
 //! `<image>.spacekit-redo` (see [`Image::redo_log_path`]): it writes and
-//! fsyncs the log and its directory, writes the blocks in place, fsyncs the
-//! image, removes the log and fsyncs the directory again. A read-write
-//! [`Image::open`] replays a complete log before reading anything and
-//! discards an incomplete one (the image was not touched under it). A
-//! read-only open refuses an image with a complete log pending
-//! ([`Ext4Error::PendingRedoLog`]) and ignores an incomplete one. Backup
+//! fdatasyncs the log and fsyncs its directory, writes the blocks in place,
+//! fdatasyncs the image and removes the log (three syncs; the removal is
+//! not synced). A read-write [`Image::open`] replays a complete log before
+//! reading anything and discards an incomplete one (the image was not
+//! touched under it) and a stale one: a finished flush's log that a power
+//! failure brought back after another tool changed one of its blocks (the
+//! log keeps a CRC of every sector as it was before the flush, and is
+//! replayed only while each sector holds its old or its new bytes). A
+//! read-only open refuses an image with a complete, current log pending
+//! ([`Ext4Error::PendingRedoLog`]) and ignores the others. Backup
 //! superblocks and descriptor tables are not rewritten (neither the kernel nor
 //! debugfs does so for an allocation).
 //!
@@ -128,6 +132,7 @@
 
 mod alloc;
 mod blocks;
+mod copy;
 mod data;
 mod device;
 #[cfg(any(test, feature = "testing"))]
@@ -171,7 +176,8 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
-pub use data::{File, COPY_CHUNK};
+pub use copy::COPY_CHUNK;
+pub use data::File;
 pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
 pub use extent::Extent;
@@ -474,7 +480,11 @@ impl Image {
     /// Writes every changed metadata block to the image, crash-safely: the
     /// blocks go to the redo log first (written, fsynced, directory
     /// fsynced), then in place, then the image is fsynced and the log
-    /// removed. Does nothing if nothing changed.
+    /// removed (three syncs; a fourth first when file data was written).
+    /// The removal is not fsynced: a log that a power failure brings back
+    /// is replayed only while the image still holds, sector by sector,
+    /// what the log writes or what was there before it (see `redo.rs`).
+    /// Does nothing if nothing changed.
     ///
     /// On an error the changes stay in memory (a later `flush` retries them)
     /// and the image is either untouched or recoverable by the log, which
@@ -490,7 +500,8 @@ impl Image {
         if self.mode == OpenMode::ReadOnly {
             return Err(Ext4Error::ReadOnly);
         }
-        let records = self.dirty_records();
+        let mut records = self.dirty_records();
+        redo::sum_before(&*self.dev, &mut records)?;
         let (log, trailer_at) = redo::encode(&self.info.uuid, &records);
         let dev = &mut *self.dev;
         if self.data_unsynced {
@@ -847,6 +858,7 @@ impl Image {
             out.push(Record {
                 offset: SB_OFFSET,
                 data: self.sb.clone(),
+                ..Record::default()
             });
         }
         for &b in &self.dirty_gdt {
@@ -854,6 +866,7 @@ impl Image {
             out.push(Record {
                 offset: (self.info.gdt_start() + u64::from(b)) * bs,
                 data: self.gdt.get(s..s + bs as usize).unwrap_or(&[]).to_vec(),
+                ..Record::default()
             });
         }
         for &g in &self.dirty_block {
@@ -861,6 +874,7 @@ impl Image {
                 out.push(Record {
                     offset: self.desc(g).block_bitmap() * bs,
                     data: l.to_bytes(),
+                    ..Record::default()
                 });
             }
         }
@@ -869,6 +883,7 @@ impl Image {
                 out.push(Record {
                     offset: self.desc(g).inode_bitmap() * bs,
                     data: l.to_bytes(),
+                    ..Record::default()
                 });
             }
         }

@@ -4,12 +4,15 @@
 //!
 //! ```text
 //! 0   8   magic "SKREDO01"
-//! 8   4   version (1)
+//! 8   4   version (2; version 1 logs, without the `before` sums, are
+//!         still replayed)
 //! 12  4   number of records
 //! 16  8   total length of the log in bytes, trailer included
 //! 24  16  s_uuid of the file system the log belongs to
-//! 40  ... records: offset u64, length u32, then `length` bytes to write at
-//!         that byte offset of the image
+//! 40  ... records: offset u64, length u32, then (version 2) one u32 per
+//!         512-byte sector of the record (the last one may be shorter):
+//!         the standard CRC-32C of that sector as the image held it before
+//!         the flush, then `length` bytes to write at that byte offset
 //! end-8 4 CRC-32C (standard) of every byte before it
 //! end-4 4 magic "SKOK"
 //! ```
@@ -18,6 +21,19 @@
 //! a complete log is replayed. Because the image is written only after the
 //! log is complete and fsynced, an incomplete log means the image was not
 //! touched and is discarded.
+//!
+//! A complete log is also *current* only while every sector it covers
+//! holds either its new bytes or the bytes it had before the flush (the
+//! `before` sums): that is all a crash during the flush can leave, as a
+//! disk writes a sector whole or not at all. The flush removes the log
+//! without fsyncing its directory (one fsync fewer per flush), so after a
+//! power failure a finished flush's log can come back; if another tool
+//! (the kernel, e2fsck, debugfs) changed any of its blocks in between, the
+//! log is *stale* and is discarded instead of replayed over that tool's
+//! work. Replaying a current log is harmless whether or not the flush had
+//! finished: it writes the same bytes again. (A tool that puts a block
+//! back exactly as it was before the flush cannot be told apart from a
+//! flush that had not reached it.)
 
 use std::vec::Vec;
 
@@ -29,20 +45,62 @@ use crate::crc32c;
 
 const MAGIC: &[u8; 8] = b"SKREDO01";
 const END_MAGIC: &[u8; 4] = b"SKOK";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The unit a disk writes whole; `before` sums are kept per sector.
+pub(crate) const SECTOR: usize = 512;
 const HEADER: usize = 40;
 const TRAILER: usize = 8;
 
 /// One write: `data` at byte `offset` of the image.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) offset: u64,
     pub(crate) data: Vec<u8>,
+    /// The CRC-32C of each sector of the range as the image held it before
+    /// the flush (see [`sum_before`]); empty in a version 1 log.
+    pub(crate) before: Vec<u32>,
+}
+
+/// Fills in every record's `before` sums from what `dev` holds now (the
+/// flush calls this before it writes anything).
+///
+/// # Errors
+/// An I/O error reading the image.
+pub(crate) fn sum_before(dev: &dyn Device, records: &mut [Record]) -> Result<(), Ext4Error> {
+    let mut buf = Vec::new();
+    for r in records {
+        buf.resize(r.data.len(), 0);
+        dev.read_at(r.offset, &mut buf)
+            .map_err(io("read image before the flush"))?;
+        r.before = buf.chunks(SECTOR).map(crc32c::checksum).collect();
+    }
+    Ok(())
+}
+
+/// Whether every sector a version 2 log covers holds its new bytes or its
+/// bytes from before the flush (see the module doc); a version 1 log is
+/// always current.
+fn current(dev: &dyn Device, records: &[Record]) -> Result<bool, Ext4Error> {
+    let mut buf = Vec::new();
+    for r in records.iter().filter(|r| !r.before.is_empty()) {
+        buf.resize(r.data.len(), 0);
+        dev.read_at(r.offset, &mut buf).map_err(io("read image"))?;
+        let sectors = buf.chunks(SECTOR).zip(r.data.chunks(SECTOR));
+        for ((now, new), &old) in sectors.zip(&r.before) {
+            if now != new && crc32c::checksum(now) != old {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Serialises a log; returns the bytes and where the trailer starts.
 pub(crate) fn encode(uuid: &[u8; 16], records: &[Record]) -> (Vec<u8>, usize) {
-    let body: usize = records.iter().map(|r| 12 + r.data.len()).sum();
+    let body: usize = records
+        .iter()
+        .map(|r| 12 + 4 * r.data.len().div_ceil(SECTOR) + r.data.len())
+        .sum();
     let total = HEADER + body + TRAILER;
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(MAGIC);
@@ -53,6 +111,10 @@ pub(crate) fn encode(uuid: &[u8; 16], records: &[Record]) -> (Vec<u8>, usize) {
     for r in records {
         out.extend_from_slice(&r.offset.to_le_bytes());
         out.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
+        debug_assert_eq!(r.before.len(), r.data.len().div_ceil(SECTOR));
+        for s in (0..r.data.len().div_ceil(SECTOR)).map(|i| r.before.get(i).copied()) {
+            out.extend_from_slice(&s.unwrap_or(0).to_le_bytes());
+        }
         out.extend_from_slice(&r.data);
     }
     let trailer_at = out.len();
@@ -73,7 +135,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record>)> {
     let u64_at = |o: usize| -> Option<u64> {
         Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
     };
-    if u32_at(8)? != VERSION || u64_at(16)? != bytes.len() as u64 {
+    let version = u32_at(8)?;
+    if !(1..=VERSION).contains(&version) || u64_at(16)? != bytes.len() as u64 {
         return None;
     }
     let trailer_at = bytes.len() - TRAILER;
@@ -90,23 +153,39 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record>)> {
     for _ in 0..n {
         let offset = u64_at(at)?;
         let len = u32_at(at + 8)? as usize;
-        let data = bytes.get(at + 12..at.checked_add(12 + len)?)?.to_vec();
-        at += 12 + len;
-        records.push(Record { offset, data });
+        at += 12;
+        let mut before = Vec::new();
+        if version >= 2 {
+            for _ in 0..len.div_ceil(SECTOR) {
+                before.push(u32_at(at)?);
+                at += 4;
+            }
+        }
+        let data = bytes.get(at..at.checked_add(len)?)?.to_vec();
+        at += len;
+        records.push(Record {
+            offset,
+            data,
+            before,
+        });
     }
     (at == trailer_at).then_some((uuid, records))
 }
 
-/// Whether a complete log is waiting on `dev` (an incomplete one is not:
-/// the image was never touched under it).
+/// Whether a complete, current log is waiting on `dev` (an incomplete one
+/// is not: the image was never touched under it; nor is a stale one: see
+/// the module doc).
 pub(crate) fn pending(dev: &dyn Device) -> Result<bool, Ext4Error> {
     let log = dev.read_log().map_err(io("read redo log"))?;
-    Ok(log.is_some_and(|b| decode(&b).is_some()))
+    match log.as_deref().and_then(decode) {
+        Some((_, records)) => current(dev, &records),
+        None => Ok(false),
+    }
 }
 
-/// Replays a complete log on `dev` into its image, syncs the image and
-/// removes the log; removes an incomplete log. Called before anything else
-/// reads the image.
+/// Replays a complete, current log on `dev` into its image, syncs the
+/// image and removes the log; removes an incomplete or stale log. Called
+/// before anything else reads the image.
 pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
     let Some(bytes) = dev.read_log().map_err(io("read redo log"))? else {
         return Ok(());
@@ -138,6 +217,9 @@ pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
     }) {
         return Err(mismatch("a record writes past the end of the image"));
     }
+    if !current(dev, &records)? {
+        return dev.remove_log().map_err(io("remove stale redo log"));
+    }
     for r in &records {
         dev.write_at(r.offset, &r.data)
             .map_err(io("replay redo log"))?;
@@ -156,10 +238,12 @@ mod tests {
             Record {
                 offset: 1024,
                 data: vec![7; 1024],
+                before: vec![5, 6],
             },
             Record {
                 offset: 8192,
                 data: vec![1, 2, 3],
+                before: vec![4],
             },
         ];
         let uuid = [9u8; 16];

@@ -419,3 +419,65 @@ fn inline_data_files_read_and_writes_are_refused() {
         "a refused write changed the image"
     );
 }
+
+/// `copy_out` copies written extents in the kernel on an image file and
+/// reads and writes them on any other device: both give the file's bytes,
+/// holes and unwritten extents left as holes, and a file cut inside a
+/// block ends where the file ends.
+#[test]
+fn copy_out_in_the_kernel_and_through_user_space_agree() {
+    require_e2fsprogs!();
+    use std::os::unix::fs::MetadataExt;
+    for cfg in [K1, CONFIGS[1]] {
+        let dir = TempDir::new("copy-out");
+        let path = mkfs(&dir, &cfg);
+        let bs = open_ro(&path).info().block_size as usize;
+        let mut img = open_rw(&path);
+        let mut model = BTreeMap::new();
+        let m = &mut model;
+        // Data, a hole of 64 blocks, data across a block boundary, then an
+        // unwritten stretch, then data ending inside a block.
+        put(&mut img, m, "/f", 0, &random_bytes(3 * bs + 17, 1));
+        put(&mut img, m, "/f", 67 * bs + bs / 2, &random_bytes(bs, 2));
+        let ino = img.lookup("/f").unwrap();
+        img.fallocate(ino, (80 * bs) as u64, (5 * bs) as u64, true)
+            .unwrap();
+        put(&mut img, m, "/f", 90 * bs, &random_bytes(bs / 3, 3));
+        img.flush().unwrap();
+        drop(img);
+        let want = &model["/f"];
+
+        let img = open_ro(&path);
+        let out = dir.path("kernel.out");
+        let size = img.copy_out(ino, &fs::File::create(&out).unwrap()).unwrap();
+        assert_eq!(size, want.len() as u64, "{}", cfg.name);
+        assert!(
+            fs::read(&out).unwrap() == *want,
+            "{}: in the kernel",
+            cfg.name
+        );
+        let blocks = fs::metadata(&out).unwrap().blocks() * 512;
+        assert!(
+            blocks < want.len() as u64 / 2,
+            "{}: holes not kept: {blocks} bytes allocated",
+            cfg.name
+        );
+        drop(img);
+
+        let dev = spacekit::ext4::MemDevice::new(fs::read(&path).unwrap());
+        let img = Image::open_on(Box::new(dev), OpenMode::ReadOnly).unwrap();
+        let out = dir.path("user.out");
+        img.copy_out(ino, &fs::File::create(&out).unwrap()).unwrap();
+        assert!(
+            fs::read(&out).unwrap() == *want,
+            "{}: through user space",
+            cfg.name
+        );
+        assert_eq!(
+            debugfs_dump(&path, &dir, "/f"),
+            *want,
+            "{}: debugfs",
+            cfg.name
+        );
+    }
+}

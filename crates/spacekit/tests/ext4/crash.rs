@@ -216,3 +216,63 @@ fn redo_log_pending_incomplete_foreign_and_retry() {
         assert_eq!(fs::read(&p).unwrap(), after, "retry after step {n}");
     }
 }
+
+/// The flush removes its log without fsyncing the directory, so after a
+/// power failure a finished flush's log can come back. It is replayed
+/// (harmlessly: the same bytes) while the image still holds what the log
+/// writes, and discarded, not replayed over another tool's work, once that
+/// tool changed one of the log's blocks.
+#[test]
+fn a_finished_flushs_log_that_comes_back() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("stale");
+    let base = mkfs(&dir, &K1);
+    // The steps of a whole flush, to fail at the last one: the log's
+    // removal. The image is then complete and the log still there, as a
+    // power failure before the removal reached the disk leaves them.
+    let probe = copy(&base, &dir, "probe.img");
+    let (mut img, faults) = open_faulty(&probe);
+    txn_alloc(&mut img);
+    let from = faults.steps();
+    img.flush().unwrap();
+    let steps = faults.steps() - from;
+    drop(img);
+    let after = fs::read(&probe).unwrap();
+
+    let p = copy(&base, &dir, "back.img");
+    let log = Image::redo_log_path(&p);
+    let (mut img, faults) = open_faulty(&p);
+    txn_alloc(&mut img);
+    faults.fail_write_after(steps - 1);
+    assert!(img.flush().is_err());
+    drop(img);
+    assert_eq!(fs::read(&p).unwrap(), after, "the flush wrote everything");
+    let saved = fs::read(&log).unwrap();
+
+    // Current: a read-only open sees it pending, a read-write one replays
+    // it; nothing changes.
+    assert!(matches!(
+        open_err(&p, OpenMode::ReadOnly),
+        Ext4Error::PendingRedoLog { .. }
+    ));
+    drop(open_rw(&p));
+    assert!(!log.exists());
+    assert_eq!(fs::read(&p).unwrap(), after);
+
+    // debugfs makes a directory: group 0's descriptor block, one of the
+    // log's blocks, now holds neither the log's bytes nor the old ones.
+    debugfs_w(&p, &dir, "mkdir theirs");
+    let theirs = fs::read(&p).unwrap();
+    assert_ne!(theirs, after);
+    fs::write(&log, &saved).unwrap();
+    // Stale: a read-only open ignores it, a read-write one removes it and
+    // keeps debugfs's change.
+    assert!(open_ro(&p).lookup("/theirs").is_ok());
+    assert!(log.exists());
+    let mut img = open_rw(&p);
+    assert!(!log.exists(), "a stale log is removed");
+    assert!(img.lookup("/theirs").is_ok(), "debugfs's change kept");
+    drop(img);
+    assert_eq!(fs::read(&p).unwrap(), theirs, "nothing replayed");
+    assert_verify_clean(&open_ro(&p), "after a stale log");
+}

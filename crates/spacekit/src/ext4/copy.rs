@@ -1,0 +1,286 @@
+//! Copies between host files and files in the image: [`Image::copy_in`]
+//! (sparse, by `SEEK_DATA`/`SEEK_HOLE`), [`Image::copy_from`] (a stream)
+//! and [`Image::copy_out`] (extent by extent in the kernel where it can).
+
+use std::io;
+use std::vec::Vec;
+
+use super::error::{io as io_err, Ext4Error};
+use super::extent;
+use super::files::{ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
+use super::image::Image;
+
+impl Image {
+    /// Copies host file `src` into regular file `ino` from byte 0, as
+    /// `cp --sparse=always` would: only the host's data ranges
+    /// (`SEEK_DATA`/`SEEK_HOLE`; the whole file where the host file system
+    /// cannot say) are read, in pieces of [`COPY_CHUNK`] bytes, and
+    /// written; pieces that are all zeros stay holes; the size becomes the
+    /// host file's length (a trailing hole included) if that is larger.
+    /// Returns the bytes written. Each piece is one [`Image::write`];
+    /// nothing is flushed. `src`'s file offset is moved (by the seeks).
+    ///
+    /// # Errors
+    /// As [`Image::write`]; [`Ext4Error::Io`] reading `src`.
+    pub fn copy_in(&mut self, ino: u32, src: &std::fs::File) -> Result<u64, Ext4Error> {
+        use std::os::unix::fs::FileExt;
+        let len = src.metadata().map_err(io_err("stat source file"))?.len();
+        let mut buf = std::vec![0u8; COPY_CHUNK];
+        let mut written = 0;
+        let mut at = 0;
+        while at < len {
+            let Some((data, hole)) = next_data(src, at, len)? else {
+                break;
+            };
+            let mut off = data;
+            while off < hole {
+                let n = (hole - off).min(COPY_CHUNK as u64) as usize;
+                src.read_exact_at(&mut buf[..n], off)
+                    .map_err(io_err("read source file"))?;
+                if !all_zero(&buf[..n]) {
+                    self.write(ino, off, &buf[..n])?;
+                    written += n as u64;
+                }
+                off += n as u64;
+            }
+            at = hole;
+        }
+        if self.inode(ino)?.size < len {
+            self.truncate(ino, len)?;
+        }
+        Ok(written)
+    }
+
+    /// Writes everything `src` yields into regular file `ino` from byte 0
+    /// on, in pieces of [`COPY_CHUNK`] bytes (one [`Image::write`] each);
+    /// returns the bytes written. For streams (a pipe, standard input); a
+    /// host file goes faster and sparse through [`Image::copy_in`].
+    ///
+    /// # Errors
+    /// As [`Image::write`]; [`Ext4Error::Io`] reading `src`.
+    pub fn copy_from(&mut self, ino: u32, src: &mut dyn io::Read) -> Result<u64, Ext4Error> {
+        let mut buf = std::vec![0u8; COPY_CHUNK];
+        let mut at = 0u64;
+        loop {
+            // Fill the piece (a pipe hands out a little at a time).
+            let mut n = 0;
+            while n < buf.len() {
+                match src.read(&mut buf[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_err("read source")(e)),
+                }
+            }
+            if n == 0 {
+                return Ok(at);
+            }
+            self.write(ino, at, &buf[..n])?;
+            at += n as u64;
+        }
+    }
+
+    /// Copies regular file `ino` out to host file `dst` (from byte 0,
+    /// `dst` cut to the file's size), holes and unwritten extents left as
+    /// holes. On an image file ([`FileDevice`](super::FileDevice)) with no
+    /// change pending over the file's blocks, each written extent is copied
+    /// by the kernel (`copy_file_range(2)`: no pass through user space, as
+    /// `cp` copies); otherwise, or where the kernel cannot copy between the
+    /// two files, the bytes are read and written, and runs of 4 KiB of
+    /// zeros are not written either. Returns the file's size.
+    ///
+    /// # Errors
+    /// As [`Image::read`]; [`Ext4Error::Io`] writing `dst`.
+    pub fn copy_out(&self, ino: u32, dst: &std::fs::File) -> Result<u64, Ext4Error> {
+        use std::os::unix::fs::FileExt;
+        if let Some(size) = self.copy_out_in_kernel(ino, dst)? {
+            return Ok(size);
+        }
+        let mut buf = std::vec![0u8; COPY_CHUNK];
+        let mut at = 0u64;
+        loop {
+            let n = self.read(ino, at, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            let zero = |i: usize| all_zero(&buf[i..(i + 4096).min(n)]);
+            let mut k = 0;
+            while k < n {
+                let (start, z) = (k, zero(k));
+                while k < n && zero(k) == z {
+                    k = (k + 4096).min(n);
+                }
+                if !z {
+                    dst.write_all_at(&buf[start..k], at + start as u64)
+                        .map_err(io_err("write host file"))?;
+                }
+            }
+            at += n as u64;
+        }
+        dst.set_len(at).map_err(io_err("write host file"))?;
+        Ok(at)
+    }
+
+    /// [`Image::copy_out`] by `copy_file_range(2)`, extent by extent;
+    /// `None` (nothing copied that matters: the caller copies everything)
+    /// when the device is not a file, the file is inline, encrypted or not
+    /// extent-mapped, a pending block of the cache lies in its extents, or
+    /// the kernel refuses the copy.
+    fn copy_out_in_kernel(&self, ino: u32, dst: &std::fs::File) -> Result<Option<u64>, Ext4Error> {
+        let Some(img) = self.dev.file() else {
+            return Ok(None);
+        };
+        let inode = self.inode(ino)?;
+        if !inode.is_file() || inode.flags & (INLINE_DATA_FL | ENCRYPT_FL) != 0 {
+            return Ok(None);
+        }
+        let Ok((root, inode)) = self.root_of_file(ino) else {
+            return Ok(None);
+        };
+        let bs = u64::from(self.info.block_size);
+        let seed = self.seed_of(ino, inode.generation);
+        let exts = extent::extents(&root, &mut ReadStore(self), seed)?;
+        let written: Vec<_> = exts
+            .iter()
+            .filter(|e| !e.unwritten && u64::from(e.logical) * bs < inode.size)
+            .collect();
+        if written.iter().any(|e| {
+            self.pending_blocks
+                .range(e.physical..e.physical + u64::from(e.len))
+                .next()
+                .is_some()
+        }) {
+            return Ok(None);
+        }
+        for e in written {
+            let lo = u64::from(e.logical) * bs;
+            let len = (e.end() * bs).min(inode.size) - lo;
+            if !kernel_copy(img, e.physical * bs, dst, lo, len).map_err(io_err("copy file data"))? {
+                return Ok(None);
+            }
+        }
+        dst.set_len(inode.size).map_err(io_err("write host file"))?;
+        Ok(Some(inode.size))
+    }
+}
+
+/// Whether every byte of `b` is zero, 16 bytes per step (a byte-by-byte
+/// test costs more than the copy around it).
+fn all_zero(b: &[u8]) -> bool {
+    let mut words = b.chunks_exact(16);
+    let body = words.by_ref().fold(0u128, |acc, w| {
+        acc | u128::from_ne_bytes(w.try_into().unwrap_or([0xFF; 16]))
+    });
+    body == 0 && words.remainder().iter().all(|&x| x == 0)
+}
+
+/// The piece size of [`Image::copy_in`].
+pub const COPY_CHUNK: usize = 1 << 20;
+
+/// The next data range `[data, hole)` of `f` at or after byte `at` (below
+/// `len`), or `None` if only a hole follows. Where `SEEK_DATA` is not
+/// supported, everything from `at` is data.
+fn next_data(f: &std::fs::File, at: u64, len: u64) -> Result<Option<(u64, u64)>, Ext4Error> {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    let seek = |off: u64, whence: i32| -> io::Result<u64> {
+        // SAFETY: `fd` is an open descriptor borrowed from `f` for the
+        // call; `lseek` only moves its file offset (documented on
+        // `copy_in`; the copy itself uses positioned reads).
+        let r = unsafe { libc::lseek(fd, off as libc::off_t, whence) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as u64)
+        }
+    };
+    let data = match seek(at, libc::SEEK_DATA) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(Some((at, len))),
+        Err(e) => return Err(io_err("seek source file")(e)),
+    };
+    if data >= len {
+        return Ok(None);
+    }
+    let hole = seek(data, libc::SEEK_HOLE)
+        .map_err(io_err("seek source file"))?
+        .min(len);
+    Ok(Some((data, hole)))
+}
+
+/// Copies `len` bytes at byte `from` of `src` to byte `to` of `dst` in the
+/// kernel (`copy_file_range(2)`). `Ok(false)` when the kernel cannot copy
+/// between these two files (another file system on an old kernel, a file
+/// system without the call): the caller copies the bytes itself.
+fn kernel_copy(
+    src: &std::fs::File,
+    from: u64,
+    dst: &std::fs::File,
+    to: u64,
+    len: u64,
+) -> io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (mut off_in, mut off_out) = (from as libc::loff_t, to as libc::loff_t);
+        let mut left = len;
+        while left > 0 {
+            let n = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+            // SAFETY: both descriptors are open files borrowed for the
+            // call; the offsets are locals the kernel reads and advances.
+            let r = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut off_in,
+                    dst.as_raw_fd(),
+                    &mut off_out,
+                    n,
+                    0,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(
+                        libc::ENOSYS | libc::EXDEV | libc::EINVAL | libc::EOPNOTSUPP | libc::EBADF,
+                    ) => return Ok(false),
+                    _ => return Err(e),
+                }
+            }
+            if r == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the image ends inside a file's extent",
+                ));
+            }
+            left -= r as u64;
+        }
+        Ok(true)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (src, from, dst, to, len);
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all_zero;
+
+    /// One non-zero byte anywhere (in a 16-byte word or the tail) is seen.
+    #[test]
+    fn all_zero_sees_every_byte() {
+        for len in 0..70 {
+            let mut b = std::vec![0u8; len];
+            assert!(all_zero(&b), "{len} zeros");
+            for i in 0..len {
+                b[i] = 0x80;
+                assert!(!all_zero(&b), "len {len}, byte {i}");
+                b[i] = 0;
+            }
+        }
+    }
+}
