@@ -5,34 +5,69 @@
 use std::io;
 use std::vec::Vec;
 
+use super::data::Source;
+use super::device::kernel_copy;
 use super::error::{io as io_err, Ext4Error};
 use super::extent;
 use super::files::{ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
 use super::image::Image;
 
 impl Image {
-    /// Copies host file `src` into regular file `ino` from byte 0, as
-    /// `cp --sparse=always` would: only the host's data ranges
-    /// (`SEEK_DATA`/`SEEK_HOLE`; the whole file where the host file system
-    /// cannot say) are read, in pieces of [`COPY_CHUNK`] bytes, and
-    /// written; pieces that are all zeros stay holes; the size becomes the
-    /// host file's length (a trailing hole included) if that is larger.
-    /// Returns the bytes written. Each piece is one [`Image::write`];
-    /// nothing is flushed. `src`'s file offset is moved (by the seeks).
+    /// Copies host file `src` into regular file `ino` from byte 0, as `cp`
+    /// does: only the host's data ranges (`SEEK_DATA`/`SEEK_HOLE`; the
+    /// whole file where the host file system cannot say) are copied, so
+    /// the host's holes stay holes, and the size becomes the host file's
+    /// length (a trailing hole included) if that is larger. On an image
+    /// file ([`FileDevice`](super::FileDevice)) the kernel copies the whole
+    /// blocks of data ranges of at least [`COPY_CHUNK`] bytes
+    /// (`copy_file_range(2)`, in pieces of up to [`KERNEL_CHUNK`] bytes);
+    /// shorter ranges, all ranges on other devices, and where the kernel
+    /// cannot copy between the two files, the bytes are read in pieces of
+    /// [`COPY_CHUNK`] and pieces that are all zeros stay holes too
+    /// (`cp --sparse=always`). Returns
+    /// the bytes written. Each piece is one [`Image::write`]; nothing is
+    /// flushed. `src`'s file offset is moved (by the seeks).
     ///
     /// # Errors
     /// As [`Image::write`]; [`Ext4Error::Io`] reading `src`.
     pub fn copy_in(&mut self, ino: u32, src: &std::fs::File) -> Result<u64, Ext4Error> {
         use std::os::unix::fs::FileExt;
-        let len = src.metadata().map_err(io_err("stat source file"))?.len();
-        let mut buf = std::vec![0u8; COPY_CHUNK];
+        let meta = src.metadata().map_err(io_err("stat source file"))?;
+        let len = meta.len();
+        // A file with as many blocks as bytes has no holes: no seeks.
+        let dense = {
+            use std::os::unix::fs::MetadataExt;
+            meta.blocks().saturating_mul(512) >= len
+        };
+        let kernel = self.dev.file().is_some();
+        // No larger than the file: a small file's copy must not pay for
+        // mapping a whole piece.
+        let mut buf = std::vec![0u8; (len.min(COPY_CHUNK as u64)) as usize];
         let mut written = 0;
         let mut at = 0;
         while at < len {
-            let Some((data, hole)) = next_data(src, at, len)? else {
+            let range = if dense {
+                Some((at, len))
+            } else {
+                next_data(src, at, len)?
+            };
+            let Some((data, hole)) = range else {
                 break;
             };
             let mut off = data;
+            // The kernel's copy pays a set-up per call: small ranges go
+            // through memory.
+            while kernel && hole - off >= COPY_CHUNK as u64 {
+                let n = (hole - off).min(KERNEL_CHUNK);
+                let piece = Source::File {
+                    file: src,
+                    at: off,
+                    len: n,
+                };
+                self.write_from(ino, off, piece)?;
+                written += n;
+                off += n;
+            }
             while off < hole {
                 let n = (hole - off).min(COPY_CHUNK as u64) as usize;
                 src.read_exact_at(&mut buf[..n], off)
@@ -174,8 +209,12 @@ fn all_zero(b: &[u8]) -> bool {
     body == 0 && words.remainder().iter().all(|&x| x == 0)
 }
 
-/// The piece size of [`Image::copy_in`].
+/// The piece size of [`Image::copy_in`] through user space.
 pub const COPY_CHUNK: usize = 1 << 20;
+
+/// The piece size of [`Image::copy_in`] in the kernel (one write, one
+/// undo record, each).
+pub const KERNEL_CHUNK: u64 = 64 << 20;
 
 /// The next data range `[data, hole)` of `f` at or after byte `at` (below
 /// `len`), or `None` if only a hole follows. Where `SEEK_DATA` is not
@@ -207,63 +246,6 @@ fn next_data(f: &std::fs::File, at: u64, len: u64) -> Result<Option<(u64, u64)>,
         .map_err(io_err("seek source file"))?
         .min(len);
     Ok(Some((data, hole)))
-}
-
-/// Copies `len` bytes at byte `from` of `src` to byte `to` of `dst` in the
-/// kernel (`copy_file_range(2)`). `Ok(false)` when the kernel cannot copy
-/// between these two files (another file system on an old kernel, a file
-/// system without the call): the caller copies the bytes itself.
-fn kernel_copy(
-    src: &std::fs::File,
-    from: u64,
-    dst: &std::fs::File,
-    to: u64,
-    len: u64,
-) -> io::Result<bool> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let (mut off_in, mut off_out) = (from as libc::loff_t, to as libc::loff_t);
-        let mut left = len;
-        while left > 0 {
-            let n = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
-            // SAFETY: both descriptors are open files borrowed for the
-            // call; the offsets are locals the kernel reads and advances.
-            let r = unsafe {
-                libc::copy_file_range(
-                    src.as_raw_fd(),
-                    &mut off_in,
-                    dst.as_raw_fd(),
-                    &mut off_out,
-                    n,
-                    0,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(
-                        libc::ENOSYS | libc::EXDEV | libc::EINVAL | libc::EOPNOTSUPP | libc::EBADF,
-                    ) => return Ok(false),
-                    _ => return Err(e),
-                }
-            }
-            if r == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the image ends inside a file's extent",
-                ));
-            }
-            left -= r as u64;
-        }
-        Ok(true)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (src, from, dst, to, len);
-        Ok(false)
-    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,47 @@ struct Piece {
     fresh: bool,
 }
 
+/// File data written between two requests to the device to start writing
+/// it back ([`Device::start_writeback`](super::Device::start_writeback)).
+const WRITEBACK_EVERY: u64 = 8 << 20;
+
+/// Where the bytes of a write come from.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Source<'a> {
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+    /// `len` bytes of a host file from byte `at`: whole blocks are copied
+    /// in the kernel where the device allows it (see `copy.rs`).
+    File {
+        file: &'a std::fs::File,
+        at: u64,
+        len: u64,
+    },
+}
+
+impl Source<'_> {
+    fn len(&self) -> u64 {
+        match *self {
+            Source::Bytes(b) => b.len() as u64,
+            Source::File { len, .. } => len,
+        }
+    }
+
+    /// Bytes `[a, b)` of the source (counted from its start).
+    fn bytes(&self, a: u64, b: u64) -> Result<std::borrow::Cow<'_, [u8]>, Ext4Error> {
+        match *self {
+            Source::Bytes(d) => Ok(std::borrow::Cow::Borrowed(&d[a as usize..b as usize])),
+            Source::File { file, at, .. } => {
+                use std::os::unix::fs::FileExt;
+                let mut v = std::vec![0u8; (b - a) as usize];
+                file.read_exact_at(&mut v, at + a)
+                    .map_err(io_err("read source file"))?;
+                Ok(std::borrow::Cow::Owned(v))
+            }
+        }
+    }
+}
+
 impl Image {
     /// Writes `data` at byte `offset` of regular file `ino`, as `pwrite(2)`:
     /// the file grows to `offset + data.len()` if that is past its end,
@@ -67,22 +108,32 @@ impl Image {
     /// or fs-verity files; [`Ext4Error::Io`]. On an error the metadata is as
     /// before; bytes already overwritten in place may stay.
     pub fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+        self.write_from(ino, offset, Source::Bytes(data))
+    }
+
+    /// [`Image::write`] of bytes from `src`.
+    pub(super) fn write_from(
+        &mut self,
+        ino: u32,
+        offset: u64,
+        src: Source<'_>,
+    ) -> Result<(), Ext4Error> {
         self.check_writable()?;
         if self.freed_since_flush {
             self.flush()?;
         }
-        self.atomically(|img| img.write_op(ino, offset, data))
+        self.atomically(|img| img.write_op(ino, offset, src))
     }
 
     /// [`Image::write`], inside its undo.
-    fn write_op(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+    fn write_op(&mut self, ino: u32, offset: u64, data: Source<'_>) -> Result<(), Ext4Error> {
         let (mut root, inode) = self.root_of_file(ino)?;
         if inode.flags & ENCRYPT_FL != 0 {
             return Err(Ext4Error::Unsupported {
                 feature: "writing an encrypted file",
             });
         }
-        let len = data.len() as u64;
+        let len = data.len();
         let end = self.range_end(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -170,7 +221,7 @@ impl Image {
         }
         pieces.sort_unstable_by_key(|p| p.logical);
         for p in &pieces {
-            self.write_piece(p, offset, data)?;
+            self.write_piece(p, offset, &data)?;
         }
         let size = inode.size.max(end);
         let blocks =
@@ -184,13 +235,13 @@ impl Image {
     /// file) that fall in piece `p`: whole blocks straight from `data`, a
     /// partial first or last block merged with its old bytes (zeros if
     /// fresh). Blocks the block cache holds go through it.
-    fn write_piece(&mut self, p: &Piece, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+    fn write_piece(&mut self, p: &Piece, offset: u64, data: &Source<'_>) -> Result<(), Ext4Error> {
         let bs = u64::from(self.info.block_size);
-        let end = offset + data.len() as u64;
+        let end = offset + data.len();
         let (lo, hi) = (p.logical * bs, (p.logical + p.len) * bs);
         let (from, to) = (offset.max(lo), end.min(hi));
         let pos = |byte: u64| p.physical * bs + (byte - lo);
-        let bytes = |a: u64, b: u64| &data[(a - offset) as usize..(b - offset) as usize];
+        let bytes = |a: u64, b: u64| data.bytes(a - offset, b - offset);
         // The partial block at each end, then the whole blocks between.
         let head_end = from.next_multiple_of(bs).min(to);
         let mut mid = (from, to);
@@ -198,18 +249,71 @@ impl Image {
             self.merge_block(
                 pos(from - from % bs),
                 from % bs,
-                bytes(from, head_end),
+                &bytes(from, head_end)?,
                 p.fresh,
             )?;
             mid.0 = head_end;
         }
         if mid.0 < mid.1 && to % bs != 0 {
             let t0 = to - to % bs;
-            self.merge_block(pos(t0), 0, bytes(t0, to), p.fresh)?;
+            self.merge_block(pos(t0), 0, &bytes(t0, to)?, p.fresh)?;
             mid.1 = t0;
         }
         if mid.0 < mid.1 {
-            self.put_blocks(pos(mid.0) / bs, bytes(mid.0, mid.1))?;
+            let block = pos(mid.0) / bs;
+            if let Source::File { file, at, .. } = *data {
+                if self.copy_blocks_in(block, file, at + (mid.0 - offset), mid.1 - mid.0)? {
+                    return Ok(());
+                }
+            }
+            self.put_blocks(block, &bytes(mid.0, mid.1)?)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes (whole blocks) of host file `file` from byte `at`
+    /// to the image from block `block` on, in the kernel; `false` (nothing
+    /// that matters written) when the device is not a file, the block cache
+    /// holds one of the blocks or the kernel cannot copy.
+    fn copy_blocks_in(
+        &mut self,
+        block: u64,
+        file: &std::fs::File,
+        at: u64,
+        len: u64,
+    ) -> Result<bool, Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        if self
+            .pending_blocks
+            .range(block..block + len / bs)
+            .next()
+            .is_some()
+        {
+            return Ok(false);
+        }
+        let Some(img) = self.dev.file() else {
+            return Ok(false);
+        };
+        let done = super::device::kernel_copy(file, at, img, block * bs, len)
+            .map_err(io_err("copy file data"))?;
+        if done {
+            self.note_data(len)?;
+        }
+        Ok(done)
+    }
+
+    /// Notes `n` bytes of file data written to the device: the next flush
+    /// syncs them first, and every [`WRITEBACK_EVERY`] bytes the device is
+    /// asked to start writing them back, so the disk works while the
+    /// caller goes on and the flush's sync has less left to wait for.
+    fn note_data(&mut self, n: u64) -> Result<(), Ext4Error> {
+        self.data_unsynced = true;
+        self.data_since_writeback += n;
+        if self.data_since_writeback >= WRITEBACK_EVERY {
+            self.data_since_writeback = 0;
+            self.dev
+                .start_writeback()
+                .map_err(io_err("start writeback of file data"))?;
         }
         Ok(())
     }
@@ -253,7 +357,7 @@ impl Image {
                 self.dev
                     .write_at(at * bs, part)
                     .map_err(io_err("write file data"))?;
-                self.data_unsynced = true;
+                self.note_data(part.len() as u64)?;
             }
             if c < block + n {
                 let part = &bytes[((c - block) * bs) as usize..((c - block + 1) * bs) as usize];

@@ -73,6 +73,9 @@ pub struct Image {
     /// File data was written to the device since the last flush: the flush
     /// syncs it before the redo log commits the metadata pointing at it.
     pub(super) data_unsynced: bool,
+    /// Bytes of file data written since the device was last asked to start
+    /// writing them back (see `Image::note_data`).
+    pub(super) data_since_writeback: u64,
     /// While an operation runs: what it changed, as it was before (see
     /// `undo.rs`).
     pub(super) undo: Option<std::boxed::Box<Undo>>,

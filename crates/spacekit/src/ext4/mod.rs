@@ -176,7 +176,7 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
-pub use copy::COPY_CHUNK;
+pub use copy::{COPY_CHUNK, KERNEL_CHUNK};
 pub use data::File;
 pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
@@ -353,6 +353,7 @@ impl Image {
             pending_blocks: BTreeMap::new(),
             freed_since_flush: false,
             data_unsynced: false,
+            data_since_writeback: 0,
             undo: None,
         })
     }
@@ -509,6 +510,7 @@ impl Image {
             // are still in flight (the kernel's data=ordered).
             dev.sync().map_err(io("fsync file data"))?;
             self.data_unsynced = false;
+            self.data_since_writeback = 0;
         }
         // The log: contents, then the trailer that makes it complete.
         dev.write_log(0, &log[..trailer_at])

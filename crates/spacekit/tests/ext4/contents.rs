@@ -481,3 +481,63 @@ fn copy_out_in_the_kernel_and_through_user_space_agree() {
         );
     }
 }
+
+/// `copy_in` of a sparse host file: in the kernel on an image file (data
+/// ranges of 1 MiB and more), through memory on any other device; both
+/// give the host's bytes, its holes kept, e2fsck-clean, as debugfs reads.
+#[test]
+fn copy_in_in_the_kernel_and_through_user_space_agree() {
+    require_e2fsprogs!();
+    use std::os::unix::fs::FileExt;
+    for cfg in [K1, CONFIGS[1]] {
+        let dir = TempDir::new("copy-in");
+        let path = mkfs(&dir, &cfg);
+        let host = dir.path("sparse.src");
+        let mut want = vec![0u8; (12 << 20) + 7];
+        let a = random_bytes((3 << 20) + 100, 8);
+        let b = random_bytes((2 << 20) + 7, 9);
+        want[1 << 20..(1 << 20) + a.len()].copy_from_slice(&a);
+        want[10 << 20..].copy_from_slice(&b);
+        let f = fs::File::create(&host).unwrap();
+        f.write_all_at(&a, 1 << 20).unwrap();
+        f.write_all_at(&b, 10 << 20).unwrap();
+        drop(f);
+        let data_blocks = |img: &mut Image, ino| img.stat(ino).unwrap().blocks * 512;
+
+        let mem = fs::read(&path).unwrap();
+        let mut img = open_rw(&path);
+        let ino = img.create("/s", 0o644).unwrap();
+        let n = img.copy_in(ino, &fs::File::open(&host).unwrap()).unwrap();
+        assert!(n >= (a.len() + b.len()) as u64, "{}: {n} bytes", cfg.name);
+        let kernel_blocks = data_blocks(&mut img, ino);
+        img.flush().unwrap();
+        drop(img);
+        assert_fsck_clean(&path, cfg.name);
+        assert!(
+            debugfs_dump(&path, &dir, "/s") == want,
+            "{}: in the kernel",
+            cfg.name
+        );
+        let mut got = vec![0u8; want.len()];
+        open_ro(&path).read(ino, 0, &mut got).unwrap();
+        assert!(got == want, "{}: Image::read", cfg.name);
+
+        let dev = spacekit::ext4::MemDevice::new(mem);
+        let mut img = Image::open_on(Box::new(dev), OpenMode::ReadWrite).unwrap();
+        let ino = img.create("/s", 0o644).unwrap();
+        img.copy_in(ino, &fs::File::open(&host).unwrap()).unwrap();
+        img.read(ino, 0, &mut got).unwrap();
+        assert!(got == want, "{}: through memory", cfg.name);
+        assert_eq!(
+            data_blocks(&mut img, ino),
+            kernel_blocks,
+            "{}: the same blocks",
+            cfg.name
+        );
+        assert!(
+            kernel_blocks < want.len() as u64 * 6 / 10,
+            "{}: holes not kept: {kernel_blocks}",
+            cfg.name
+        );
+    }
+}
