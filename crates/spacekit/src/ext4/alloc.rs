@@ -76,7 +76,10 @@ impl Image {
         Err(Ext4Error::NoSpace { len, align })
     }
 
-    /// Allocates the free run at or after `goal`, as ext4 extends a file:
+    /// Allocates the free run at or after `goal`, as ext4 extends a file
+    /// (and places a file's tree blocks, directory blocks and xattr blocks:
+    /// every block of a file comes from here, through each group's
+    /// free-space index, from the goal of `Image::file_goal`):
     /// the first free block at or after the goal (in the goal's group from
     /// the goal's block, then each following group from its first block,
     /// wrapping through all of them, and last the goal's group before the
@@ -126,15 +129,15 @@ impl Image {
                 continue;
             }
             self.check_block_bitmap(g)?;
-            let l = self.block_bitmap(g)?;
-            let view = l.view(n as usize)?;
-            let Some(start) = view
-                .find_next_clear(from as usize)
-                .filter(|&s| s < to as usize)
-            else {
+            // The run's first block through the group's free-space index
+            // (its search wraps: a block before `from` means none after).
+            let found = self.with_block_bitmap(g, |l| l.search(n, from, 1, 1, 0))?;
+            let Some(start) = found.filter(|&s| s >= from && s < to).map(|s| s as usize) else {
                 continue;
             };
-            let end = view
+            let l = self.block_bitmap(g)?;
+            let end = l
+                .view(n as usize)?
                 .find_next_set(start)
                 .unwrap_or(n as usize)
                 .min(n as usize)

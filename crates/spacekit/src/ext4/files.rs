@@ -48,7 +48,6 @@ use super::image::Image;
 use super::inode::off;
 use super::layout::{self, le16, le32, ChecksumKind};
 use super::stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
-use super::AllocRequest;
 
 /// `S_IFMT` and the types.
 const S_IFMT: u16 = 0xF000;
@@ -125,11 +124,7 @@ impl ExtentStore for ImageStore<'_> {
     }
     fn alloc_tree_block(&mut self, goal: u64) -> Result<u64, Ext4Error> {
         let goal = (goal < self.img.info.blocks_count).then_some(goal);
-        let b = self.img.alloc_blocks(AllocRequest {
-            goal,
-            len: 1,
-            align: 1,
-        })?;
+        let (b, _) = self.img.alloc_run_from(goal, 1)?;
         self.allocated += 1;
         Ok(b)
     }
@@ -857,11 +852,7 @@ impl Image {
             });
         }
         let goal = self.file_goal(parent, &root, seed)?;
-        let p = self.alloc_blocks(AllocRequest {
-            goal: Some(goal),
-            len: 1,
-            align: 1,
-        })?;
+        let (p, _) = self.alloc_run_from(Some(goal).filter(|&g| g < self.info.blocks_count), 1)?;
         let mut store = ImageStore::new(self);
         let out = extent::insert(
             &mut root,

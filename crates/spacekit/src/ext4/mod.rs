@@ -78,6 +78,13 @@
 //! every change, so a search costs O(log n) instead of a scan of the bitmap
 //! (seed 001's per-group free-space tree).
 //!
+//! Every block of a file (its data, its extent-tree blocks, a directory's
+//! blocks, the xattr block) comes from one policy, through the same
+//! indexes: the free run at or after the file's goal, as ext4 extends a
+//! file (the goal: just past the file's last block, else the first group
+//! of the inode's flex group, as e2fsprogs' `ext2fs_find_inode_goal`); a
+//! new inode comes from its parent directory's group.
+//!
 //! # Checksums
 //!
 //! * superblock: raw CRC-32C from `!0` over its first 0x3FC bytes;

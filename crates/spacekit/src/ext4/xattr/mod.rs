@@ -429,11 +429,7 @@ impl Image {
             old => {
                 let (g, _) = self.info.group_of_inode(ino).unwrap_or_default();
                 let goal = self.info.group_first_block(g);
-                let nb = self.alloc_blocks(super::AllocRequest {
-                    goal: Some(goal),
-                    len: 1,
-                    align: 1,
-                })?;
+                let (nb, _) = self.alloc_run_from(Some(goal), 1)?;
                 let data = format::build_block(bs, &block, 1, nb, seed).ok_or_else(too_big)?;
                 self.write_block(nb, data)?;
                 match old {
