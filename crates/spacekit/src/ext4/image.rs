@@ -9,7 +9,7 @@ use super::device::Device;
 use super::group::{Loaded, Meta};
 use super::layout::FsInfo;
 use super::mode::OpenMode;
-use super::undo::Undo;
+use super::tx::undo::Undo;
 
 /// Cached bitmaps of one group.
 #[derive(Debug, Default)]

@@ -25,10 +25,10 @@ use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
-use super::error::{invalid, io, Ext4Error};
-use super::group::meta_in;
-use super::image::Image;
 use super::redo::Record;
+use crate::ext4::error::{invalid, io, Ext4Error};
+use crate::ext4::group::meta_in;
+use crate::ext4::image::Image;
 
 /// The descriptor field naming an inode table in the metadata map.
 const INODE_TABLE: &str = "bg_inode_table";

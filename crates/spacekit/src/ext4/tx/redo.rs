@@ -37,11 +37,11 @@
 
 use std::vec::Vec;
 
-use super::device::Device;
+use crate::ext4::device::Device;
 
-use super::error::{io, Ext4Error};
-use super::layout::{sb, SB_OFFSET};
 use crate::crc32c;
+use crate::ext4::error::{io, Ext4Error};
+use crate::ext4::layout::{sb, SB_OFFSET};
 
 const MAGIC: &[u8; 8] = b"SKREDO01";
 const END_MAGIC: &[u8; 4] = b"SKOK";

@@ -4,10 +4,10 @@ use crate::bitmap::Bits;
 use crate::crc32c;
 use std::vec::Vec;
 
-use super::error::{corrupt, invalid, Ext4Error};
-use super::group::meta_in;
-use super::layout::{self, sb, ChecksumKind};
-use super::{AllocRequest, Image, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use crate::ext4::error::{corrupt, invalid, Ext4Error};
+use crate::ext4::group::meta_in;
+use crate::ext4::layout::{self, sb, ChecksumKind};
+use crate::ext4::{AllocRequest, Image, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 
 impl Image {
     /// Allocates `req.len` contiguous blocks inside one group and returns the

@@ -14,38 +14,38 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::vec::Vec;
 
-use super::group::Loaded;
+use crate::ext4::group::Loaded;
 
 /// What one operation changed, as it was before.
 #[derive(Debug, Default)]
-pub(super) struct Undo {
+pub(crate) struct Undo {
     /// The superblock.
-    pub(super) sb: Vec<u8>,
-    pub(super) dirty_sb: bool,
-    pub(super) dirty_gdt: BTreeSet<u32>,
-    pub(super) dirty_block: BTreeSet<u32>,
-    pub(super) dirty_inode: BTreeSet<u32>,
+    pub(crate) sb: Vec<u8>,
+    pub(crate) dirty_sb: bool,
+    pub(crate) dirty_gdt: BTreeSet<u32>,
+    pub(crate) dirty_block: BTreeSet<u32>,
+    pub(crate) dirty_inode: BTreeSet<u32>,
     /// Descriptor bytes by group.
-    pub(super) descs: BTreeMap<u32, Vec<u8>>,
+    pub(crate) descs: BTreeMap<u32, Vec<u8>>,
     /// Bitmaps by (group, inode bitmap?): `None` when it was not loaded.
-    pub(super) bitmaps: BTreeMap<(u32, bool), Option<Loaded>>,
+    pub(crate) bitmaps: BTreeMap<(u32, bool), Option<Loaded>>,
     /// The block cache by block: `None` when no version was pending.
-    pub(super) blocks: BTreeMap<u64, Option<Vec<u8>>>,
+    pub(crate) blocks: BTreeMap<u64, Option<Vec<u8>>>,
 }
 
 impl Undo {
     /// Keeps descriptor `g`'s bytes unless already kept.
-    pub(super) fn keep_desc(&mut self, g: u32, raw: &[u8]) {
+    pub(crate) fn keep_desc(&mut self, g: u32, raw: &[u8]) {
         self.descs.entry(g).or_insert_with(|| raw.to_vec());
     }
 
     /// Keeps a bitmap's state unless already kept.
-    pub(super) fn keep_bitmap(&mut self, g: u32, inode: bool, l: Option<&Loaded>) {
+    pub(crate) fn keep_bitmap(&mut self, g: u32, inode: bool, l: Option<&Loaded>) {
         self.bitmaps.entry((g, inode)).or_insert_with(|| l.cloned());
     }
 
     /// Keeps a cached block's pending version unless already kept.
-    pub(super) fn keep_block(&mut self, block: u64, pending: Option<&Vec<u8>>) {
+    pub(crate) fn keep_block(&mut self, block: u64, pending: Option<&Vec<u8>>) {
         self.blocks.entry(block).or_insert_with(|| pending.cloned());
     }
 }

@@ -1,0 +1,202 @@
+//! The transaction layer: the block cache (`cache.rs`), the undo of a
+//! failed operation (`undo.rs`), the redo log (`redo.rs`) and the flush.
+//!
+//! Every change since the last [`Image::flush`] belongs to one
+//! transaction: operations change the in-memory metadata (each one
+//! atomically: [`Image::atomically`] puts back what a failed operation
+//! changed) and the flush commits all of them with one redo log and three
+//! syncs, however many operations there were. File data is not logged:
+//! it goes to the device as it is written (see `inode/data.rs`), and the
+//! flush syncs it first.
+
+pub(super) mod cache;
+pub(super) mod redo;
+pub(super) mod undo;
+
+use std::cell::OnceCell;
+use std::vec::Vec;
+
+use crate::ext4::error::{io, Ext4Error};
+use crate::ext4::image::Image;
+use crate::ext4::layout::SB_OFFSET;
+use crate::ext4::mode::OpenMode;
+
+use redo::Record;
+use undo::Undo;
+
+impl Image {
+    /// Whether there are changes not yet flushed.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty_sb
+            || !self.dirty_gdt.is_empty()
+            || !self.dirty_block.is_empty()
+            || !self.dirty_inode.is_empty()
+            || !self.pending_blocks.is_empty()
+    }
+
+    /// Writes every changed metadata block to the image, crash-safely: the
+    /// blocks go to the redo log first (written, fsynced, directory
+    /// fsynced), then in place, then the image is fsynced and the log
+    /// removed (three syncs; a fourth first when file data was written).
+    /// The removal is not fsynced: a log that a power failure brings back
+    /// is replayed only while the image still holds, sector by sector,
+    /// what the log writes or what was there before it (see `redo.rs`).
+    /// Does nothing if nothing changed.
+    ///
+    /// On an error the changes stay in memory (a later `flush` retries them)
+    /// and the image is either untouched or recoverable by the log, which
+    /// the next read-write [`Image::open`] replays.
+    ///
+    /// # Errors
+    /// [`Ext4Error::ReadOnly`] with changes on a read-only image (cannot
+    /// happen: changes are refused earlier); [`Ext4Error::Io`] from any step.
+    pub fn flush(&mut self) -> Result<(), Ext4Error> {
+        if !self.is_dirty() {
+            return Ok(());
+        }
+        if self.mode == OpenMode::ReadOnly {
+            return Err(Ext4Error::ReadOnly);
+        }
+        let mut records = self.dirty_records();
+        redo::sum_before(&*self.dev, &mut records)?;
+        let (log, trailer_at) = redo::encode(&self.info.uuid, &records);
+        let dev = &mut *self.dev;
+        if self.data_unsynced {
+            // File data first: the log must not commit extents whose bytes
+            // are still in flight (the kernel's data=ordered).
+            dev.sync().map_err(io("fsync file data"))?;
+            self.data_unsynced = false;
+            self.data_since_writeback = 0;
+        }
+        // The log: contents, then the trailer that makes it complete.
+        dev.write_log(0, &log[..trailer_at])
+            .map_err(io("write redo log"))?;
+        dev.write_log(trailer_at as u64, &log[trailer_at..])
+            .map_err(io("write redo log"))?;
+        dev.sync_log().map_err(io("fsync redo log"))?;
+        for r in &records {
+            dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
+        }
+        dev.sync().map_err(io("fsync image"))?;
+        dev.remove_log().map_err(io("remove redo log"))?;
+        self.dirty_sb = false;
+        self.dirty_gdt.clear();
+        self.dirty_block.clear();
+        self.dirty_inode.clear();
+        self.pending_blocks.clear();
+        self.freed_since_flush = false;
+        Ok(())
+    }
+
+    /// Runs `f` as one operation: if it fails, every in-memory change it
+    /// made (superblock, descriptors, bitmaps, cached blocks, what is
+    /// marked dirty) is put back as it was, so a failed operation changes
+    /// nothing and the next flush writes only what earlier operations did.
+    /// Nested calls belong to the outermost one.
+    pub(crate) fn atomically<R>(
+        &mut self,
+        f: impl FnOnce(&mut Image) -> Result<R, Ext4Error>,
+    ) -> Result<R, Ext4Error> {
+        if self.undo.is_some() {
+            return f(self);
+        }
+        self.undo = Some(std::boxed::Box::new(Undo {
+            sb: self.sb.clone(),
+            dirty_sb: self.dirty_sb,
+            dirty_gdt: self.dirty_gdt.clone(),
+            dirty_block: self.dirty_block.clone(),
+            dirty_inode: self.dirty_inode.clone(),
+            ..Undo::default()
+        }));
+        let r = f(self);
+        if let Some(u) = self.undo.take() {
+            if r.is_err() {
+                self.roll_back(*u);
+            }
+        }
+        r
+    }
+
+    /// Puts back what [`Image::atomically`] kept.
+    fn roll_back(&mut self, u: Undo) {
+        self.sb = u.sb;
+        self.dirty_sb = u.dirty_sb;
+        self.dirty_gdt = u.dirty_gdt;
+        self.dirty_block = u.dirty_block;
+        self.dirty_inode = u.dirty_inode;
+        let size = self.info.desc_size as usize;
+        for (g, raw) in u.descs {
+            let off = g as usize * size;
+            if let Some(d) = self.gdt.get_mut(off..off + size) {
+                d.copy_from_slice(&raw);
+            }
+        }
+        for ((g, inode), l) in u.bitmaps {
+            let cache = &mut self.groups[g as usize];
+            let cell = if inode {
+                &mut cache.inode
+            } else {
+                &mut cache.block
+            };
+            *cell = l.map_or_else(OnceCell::new, OnceCell::from);
+        }
+        for (b, data) in u.blocks {
+            match data {
+                Some(d) => self.pending_blocks.insert(b, d),
+                None => self.pending_blocks.remove(&b),
+            };
+        }
+    }
+
+    /// The writes a flush makes, in block order within each kind: the
+    /// superblock, descriptor-table blocks, block bitmaps, inode bitmaps,
+    /// then the block cache's pending blocks.
+    fn dirty_records(&self) -> Vec<Record> {
+        let mut out = self.metadata_records();
+        // The block cache's blocks last. They never overlap the records
+        // above: `write_block` refuses the superblock, descriptor-table and
+        // bitmap blocks, and `validate` checks it.
+        out.extend(self.pending_block_records());
+        out
+    }
+
+    /// The superblock, descriptor-table and bitmap records of a flush.
+    fn metadata_records(&self) -> Vec<Record> {
+        let bs = u64::from(self.info.block_size);
+        let mut out = Vec::new();
+        if self.dirty_sb {
+            out.push(Record {
+                offset: SB_OFFSET,
+                data: self.sb.clone(),
+                ..Record::default()
+            });
+        }
+        for &b in &self.dirty_gdt {
+            let s = b as usize * bs as usize;
+            out.push(Record {
+                offset: (self.info.gdt_start() + u64::from(b)) * bs,
+                data: self.gdt.get(s..s + bs as usize).unwrap_or(&[]).to_vec(),
+                ..Record::default()
+            });
+        }
+        for &g in &self.dirty_block {
+            if let Some(l) = self.groups[g as usize].block.get() {
+                out.push(Record {
+                    offset: self.desc(g).block_bitmap() * bs,
+                    data: l.to_bytes(),
+                    ..Record::default()
+                });
+            }
+        }
+        for &g in &self.dirty_inode {
+            if let Some(l) = self.groups[g as usize].inode.get() {
+                out.push(Record {
+                    offset: self.desc(g).inode_bitmap() * bs,
+                    data: l.to_bytes(),
+                    ..Record::default()
+                });
+            }
+        }
+        out
+    }
+}
