@@ -4,7 +4,7 @@
 //! [`Image::unlink`].
 //!
 //! Everything is built on the block cache ([`Image::flush`] writes it
-//! through the redo log), the extent trees of [`super::extent`] (through an
+//! through the redo log), the extent trees of [`super::inode::extent`] (through an
 //! [`ExtentStore`] over the image), the directory blocks of [`super::dir`],
 //! the inode patches of `inode.rs` (checksums by splice) and the block and
 //! inode allocators (bitmaps, counts and their checksums).
@@ -43,8 +43,8 @@ use std::vec::Vec;
 
 use super::dir::{self, DirEntry};
 use super::error::{corrupt, invalid, Ext4Error};
-use super::extent::{self, Extent, ExtentHeader, ExtentStore, ROOT_SIZE};
 use super::image::Image;
+use super::inode::extent::{self, Extent, ExtentHeader, ExtentStore, ROOT_SIZE};
 use super::inode::off;
 use super::layout::{self, le16, le32, ChecksumKind};
 use super::stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};

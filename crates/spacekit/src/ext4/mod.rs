@@ -138,8 +138,6 @@
 //! ```
 
 mod alloc;
-mod copy;
-mod data;
 mod device;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
@@ -147,11 +145,6 @@ pub mod dir;
 #[cfg(not(any(test, feature = "testing")))]
 mod dir;
 mod error;
-#[cfg(any(test, feature = "testing"))]
-#[doc(hidden)]
-pub mod extent;
-#[cfg(not(any(test, feature = "testing")))]
-mod extent;
 mod files;
 mod group;
 #[cfg(any(test, feature = "testing"))]
@@ -165,7 +158,6 @@ pub mod raw;
 mod stat;
 mod tx;
 mod verify;
-mod xattr;
 
 use std::boxed::Box;
 use std::cell::OnceCell;
@@ -181,12 +173,17 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
-pub use copy::{COPY_CHUNK, KERNEL_CHUNK};
-pub use data::File;
 pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
 pub use extent::Extent;
 pub use image::Image;
+pub use inode::copy::{COPY_CHUNK, KERNEL_CHUNK};
+pub use inode::data::File;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub use inode::extent;
+#[cfg(not(any(test, feature = "testing")))]
+use inode::extent;
 pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 pub use mode::OpenMode;

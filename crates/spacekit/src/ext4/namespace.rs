@@ -16,9 +16,9 @@
 use std::vec::Vec;
 
 use super::error::{invalid, Ext4Error};
-use super::extent::{self, Extent, ROOT_SIZE};
 use super::files::{now, ImageStore, Place};
 use super::image::Image;
+use super::inode::extent::{self, Extent, ROOT_SIZE};
 use super::inode::off;
 use super::layout::{self, le16, le32};
 use super::stat::EXTENTS_FL;

@@ -3,7 +3,7 @@
 
 use std::vec::Vec;
 
-use super::extent::Extent;
+use super::inode::extent::Extent;
 
 /// `EXT4_EXTENTS_FL`.
 pub const EXTENTS_FL: u32 = 0x8_0000;

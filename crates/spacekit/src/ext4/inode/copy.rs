@@ -5,12 +5,12 @@
 use std::io;
 use std::vec::Vec;
 
-use super::data::Source;
-use super::device::kernel_copy;
-use super::error::{io as io_err, Ext4Error};
-use super::extent;
-use super::files::{ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
-use super::image::Image;
+use crate::ext4::device::kernel_copy;
+use crate::ext4::error::{io as io_err, Ext4Error};
+use crate::ext4::files::{ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
+use crate::ext4::image::Image;
+use crate::ext4::inode::data::Source;
+use crate::ext4::inode::extent;
 
 impl Image {
     /// Copies host file `src` into regular file `ino` from byte 0, as `cp`
@@ -18,7 +18,7 @@ impl Image {
     /// whole file where the host file system cannot say) are copied, so
     /// the host's holes stay holes, and the size becomes the host file's
     /// length (a trailing hole included) if that is larger. On an image
-    /// file ([`FileDevice`](super::FileDevice)) the kernel copies the whole
+    /// file ([`FileDevice`](crate::ext4::FileDevice)) the kernel copies the whole
     /// blocks of data ranges of at least [`COPY_CHUNK`] bytes
     /// (`copy_file_range(2)`, in pieces of up to [`KERNEL_CHUNK`] bytes);
     /// shorter ranges, all ranges on other devices, and where the kernel
@@ -117,7 +117,7 @@ impl Image {
 
     /// Copies regular file `ino` out to host file `dst` (from byte 0,
     /// `dst` cut to the file's size), holes and unwritten extents left as
-    /// holes. On an image file ([`FileDevice`](super::FileDevice)) with no
+    /// holes. On an image file ([`FileDevice`](crate::ext4::FileDevice)) with no
     /// change pending over the file's blocks, each written extent is copied
     /// by the kernel (`copy_file_range(2)`: no pass through user space, as
     /// `cp` copies); otherwise, or where the kernel cannot copy between the

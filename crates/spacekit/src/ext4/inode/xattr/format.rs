@@ -39,8 +39,8 @@ use std::vec::Vec;
 
 use crate::crc32c;
 
-use super::super::error::{corrupt, Ext4Error};
-use super::super::raw::{le16, le32, put16, put32};
+use crate::ext4::error::{corrupt, Ext4Error};
+use crate::ext4::raw::{le16, le32, put16, put32};
 
 /// `h_magic` of a block, and the magic before an inode's entries.
 pub(crate) const MAGIC: u32 = 0xEA02_0000;

@@ -50,10 +50,10 @@ use std::vec::Vec;
 
 use format::{Attr, Block, INDEX_ACL_ACCESS, INDEX_ACL_DEFAULT, INDEX_RICHACL, INDEX_SYSTEM};
 
-use super::error::{corrupt, invalid, Ext4Error};
-use super::image::Image;
-use super::inode::{off, Inode};
-use super::layout::{self, le32, ChecksumKind};
+use crate::ext4::error::{corrupt, invalid, Ext4Error};
+use crate::ext4::image::Image;
+use crate::ext4::inode::{off, Inode};
+use crate::ext4::layout::{self, le32, ChecksumKind};
 
 /// compat `ext_attr`: the file system has extended attributes.
 const COMPAT_EXT_ATTR: u32 = 0x8;
@@ -302,7 +302,7 @@ impl Image {
     ///
     /// # Errors
     /// As [`Image::remove_xattr`] for a damaged block.
-    pub(super) fn release_xattr_block(&mut self, ino: u32) -> Result<(), Ext4Error> {
+    pub(crate) fn release_xattr_block(&mut self, ino: u32) -> Result<(), Ext4Error> {
         let found = self.find_xattrs_for_change(ino)?;
         if found.block.is_some() {
             let ibody = found.ibody.clone();

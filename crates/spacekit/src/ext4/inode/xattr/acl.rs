@@ -13,8 +13,8 @@
 
 use std::vec::Vec;
 
-use super::super::error::{corrupt, invalid, Ext4Error};
-use super::super::raw::{le16, le32};
+use crate::ext4::error::{corrupt, invalid, Ext4Error};
+use crate::ext4::raw::{le16, le32};
 
 const XATTR_VERSION: u32 = 2;
 const EXT4_VERSION: u32 = 1;

@@ -18,18 +18,27 @@
 //! As e2fsprogs does, an inode whose bytes are all zero (never used) counts
 //! as having a good checksum.
 
+pub(super) mod copy;
+pub(super) mod data;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod extent;
+#[cfg(not(any(test, feature = "testing")))]
+pub(super) mod extent;
+pub(super) mod xattr;
+
 use std::vec;
 use std::vec::Vec;
 
 use crate::bitmap::Bits;
 use crate::crc32c;
 
-use super::error::{invalid, Ext4Error};
-use super::image::Image;
-use super::layout::{self, le16, le32, ChecksumKind};
-pub(crate) use super::raw::inode as off;
-use super::raw::zeroed_ranges;
-pub(crate) use super::raw::{
+use crate::ext4::error::{invalid, Ext4Error};
+use crate::ext4::image::Image;
+use crate::ext4::layout::{self, le16, le32, ChecksumKind};
+pub(crate) use crate::ext4::raw::inode as off;
+use crate::ext4::raw::zeroed_ranges;
+pub(crate) use crate::ext4::raw::{
     checksum_mask, has_checksum_hi, inode_crc, store_checksum, stored_checksum,
 };
 
@@ -273,7 +282,7 @@ impl Image {
     /// blocks): raw CRC-32C of `le32(ino)` then `le32(generation)` from the
     /// file system's checksum seed — the kernel's `ei->i_csum_seed`.
     pub(crate) fn inode_seed(&self, ino: u32, generation: u32) -> u32 {
-        super::raw::inode_seed(self.info.checksum_seed, ino, generation)
+        crate::ext4::raw::inode_seed(self.info.checksum_seed, ino, generation)
     }
 
     /// Where inode `ino` lives: its inode-table block and byte offset in it.

@@ -35,10 +35,10 @@
 use std::io;
 use std::vec::Vec;
 
-use super::error::{invalid, io as io_err, Ext4Error};
-use super::extent::{self, Extent};
-use super::files::{holes, ImageStore, ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
-use super::image::Image;
+use crate::ext4::error::{invalid, io as io_err, Ext4Error};
+use crate::ext4::files::{holes, ImageStore, ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
+use crate::ext4::image::Image;
+use crate::ext4::inode::extent::{self, Extent};
 
 /// How a stretch of logical blocks of a write is mapped before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ struct Piece {
 }
 
 /// File data written between two requests to the device to start writing
-/// it back ([`Device::start_writeback`](super::Device::start_writeback)).
+/// it back ([`Device::start_writeback`](crate::ext4::Device::start_writeback)).
 const WRITEBACK_EVERY: u64 = 8 << 20;
 
 /// Where the bytes of a write come from.
@@ -294,7 +294,7 @@ impl Image {
         let Some(img) = self.dev.file() else {
             return Ok(false);
         };
-        let done = super::device::kernel_copy(file, at, img, block * bs, len)
+        let done = crate::ext4::device::kernel_copy(file, at, img, block * bs, len)
             .map_err(io_err("copy file data"))?;
         if done {
             self.note_data(len)?;
@@ -432,14 +432,17 @@ impl Image {
     /// The contents of an inline-data inode (`inline_data` feature): the
     /// 60 bytes of `i_block`, then the value of its `system.data`
     /// attribute, up to `i_size`.
-    pub(super) fn inline_bytes(&self, inode: &super::inode::Inode) -> Result<Vec<u8>, Ext4Error> {
+    pub(crate) fn inline_bytes(
+        &self,
+        inode: &crate::ext4::inode::Inode,
+    ) -> Result<Vec<u8>, Ext4Error> {
         let mut all = inode.block.to_vec();
         if let Some(v) = self.get_xattr(inode.number, "system.data")? {
             all.extend_from_slice(&v);
         }
         let size = usize::try_from(inode.size).unwrap_or(usize::MAX);
         if all.len() < size {
-            return Err(super::error::corrupt(
+            return Err(crate::ext4::error::corrupt(
                 "i_size",
                 None,
                 inode.size,
