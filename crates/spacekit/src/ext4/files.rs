@@ -813,8 +813,10 @@ impl Image {
                 }
                 // Logical blocks 1 and 2, where the root's entries point.
                 for (want, leaf) in [(1, ix.lower), (2, ix.upper)] {
-                    if self.append_dir_block(parent, leaf)? != want {
-                        return Err(corrupt("i_size", None, want.into(), "not one block"));
+                    let got = self.append_dir_block(parent, leaf)?;
+                    if got != want {
+                        let why = "a directory being indexed was not one block long";
+                        return Err(corrupt("i_size", None, got.into(), why));
                     }
                 }
                 self.write_block(block, ix.root)?;
