@@ -11,6 +11,9 @@
 //! `debugfs ls` lists exactly the names, `debugfs stat` and `lsattr -d`
 //! show the index flag, the kernel (a read-only loop mount) lists and
 //! looks up every name, and spacekit's `lookup` and `read_dir` agree.
+//! Only a directory of exactly one block converts, and only with
+//! `dir_index`; a crash at any step of the flush that writes a conversion
+//! leaves the image as it was before or after.
 //!
 //! The hashes themselves are compared with `debugfs dx_hash` for all six
 //! variants in `tests/ext4_dir.rs`.
@@ -529,4 +532,69 @@ fn only_one_block_directories_convert_and_only_with_dir_index() {
         true,
         &mut Kernel { refused: false },
     );
+}
+
+/// A crash at every step of the flush that writes a conversion (the dx
+/// root, two leaves, the inode, the bitmaps and counts) leaves the image as
+/// it was before or after, e2fsck-clean: all of it goes through the redo
+/// log.
+#[test]
+fn a_crash_while_a_conversion_is_flushed_leaves_before_or_after() {
+    require_e2fsprogs!();
+    // The same timestamps in the reference run and the crashed ones.
+    std::env::set_var("SOURCE_DATE_EPOCH", FAKE_TIME);
+    for cfg in [K1_CSUM, K4_PLAIN] {
+        let tmp = TempDir::new("indexed-crash");
+        let base = mkfs(&tmp, &cfg);
+        // How many names convert /d, learnt on a copy.
+        let probe = copy(&base, &tmp, "probe.img");
+        let mut img = open_rw(&probe);
+        img.mkdir("/d", 0o755).unwrap();
+        let (mut names, mut next) = (Names::new(), 0);
+        let took = fill_until_indexed(&mut img, "/d", &mut next, &mut names);
+        drop(img);
+        // The base: /d one name short of it.
+        let mut img = open_rw(&base);
+        img.mkdir("/d", 0o755).unwrap();
+        let mut names = Names::new();
+        for i in 0..took - 1 {
+            add(&mut img, "/d", i, &mut names);
+        }
+        img.flush().unwrap();
+        drop(img);
+        let txn = |img: &mut Image| {
+            let p = format!("/d/{}", name(took - 1));
+            img.create(&p, 0o644).unwrap();
+            let d = img.lookup("/d").unwrap();
+            assert_ne!(img.inode(d).unwrap().flags & INDEX_FL, 0);
+        };
+        let before = fs::read(&base).unwrap();
+        let reference = copy(&base, &tmp, "reference.img");
+        let mut img = open_rw(&reference);
+        txn(&mut img);
+        img.flush().unwrap();
+        drop(img);
+        let after = fs::read(&reference).unwrap();
+        assert_fsck_clean(&reference, cfg.name);
+        let mut step = 0;
+        loop {
+            let p = copy(&base, &tmp, &format!("crash{step}.img"));
+            let (mut img, faults) = open_faulty(&p);
+            txn(&mut img);
+            faults.fail_write_after(step);
+            let failed = img.flush().is_err();
+            drop(img);
+            drop(open_rw(&p)); // replays or discards the log
+            let now = fs::read(&p).unwrap();
+            let what = format!("{}: step {step}", cfg.name);
+            assert!(now == before || now == after, "{what}: neither");
+            assert_fsck_clean(&p, &what);
+            fs::remove_file(&p).unwrap();
+            if !failed {
+                break;
+            }
+            step += 1;
+        }
+        assert!(step > 4, "{}: only {step} steps", cfg.name);
+    }
 }
