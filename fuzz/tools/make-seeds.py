@@ -31,6 +31,19 @@ for img in range(3):
     put("ext4", f"ops-{img}", [img, 0, 0] + [0] * 15 + ops)
     put("ext4", f"edits-{img}", [img, 1, 4] + list(rnd(4 * 8)) + [0] * 15 + ops)
 
+# ext4: /d/e (one block) fills with names of 255, 254, ... bytes until it
+# becomes an htree and its leaves split; a mkdir, and renames out of it and
+# back in.
+for img in range(3):
+    ops = []
+    for n in range(254, 242, -1):
+        ops += [4, 14, n, 0xFF]
+    ops += [11, 14, 199]
+    ops += [14, 14, 254, 15, 7]
+    ops += [4, 14, 100, 0xFF]
+    ops += [14, 15, 7, 14, 49]
+    put("ext4", f"htree-{img}", [img, 0, 0] + [0] * 15 + ops)
+
 # migration_wire: 16 header bytes, memory size, fill, max-table flag, then
 # a stream: Start, Memory (two ranges), PageHashes, Complete.
 def req(cmd, length):

@@ -35,6 +35,15 @@
 //! (a third level, which needs `largedir`), the create fails with
 //! [`Ext4Error::Unsupported`] (`"htree index split"`) before anything
 //! changes. Every leaf and index block written is re-signed.
+//!
+//! A linear directory becomes an htree as the kernel makes one (its
+//! `make_indexed_dir`): on a file system with `dir_index`, when a new name
+//! does not fit in a directory exactly one block long, block 0 becomes the
+//! dx root (hash version `s_def_hash_version`) and its entries move, split
+//! by hash, to two new leaves ([`dir::make_indexed`]); the inode gets
+//! [`dir::INDEX_FL`], and the name goes into the leaf its hash selects. A
+//! linear directory already longer than one block stays linear and grows a
+//! block at a time.
 
 use std::string::String;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -70,8 +79,9 @@ const RO_COMPAT_HUGE_FILE: u32 = 0x8;
 const HUGE_FILE_FL: u32 = 0x4_0000;
 /// ro_compat `large_file`.
 const RO_COMPAT_LARGE_FILE: u32 = 0x2;
-/// Superblock `s_hash_seed` and `s_flags`.
+/// Superblock `s_hash_seed`, `s_def_hash_version` and `s_flags`.
 const SB_HASH_SEED: usize = 0xEC;
+const SB_DEF_HASH_VERSION: usize = 0xFC;
 const SB_FLAGS: usize = 0x160;
 /// Superblock `s_log_groups_per_flex`.
 const SB_LOG_GROUPS_PER_FLEX: usize = 0x174;
@@ -82,6 +92,9 @@ pub(super) enum Place {
     Block(u64),
     /// Into a new block appended to a linear directory.
     Append,
+    /// Into a linear directory of one full block, made an htree first
+    /// ([`dir::make_indexed`]): its block and the new index's hash version.
+    Index { block: u64, version: u8 },
     /// Into an htree leaf that is full: split it (a new leaf appended, a
     /// new index entry in the index block above).
     Split {
@@ -589,8 +602,9 @@ impl Image {
     /// inode), with `links_count` 1, `EXTENTS_FL` and an empty extent root,
     /// size 0, timestamps now, `i_extra_isize` 32 in large inodes, its
     /// checksum; the entry goes into the parent: in a linear directory the
-    /// first block with room, else a new block appended to it; in an htree
-    /// directory the leaf the name's hash selects. The parent's mtime and
+    /// first block with room, else (one full block, `dir_index`) the
+    /// directory becomes an htree, else a new block is appended to it; in
+    /// an htree directory the leaf the name's hash selects. The parent's mtime and
     /// ctime become now.
     ///
     /// # Errors
@@ -658,7 +672,8 @@ impl Image {
 
     /// Where a new entry `name` (file type `ft`) goes in directory
     /// `parent`, decided before any change: a leaf or linear block with
-    /// room, a new block appended, or an htree leaf to split (refused with
+    /// room, a new block appended, a one-block directory to index, or an
+    /// htree leaf to split (refused with
     /// [`Ext4Error::Unsupported`] when its index would need a third level).
     /// Also checks that an appended block and its tree blocks would fit.
     pub(super) fn plan_entry(
@@ -682,9 +697,7 @@ impl Image {
                     .ok_or_else(|| corrupt("i_block", None, l.into(), "directory block not mapped"))
             };
             let root = self.read_block(phys(0)?)?.into_owned();
-            let mut seed16 = [0u8; 16];
-            seed16.copy_from_slice(&self.sb[SB_HASH_SEED..SB_HASH_SEED + 16]);
-            let s_flags = le32(&self.sb, SB_FLAGS);
+            let (s_flags, seed16) = self.hash_params();
             let path = dir::dx_path(name, &root, s_flags, seed16, pseed, |l| {
                 Ok(self.read_block(phys(l)?)?.into_owned())
             })?;
@@ -721,6 +734,18 @@ impl Image {
                 if dir::add_entry(&mut b, name, 1, ft, csum)? {
                     place = Place::Block(p);
                     break;
+                }
+            }
+            // One full block: it becomes an htree, as the kernel's
+            // `ext4_add_entry` makes it (a longer linear directory stays so).
+            let compat = le32(&self.sb, layout::sb::COMPAT);
+            let version = dir::new_index_version(compat, self.sb[SB_DEF_HASH_VERSION]);
+            if let (Place::Append, [(0, block)], Some(version)) = (&place, &blocks[..], version) {
+                if pinode.size == u64::from(self.info.block_size) {
+                    place = Place::Index {
+                        block: *block,
+                        version,
+                    };
                 }
             }
         }
@@ -772,8 +797,37 @@ impl Image {
                 self.write_block(leaf, sp.lower)?;
                 self.dx_add_leaf(parent, &path, &index, sp.hash, new_leaf, pseed)?;
             }
+            Place::Index { block, version } => {
+                let old = self.dir_block(parent, pinode.generation, block)?;
+                let (s_flags, seed16) = self.hash_params();
+                let mut ix = dir::make_indexed(&old, version, s_flags, seed16, pseed)?;
+                if !ix.add_entry(name, ino, ft)? {
+                    return Err(Ext4Error::Unsupported {
+                        feature: "htree leaf split (the name fits neither half)",
+                    });
+                }
+                // Logical blocks 1 and 2, where the root's entries point.
+                for (want, leaf) in [(1, ix.lower), (2, ix.upper)] {
+                    let got = self.append_dir_block(parent, leaf)?;
+                    if got != want {
+                        let why = "a directory being indexed was not one block long";
+                        return Err(corrupt("i_size", None, got.into(), why));
+                    }
+                }
+                self.write_block(block, ix.root)?;
+                let flags = (self.inode(parent)?.flags | dir::INDEX_FL).to_le_bytes();
+                self.write_inode_fields(parent, &[(off::FLAGS, &flags)])?;
+            }
         }
         Ok(())
+    }
+
+    /// The superblock's `s_flags` and `s_hash_seed`, which with a dx root's
+    /// hash version make a directory's hash ([`dir::DxHash::for_dir`]).
+    fn hash_params(&self) -> (u32, [u8; 16]) {
+        let mut seed16 = [0u8; 16];
+        seed16.copy_from_slice(&self.sb[SB_HASH_SEED..SB_HASH_SEED + 16]);
+        (le32(&self.sb, SB_FLAGS), seed16)
     }
 
     /// Adds the index entry `(hash, leaf)` for a new leaf to the bottom

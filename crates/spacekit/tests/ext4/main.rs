@@ -26,6 +26,10 @@
 //! * `namespace` — every kind of inode (directories, links, symlinks,
 //!   devices, FIFOs, sockets) and their attributes, against debugfs, e2fsck
 //!   and the kernel;
+//! * `indexed` — a linear directory that outgrows its one block becomes an
+//!   htree as the kernel makes it, under every hash and block size, against
+//!   e2fsck, debugfs `htree_dump`/`ls`/`stat`, and the kernel's readdir,
+//!   lookups and `lsattr`;
 //! * `found` — defects users found on `mke2fs -d` images, casefolded
 //!   directories and damaged descriptors, checked with debugfs, e2fsck and
 //!   (where a loop mount is allowed) the kernel.
@@ -46,6 +50,7 @@ mod crash;
 mod damage;
 mod files;
 mod found;
+mod indexed;
 mod inodes;
 mod inodes_read;
 mod namespace;

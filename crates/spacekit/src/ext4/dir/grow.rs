@@ -42,8 +42,21 @@ pub struct LeafSplit {
 /// As [`entries`] for a bad block; [`Ext4Error::InvalidArgument`]
 /// (`"entries"`) for a leaf with fewer than two entries (nothing to split).
 pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<LeafSplit, Ext4Error> {
+    split_entries(entries(leaf, seed.is_some())?, leaf.len(), hasher, seed)
+}
+
+/// [`split_leaf`] over the live entries of a leaf of `block_size` bytes
+/// (also the entries a linear block 0 hands over when it becomes a dx root:
+/// [`make_indexed`](super::make_indexed)).
+pub(super) fn split_entries(
+    list: Vec<DirEntry>,
+    block_size: usize,
+    hasher: &DxHash,
+    seed: Option<u32>,
+) -> Result<LeafSplit, Ext4Error> {
+    check_block_size(block_size)?;
     let csum = seed.is_some();
-    let mut map: Vec<((u32, u32), DirEntry)> = entries(leaf, csum)?
+    let mut map: Vec<((u32, u32), DirEntry)> = list
         .into_iter()
         .map(|e| (hasher.hash(&e.name), e))
         .collect();
@@ -55,7 +68,7 @@ pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<Lea
         ));
     }
     map.sort_by_key(|(h, _)| *h);
-    let room = leaf.len() - if csum { TAIL_LEN } else { 0 };
+    let room = block_size - if csum { TAIL_LEN } else { 0 };
     // Move entries from the top while they fill at most half the room.
     let mut split = map.len();
     let mut moved = 0;
@@ -71,7 +84,7 @@ pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<Lea
     let hash2 = map[split].0 .0;
     let continued = u32::from(map[split - 1].0 .0 == hash2);
     let pack = |part: &[((u32, u32), DirEntry)]| -> Result<Vec<u8>, Ext4Error> {
-        let mut b = vec![0u8; leaf.len()];
+        let mut b = vec![0u8; block_size];
         let mut off = 0;
         for (i, (_, e)) in part.iter().enumerate() {
             let len = if i + 1 == part.len() {
@@ -79,7 +92,7 @@ pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<Lea
             } else {
                 entry_size(e.name.len())
             };
-            put16(&mut b, off + 4, rec_len_to_disk(len, leaf.len())?);
+            put16(&mut b, off + 4, rec_len_to_disk(len, block_size)?);
             write_entry(&mut b, off, &e.name, e.inode, e.file_type);
             off += len;
         }

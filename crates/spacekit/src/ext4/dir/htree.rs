@@ -17,11 +17,11 @@ const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
 pub(super) const DX_ENTRY_LEN: usize = 8;
 /// Offset of `dx_countlimit` in a dx root: after `.` (12 bytes), `..`
 /// (12 bytes, name padded) and `dx_root_info` (8 bytes).
-const DX_ROOT_COUNT_OFFSET: usize = 32;
+pub(super) const DX_ROOT_COUNT_OFFSET: usize = 32;
 /// Offset of `dx_countlimit` in a dx node: after its empty 8-byte record.
 pub(super) const DX_NODE_COUNT_OFFSET: usize = 8;
 /// `dx_root_info.info_length`.
-const DX_INFO_LEN: u8 = 8;
+pub(super) const DX_INFO_LEN: u8 = 8;
 /// Deepest index: the dx root plus two levels of nodes (largedir).
 pub(super) const DX_MAX_INDIRECT: u8 = 2;
 

@@ -29,6 +29,10 @@
 //! [`parse_dx_root`], [`parse_dx_node`], [`verify_dx`] and [`leaf_for`] read
 //! the index; [`DxHash`] computes the names' hashes (legacy, half-MD4 and TEA
 //! in their signed and unsigned forms, as e2fsprogs' `ext2fs_dirhash`).
+//! [`split_leaf`], [`dx_insert`] and the other edits grow an index, and
+//! [`make_indexed`] makes one: a linear directory of one full block becomes
+//! an htree as the kernel's `make_indexed_dir` makes it (block 0 the dx
+//! root, its entries split by hash into two new leaves).
 //!
 //! # Example
 //!
@@ -52,6 +56,7 @@ mod format;
 mod grow;
 mod hash;
 mod htree;
+mod index;
 mod linear;
 mod tail;
 
@@ -74,6 +79,8 @@ pub use htree::{
     dx_checksum, dx_limit, dx_path, parse_dx_node, parse_dx_root, stored_dx_checksum, verify_dx,
     DxEntry, DxLevel, DxNode, DxPath, DxRoot,
 };
+#[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
+pub use index::{make_indexed, new_index_version, Indexed, COMPAT_DIR_INDEX};
 #[cfg(any(test, feature = "testing"))]
 pub use linear::records;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
