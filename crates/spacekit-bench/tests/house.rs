@@ -373,3 +373,38 @@ fn no_file_is_pulled_in_with_path_or_without_dead_code() {
         "#[path] or file-wide dead_code allows: {found:?}"
     );
 }
+
+/// The ext4 files over `max` lines.
+fn long_ext4_files(crates: &Path, max: usize) -> Vec<(PathBuf, usize)> {
+    let mut files = Vec::new();
+    rust_files(&crates.join("spacekit/src/ext4"), &mut files);
+    let mut long: Vec<(PathBuf, usize)> = files
+        .into_iter()
+        .filter_map(|p| {
+            let n = fs::read_to_string(&p).ok()?.lines().count();
+            (n > max).then_some((p, n))
+        })
+        .collect();
+    long.sort();
+    long
+}
+
+/// ext4 is built in layers of small files: none is over 800 lines.
+#[test]
+fn no_ext4_file_is_over_800_lines() {
+    let long = long_ext4_files(&crates_dir(), 800);
+    assert!(long.is_empty(), "ext4 files over 800 lines: {long:?}");
+}
+
+/// The line count sees a long file (the check above is not vacuous).
+#[test]
+fn the_line_count_sees_a_long_file() {
+    let root = std::env::temp_dir().join(format!("spacekit-house-{}", std::process::id()));
+    let dir = root.join("spacekit/src/ext4/deep");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("long.rs"), "//\n".repeat(801)).unwrap();
+    fs::write(dir.join("short.rs"), "//\n".repeat(800)).unwrap();
+    let long = long_ext4_files(&root, 800);
+    let _ = fs::remove_dir_all(&root);
+    assert_eq!(long, vec![(dir.join("long.rs"), 801)]);
+}

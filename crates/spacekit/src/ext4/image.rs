@@ -68,7 +68,7 @@ pub struct Image {
     pub(super) pending_blocks: BTreeMap<u64, Vec<u8>>,
     /// Blocks were freed since the last flush: the image on disk still
     /// gives them to their old owners, so file data must not be written to
-    /// them before the flush (see `data.rs`).
+    /// them before the flush (see `inode/data.rs`).
     pub(super) freed_since_flush: bool,
     /// File data was written to the device since the last flush: the flush
     /// syncs it before the redo log commits the metadata pointing at it.

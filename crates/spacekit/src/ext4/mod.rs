@@ -24,6 +24,28 @@
 //! [`Ext4Error::Corrupt`] naming the field. An image that gives an error when
 //! opened is never written.
 //!
+//! # Layers
+//!
+//! Each layer is a folder and can be tested alone:
+//!
+//! * `device/`: where the bytes live: the [`Device`] trait, [`FileDevice`]
+//!   (positioned reads and writes, the redo log beside the image,
+//!   `copy_file_range` and write-back hints) and [`MemDevice`]; tests put a
+//!   fault-injecting device (read and write errors at the Nth step or at a
+//!   given block, torn writes) in between;
+//! * `tx/`: the transaction: the block cache, the undo of a failed
+//!   operation, the redo log and the flush (all changes since the last
+//!   flush commit together, with three syncs);
+//! * `alloc/`: one allocator for data and metadata blocks and inodes, on
+//!   each group's free-space index, from ext4's goals;
+//! * `inode/`: the inode table, file contents and copies, extent trees,
+//!   xattrs, a file's space (fallocate, truncate);
+//! * `namespace/`: path lookup, directories (linear records, checksum tail,
+//!   htree index, name hashes), entries, links, every kind of inode.
+//!
+//! Below them: the on-disk layout (`layout.rs`, `raw.rs`), groups and
+//! bitmaps (`group.rs`), checks (`verify.rs`).
+//!
 //! # Files
 //!
 //! spacekit is an offline file-system library whose results e2fsck
@@ -32,7 +54,7 @@
 //! ext4 uses), [`Image::truncate`] and [`Image::unlink`], over extent trees
 //! and linear or htree directory blocks it reads and writes record by
 //! record; file contents with [`Image::write`], [`Image::read`] and
-//! [`File`] (see `data.rs` for where the bytes go and why that is
+//! [`File`] (see `inode/data.rs` for where the bytes go and why that is
 //! crash-safe); every kind of inode with [`Image::mkdir`],
 //! [`Image::rmdir`], [`Image::symlink`], [`Image::link`],
 //! [`Image::rename`], [`Image::mknod`], [`Image::chmod`],
@@ -139,13 +161,8 @@
 
 mod alloc;
 mod device;
-#[cfg(any(test, feature = "testing"))]
-#[doc(hidden)]
-pub mod dir;
-#[cfg(not(any(test, feature = "testing")))]
-mod dir;
 mod error;
-mod files;
+mod flags;
 mod group;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
@@ -187,6 +204,11 @@ use inode::extent;
 pub use inode::{Inode, InodeMismatch, InodeTimes};
 pub use layout::{ChecksumKind, FsInfo, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 pub use mode::OpenMode;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub use namespace::dir;
+#[cfg(not(any(test, feature = "testing")))]
+use namespace::dir;
 pub use namespace::{FileTimes, NodeKind, Timestamp};
 pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};

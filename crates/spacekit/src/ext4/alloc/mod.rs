@@ -1,5 +1,7 @@
 //! Block and inode allocation with full accounting.
 
+mod goal;
+
 use crate::bitmap::Bits;
 use crate::crc32c;
 use std::vec::Vec;

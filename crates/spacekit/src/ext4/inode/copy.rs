@@ -7,10 +7,11 @@ use std::vec::Vec;
 
 use crate::ext4::device::kernel_copy;
 use crate::ext4::error::{io as io_err, Ext4Error};
-use crate::ext4::files::{ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
+use crate::ext4::flags::{ENCRYPT_FL, INLINE_DATA_FL};
 use crate::ext4::image::Image;
 use crate::ext4::inode::data::Source;
 use crate::ext4::inode::extent;
+use crate::ext4::inode::file::ReadStore;
 
 impl Image {
     /// Copies host file `src` into regular file `ino` from byte 0, as `cp`

@@ -36,9 +36,11 @@ use std::io;
 use std::vec::Vec;
 
 use crate::ext4::error::{invalid, io as io_err, Ext4Error};
-use crate::ext4::files::{holes, ImageStore, ReadStore, ENCRYPT_FL, INLINE_DATA_FL};
+use crate::ext4::flags::{ENCRYPT_FL, INLINE_DATA_FL};
 use crate::ext4::image::Image;
 use crate::ext4::inode::extent::{self, Extent};
+use crate::ext4::inode::file::{ImageStore, ReadStore};
+use crate::ext4::inode::space::holes;
 
 /// How a stretch of logical blocks of a write is mapped before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

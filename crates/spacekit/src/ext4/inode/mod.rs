@@ -25,6 +25,8 @@ pub(super) mod data;
 pub mod extent;
 #[cfg(not(any(test, feature = "testing")))]
 pub(super) mod extent;
+pub(super) mod file;
+pub(super) mod space;
 pub(super) mod xattr;
 
 use std::vec;

@@ -259,8 +259,8 @@ pub fn dx_insert(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::dir::htree::dx_tail_at;
-    use crate::ext4::dir::{
+    use crate::ext4::namespace::dir::htree::dx_tail_at;
+    use crate::ext4::namespace::dir::{
         add_entry, dx_checksum, init_block, parse_dx_node, verify_dx, verify_tail, FT_REG_FILE,
     };
 

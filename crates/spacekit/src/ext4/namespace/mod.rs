@@ -13,15 +13,24 @@
 //! from the parent's group on, as libext2fs' `ext2fs_new_inode` searches.
 //! Every operation is one undo unit: on an error nothing changes.
 
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod dir;
+#[cfg(not(any(test, feature = "testing")))]
+pub(super) mod dir;
+pub(super) mod entries;
+pub(super) mod lookup;
+
 use std::vec::Vec;
 
-use super::error::{invalid, Ext4Error};
-use super::files::{now, ImageStore, Place};
-use super::image::Image;
-use super::inode::extent::{self, Extent, ROOT_SIZE};
-use super::inode::off;
-use super::layout::{self, le16, le32};
-use super::stat::EXTENTS_FL;
+use crate::ext4::error::{invalid, Ext4Error};
+use crate::ext4::image::Image;
+use crate::ext4::inode::extent::{self, Extent, ROOT_SIZE};
+use crate::ext4::inode::file::{now, ImageStore};
+use crate::ext4::inode::off;
+use crate::ext4::layout::{self, le16, le32};
+use crate::ext4::namespace::entries::Place;
+use crate::ext4::stat::EXTENTS_FL;
 
 const S_IFMT: u16 = 0xF000;
 const S_IFDIR: u16 = 0x4000;
@@ -196,7 +205,7 @@ impl Image {
             return Err(invalid("ino", ino.into(), "not a symlink"));
         }
         let size = inode.size as usize;
-        if inode.flags & super::files::INLINE_DATA_FL != 0 {
+        if inode.flags & crate::ext4::flags::INLINE_DATA_FL != 0 {
             return self.inline_bytes(&inode);
         }
         if inode.flags & EXTENTS_FL == 0 && size < ROOT_SIZE {
@@ -204,7 +213,7 @@ impl Image {
         }
         let (root, _) = self.root_of(ino)?;
         let seed = self.seed_of(ino, inode.generation);
-        let exts = extent::extents(&root, &mut super::files::ReadStore(self), seed)?;
+        let exts = extent::extents(&root, &mut crate::ext4::inode::file::ReadStore(self), seed)?;
         let e = exts
             .iter()
             .find(|e| e.logical == 0 && !e.unwritten)
@@ -284,7 +293,7 @@ impl Image {
         if inode.is_dir() {
             // `np` must not be `ino` or below it.
             let mut x = np;
-            while x != super::stat::ROOT_INO {
+            while x != crate::ext4::stat::ROOT_INO {
                 if x == ino {
                     return Err(invalid(
                         "to",
@@ -384,7 +393,7 @@ impl Image {
         let inode = self.inode(ino)?;
         let seed = self.seed_of(ino, inode.generation);
         let (root, _) = self.root_of(ino)?;
-        let exts = extent::extents(&root, &mut super::files::ReadStore(self), seed)?;
+        let exts = extent::extents(&root, &mut crate::ext4::inode::file::ReadStore(self), seed)?;
         let p0 = exts
             .iter()
             .find(|e| e.logical == 0)
@@ -393,7 +402,7 @@ impl Image {
         let mut b = self.read_block(p0)?.into_owned();
         let first = usize::from(le16(&b, 4));
         if first != 12 || &b[first + 8..first + 10] != b".." {
-            return Err(super::error::corrupt(
+            return Err(crate::ext4::error::corrupt(
                 "dir block 0",
                 None,
                 ino.into(),
@@ -401,11 +410,11 @@ impl Image {
             ));
         }
         layout::put32(&mut b, first, parent);
-        if inode.flags & super::dir::INDEX_FL != 0 {
-            let r = super::dir::parse_dx_root(&b, self.csum())?;
-            super::dir::dx_rewrite(&mut b, &r.entries, seed)?;
+        if inode.flags & crate::ext4::namespace::dir::INDEX_FL != 0 {
+            let r = crate::ext4::namespace::dir::parse_dx_root(&b, self.csum())?;
+            crate::ext4::namespace::dir::dx_rewrite(&mut b, &r.entries, seed)?;
         } else if let Some(seed) = seed {
-            super::dir::sign_tail(seed, &mut b)?;
+            crate::ext4::namespace::dir::sign_tail(seed, &mut b)?;
         }
         self.write_block(p0, b)
     }
@@ -620,7 +629,7 @@ impl Image {
         // A free bit over a live inode (links left) is a damaged bitmap:
         // never write over a file or directory.
         if le16(&old, off::LINKS_COUNT) != 0 {
-            return Err(super::error::corrupt(
+            return Err(crate::ext4::error::corrupt(
                 "inode bitmap",
                 self.info.group_of_inode(ino).map(|(g, _)| g),
                 ino.into(),
@@ -658,23 +667,23 @@ impl Image {
         seed: Option<u32>,
     ) -> Result<Vec<u8>, Ext4Error> {
         let bs = self.info.block_size as usize;
-        let mut b = super::dir::init_block(bs, seed)?;
+        let mut b = crate::ext4::namespace::dir::init_block(bs, seed)?;
         let end = if seed.is_some() {
-            bs - super::dir::TAIL_LEN
+            bs - crate::ext4::namespace::dir::TAIL_LEN
         } else {
             bs
         };
         let ft = self.file_type_of(S_IFDIR);
         for (at, len, who, name) in [(0, 12, ino, &b"."[..]), (12, end - 12, parent, b"..")] {
             layout::put32(&mut b, at, who);
-            let rec = super::dir::rec_len_to_disk(len, bs)?;
+            let rec = crate::ext4::namespace::dir::rec_len_to_disk(len, bs)?;
             layout::put16(&mut b, at + 4, rec);
             b[at + 6] = name.len() as u8;
             b[at + 7] = ft;
             b[at + 8..at + 8 + name.len()].copy_from_slice(name);
         }
         if let Some(seed) = seed {
-            super::dir::sign_tail(seed, &mut b)?;
+            crate::ext4::namespace::dir::sign_tail(seed, &mut b)?;
         }
         Ok(b)
     }

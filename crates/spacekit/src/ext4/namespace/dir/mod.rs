@@ -16,7 +16,7 @@
 //! block exactly; with metadata_csum the chain ends 12 bytes early, at the
 //! checksum tail (`struct ext4_dir_entry_tail`: inode 0, rec_len 12,
 //! name_len 0, file_type 0xDE, then the raw CRC-32C of the block before it,
-//! seeded with the directory inode's seed, [`raw::inode_seed`](super::raw::inode_seed)). [`records`],
+//! seeded with the directory inode's seed, [`raw::inode_seed`](crate::ext4::raw::inode_seed)). [`records`],
 //! [`entries`] and [`find`] parse and check a block as the kernel's
 //! `__ext4_check_dir_entry` does; [`add_entry`] and [`remove_entry`] edit it
 //! as `ext4_add_entry` / `ext4_delete_entry` do.

@@ -478,7 +478,7 @@ pub fn remove_entry(block: &mut [u8], name: &[u8], csum: bool) -> Result<Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::dir::{verify_tail, FT_REG_FILE};
+    use crate::ext4::namespace::dir::{verify_tail, FT_REG_FILE};
 
     #[test]
     fn rec_len_round_trips_for_every_block_size() {

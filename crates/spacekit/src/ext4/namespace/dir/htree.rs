@@ -469,8 +469,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::dir::{records, FLAGS_SIGNED_HASH, FT_DIR};
     use crate::ext4::layout::put16;
+    use crate::ext4::namespace::dir::{records, FLAGS_SIGNED_HASH, FT_DIR};
 
     /// A dx root for 1 KiB blocks with metadata_csum and the given
     /// entries (hash of the first ignored), signed with `seed`.

@@ -194,11 +194,11 @@ pub fn make_indexed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::dir::{
+    use crate::ext4::layout::le16;
+    use crate::ext4::namespace::dir::{
         add_entry, entries, init_block, leaf_for, parse_dx_root, sign_tail, verify_dx, verify_tail,
         FLAGS_UNSIGNED_HASH, FT_DIR, FT_REG_FILE,
     };
-    use crate::ext4::layout::le16;
     use std::format;
     use std::vec::Vec;
 
