@@ -492,7 +492,7 @@ fn write(a: &WriteArgs) -> Result<(), String> {
             let mut w = std::io::BufWriter::with_capacity(COPY_CHUNK, img.file(ino).map_err(err)?);
             let n = std::io::copy(&mut input, &mut w).map_err(|e| {
                 err(Ext4Error::Io {
-                    context: "copy from standard input",
+                    context: "copy from standard input".into(),
                     source: e,
                 })
             })?;

@@ -1,5 +1,6 @@
 //! The typed errors of the ext4 module.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -19,7 +20,8 @@ pub enum Ext4Error {
     /// hook), with what spacekit was doing.
     Io {
         /// What was being done: `"read superblock"`, `"write image"`, ...
-        context: &'static str,
+        /// (a text made at run time where it names a host path).
+        context: Cow<'static, str>,
         /// The operating system's error.
         source: io::Error,
     },
@@ -317,5 +319,8 @@ pub(crate) fn invalid(what: &'static str, value: u64, reason: &'static str) -> E
 
 /// Wraps an I/O error with its context.
 pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Ext4Error {
-    move |source| Ext4Error::Io { context, source }
+    move |source| Ext4Error::Io {
+        context: Cow::Borrowed(context),
+        source,
+    }
 }
