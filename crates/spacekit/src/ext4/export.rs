@@ -355,10 +355,10 @@ impl Export<'_> {
                     if inode.mode & S_IFMT == S_IFDIR {
                         if !self.dirs.insert(ino) {
                             return Err(corrupt(
-                                "i_links_count",
+                                "inode",
                                 None,
                                 ino.into(),
-                                "a directory reached twice (a loop)",
+                                "a directory entry leads to a directory already copied (a loop)",
                             ));
                         }
                         std::fs::DirBuilder::new()

@@ -677,6 +677,10 @@ fn spacekit_tree(img: &mut Image) -> BTreeMap<&'static str, (i64, u32)> {
     img.mknod("/big", big, 0o600).unwrap();
     img.mknod("/fifo", NodeKind::Fifo, 0o620).unwrap();
     img.mknod("/sock", NodeKind::Socket, 0o755).unwrap();
+    // Every special bit with and without the execute bit under it.
+    img.mkdir("/tmp", 0o1777).unwrap();
+    img.mkdir("/sticky", 0o1770).unwrap();
+    img.create("/d/caps", 0o6644).unwrap();
     img.chown(f, 100_000, 70_000).unwrap();
     img.chown(d, 1234, 5678).unwrap();
     let sda = img.lookup("/sda").unwrap();
@@ -855,10 +859,14 @@ fn list_shows_what_ls_l_shows() {
     assert_eq!(row("sock").mode_string(), "srwxr-xr-x");
     assert_eq!(row("fifo").mode_string(), "prw--w----");
     assert_eq!(row("d").mode_string(), "drwxrwsr-x");
+    assert_eq!(row("tmp").mode_string(), "drwxrwxrwt");
+    assert_eq!(row("sticky").mode_string(), "drwxrwx--T");
     let d = img.lookup("/d").unwrap();
     let sub = img.list(d).unwrap();
     let f = sub.iter().find(|r| r.name == b"f").unwrap();
     assert_eq!(f.mode_string(), "-rwsr-x---");
+    let caps = sub.iter().find(|r| r.name == b"caps").unwrap();
+    assert_eq!(caps.mode_string(), "-rwSr-Sr--");
     assert_eq!((f.uid, f.gid, f.links), (100_000, 70_000, 2));
     assert_eq!(f.mtime.to_string(), "2023-11-14 22:13:20.123456789");
     drop(img);
@@ -970,6 +978,14 @@ fn existing_host_entries_bad_names_and_loops_are_refused() {
     // An existing file, and a symlink pointing elsewhere: refused, nothing
     // written through them.
     fs::write(dest.join("a"), b"keep").unwrap();
+    let files = dir.path("files");
+    fs::create_dir(&files).unwrap();
+    fs::write(files.join("f"), b"keep").unwrap();
+    match img.export_tree("/f", &files, opts) {
+        Err(Ext4Error::Exists { path }) => assert!(path.ends_with("/f"), "{path}"),
+        other => panic!("/f over a file: {other:?}"),
+    }
+    assert_eq!(fs::read(files.join("f")).unwrap(), b"keep");
     let victim = dir.path("victim");
     fs::write(&victim, b"keep").unwrap();
     std::os::unix::fs::symlink(&victim, dest.join("f")).unwrap();
@@ -1043,7 +1059,7 @@ fn existing_host_entries_bad_names_and_loops_are_refused() {
     let loop_dest = dir.path("loop");
     fs::create_dir(&loop_dest).unwrap();
     match img.export_tree("/a", &loop_dest, opts) {
-        Err(Ext4Error::Corrupt { .. }) => {}
+        Err(Ext4Error::Corrupt { field: "inode", .. }) => {}
         other => panic!("a loop: {other:?}"),
     }
 }
