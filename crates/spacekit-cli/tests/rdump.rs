@@ -1,8 +1,9 @@
 //! `spacekit ext4 rdump` and `spacekit ext4 ls -l` end to end: a tree made
 //! with the CLI's own verbs (every kind of inode, modes, owners, times with
-//! nanoseconds, an attribute) lists with each type's letter and copies out
+//! nanoseconds, attributes) lists with each type's letter and copies out
 //! whole; an existing host entry fails with one line; as a user the
-//! devices are left out and listed (or, with `--strict`, fail).
+//! devices and `trusted.` attributes are left out and listed (or, with
+//! `--strict`, fail).
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -91,6 +92,11 @@ fn populate(dir: &Path, img: &Path) {
     ok(img, "chown", &["/d/sparse", "1000:2000"]);
     ok(img, "chmod", &["/d/sparse", "4755"]);
     ok(img, "xattr", &["/d/sparse", "set", "user.comment", "hello"]);
+    ok(
+        img,
+        "xattr",
+        &["/d/sparse", "set", "trusted.t", "root only"],
+    );
     ok(
         img,
         "touch",
@@ -233,6 +239,26 @@ fn ls_l_shows_every_type_and_rdump_copies_the_tree() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("already exists"), "{err}");
+    // --no-xattrs: none set.
+    let out3 = dir.join("out3");
+    fs::create_dir(&out3).unwrap();
+    let r = json(
+        &img,
+        "rdump",
+        &["/d", out3.to_str().unwrap(), "--no-xattrs"],
+    );
+    assert_eq!(r["xattrs"], 0, "{r}");
+    if let Ok(g) = Command::new("getfattr")
+        .args(["-d", "-m", "-", "--absolute-names"])
+        .arg(out3.join("d/sparse"))
+        .output()
+    {
+        assert!(
+            g.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&g.stdout)
+        );
+    }
     // No such path, no such destination: exit 1.
     for args in [
         ["/nope", out2.to_str().unwrap()],
@@ -248,8 +274,9 @@ fn is_root() -> bool {
     fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// As a user (as root: `nobody`, 65534), devices are left out and listed,
-/// the copies belong to the user; `--strict` fails on the first device.
+/// As a user (as root: `nobody`, 65534), devices and `trusted.`
+/// attributes are left out and listed, the copies belong to the user;
+/// `--strict` fails on the first of them.
 #[test]
 fn as_a_user_devices_are_left_out_or_with_strict_fail() {
     let dir = scratch("user");
@@ -286,16 +313,24 @@ fn as_a_user_devices_are_left_out_or_with_strict_fail() {
     assert_eq!(
         left,
         [
+            out.join("d/sparse").to_str().unwrap(),
             out.join("null").to_str().unwrap(),
             out.join("sda").to_str().unwrap()
         ],
         "{r}"
     );
-    assert!(
-        skipped.iter().all(|s| s["what"] == "device node"
-            && s["reason"].as_str().unwrap().contains("not permitted")),
-        "{r}"
-    );
+    for s in skipped {
+        let want = if s["path"].as_str().unwrap().ends_with("sparse") {
+            "xattr trusted.t"
+        } else {
+            "device node"
+        };
+        assert_eq!(s["what"], want, "{r}");
+        assert!(
+            s["reason"].as_str().unwrap().contains("not permitted"),
+            "{r}"
+        );
+    }
     assert!(!out.join("null").exists() && out.join("fifo").exists());
     let me = fs::metadata(&out).unwrap().uid();
     assert_eq!(fs::metadata(out.join("d/sparse")).unwrap().uid(), me);
@@ -309,7 +344,7 @@ fn as_a_user_devices_are_left_out_or_with_strict_fail() {
     let o = user(&out, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("owners kept (not root); 2 left out"), "{err}");
+    assert!(err.contains("owners kept (not root); 3 left out"), "{err}");
     assert!(
         err.contains("null: device node left out: Operation not permitted"),
         "{err}"
@@ -321,7 +356,7 @@ fn as_a_user_devices_are_left_out_or_with_strict_fail() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("mknod ") && err.contains("Operation not permitted"),
+        err.contains("lsetxattr ") && err.contains("Operation not permitted"),
         "{err}"
     );
     let _ = fs::remove_dir_all(&dir);
