@@ -309,6 +309,33 @@ typedef struct spacekit_ext4_extent {
   bool unwritten;
 } spacekit_ext4_extent;
 
+// What [`spacekit_ext4_export_tree`] made.
+typedef struct spacekit_ext4_export_report {
+  // Directories made.
+  uint64_t dirs;
+  // Regular files written.
+  uint64_t files;
+  // Bytes of the regular files (their sizes, holes included).
+  uint64_t bytes;
+  // Symlinks made.
+  uint64_t symlinks;
+  // Character and block devices made.
+  uint64_t devices;
+  // FIFOs made.
+  uint64_t fifos;
+  // Sockets made.
+  uint64_t sockets;
+  // Names made as hard links to an inode's first copy.
+  uint64_t hard_links;
+  // Extended attributes (ACLs included) set.
+  uint64_t xattrs;
+  // What the host refused and was left out (device nodes, owners,
+  // attributes); always 0 with `strict`.
+  uint64_t skipped;
+  // Whether owners were set (the process runs as root).
+  bool owners_set;
+} spacekit_ext4_export_report;
+
 // A callback of [`spacekit_rangetree_for_each`]: gets `ctx` and one entry;
 // returns 0 to go on, anything else to stop. It must not change or free
 // the tree (reading it is fine), nor leave the call other than by
@@ -1215,6 +1242,29 @@ enum spacekit_status spacekit_ext4_get_xattr(const struct spacekit_ext4 *img, ui
 // # Safety
 // `img` a live handle; `name` a NUL-terminated string.
 enum spacekit_status spacekit_ext4_remove_xattr(struct spacekit_ext4 *img, uint32_t ino, const char *name);
+
+// Copies `path` and everything under it into the existing host directory
+// `dest`, as debugfs's `rdump`: `dest/<name of path>`, or for `"/"` the
+// root's entries into `dest` itself. Every kind of inode is made (regular
+// files sparse, directories, symlinks, devices, FIFOs, sockets) with its
+// mode, owner (as root), atime and mtime to the nanosecond and (with
+// `xattrs`) extended attributes and ACLs; a file with several names is
+// copied once and linked. An existing host entry is never replaced. What
+// the host refuses for lack of privilege or support (a device node as a
+// user, a `trusted.` attribute) is left out and counted in
+// `report->skipped`, or with `strict` fails. `*report` (may be NULL) gets
+// the counts. The image is only read. On Unix `dest` is any byte string.
+//
+// Errors: as `spacekit_ext4_lookup` for `path`; `SPACEKIT_ERROR_EXISTS`
+// for a host entry that exists; `SPACEKIT_ERROR_IO` from the host (`dest`
+// missing or not a directory, a full disk, and with `strict` what it
+// refuses); `SPACEKIT_ERROR_CORRUPT` for a damaged name or a directory
+// loop. Entries made before an error stay.
+//
+// # Safety
+// `img` a live handle; `path` and `dest` NUL-terminated strings; `report`
+// NULL or valid for a write.
+enum spacekit_status spacekit_ext4_export_tree(struct spacekit_ext4 *img, const char *path, const char *dest, bool strict, bool xattrs, struct spacekit_ext4_export_report *report);
 
 // A static, NUL-terminated description of a status code. Unknown codes
 // give `"unknown spacekit status code"`. Never NULL; the string must not

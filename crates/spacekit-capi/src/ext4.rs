@@ -44,7 +44,7 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
 ///
 /// # Safety
 /// `p` NULL or a NUL-terminated string valid for reads.
-unsafe fn host_path<'a>(p: *const c_char) -> Result<&'a Path, spacekit_status> {
+pub(crate) unsafe fn host_path<'a>(p: *const c_char) -> Result<&'a Path, spacekit_status> {
     if p.is_null() {
         return Err(SPACEKIT_ERROR_NULL_POINTER);
     }

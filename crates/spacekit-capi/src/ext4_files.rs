@@ -2,13 +2,14 @@
 //! (feature `ext4`): the library's `Image::write`, `read`, `mkdir`,
 //! `rmdir`, `symlink`, `read_link`, `link`, `rename`, `mknod`, `chmod`,
 //! `chown` and the xattr calls. Each change stays in memory until
-//! `spacekit_ext4_flush`; on an error nothing changes.
+//! `spacekit_ext4_flush`; on an error nothing changes. And a tree copied
+//! out to the host (`Image::export_tree`, debugfs's `rdump`).
 
 use std::ffi::c_char;
 
-use spacekit_core::ext4::NodeKind;
+use spacekit_core::ext4::{ExportOptions, NodeKind};
 
-use crate::ext4::{ext4_err, path, spacekit_ext4};
+use crate::ext4::{ext4_err, host_path, path, spacekit_ext4};
 use crate::ffi::spacekit_status::{self, *};
 use crate::ffi::{guard, handle, handle_mut, need, put, put_opt, slice, slice_mut};
 
@@ -350,6 +351,89 @@ pub unsafe extern "C" fn spacekit_ext4_remove_xattr(
         // SAFETY: the caller's contract on the pointers.
         let (i, n) = unsafe { (handle_mut(img)?, path(name)?) };
         i.img.remove_xattr(ino, n).map_err(ext4_err)
+    })
+}
+
+/// What [`spacekit_ext4_export_tree`] made.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct spacekit_ext4_export_report {
+    /// Directories made.
+    pub dirs: u64,
+    /// Regular files written.
+    pub files: u64,
+    /// Bytes of the regular files (their sizes, holes included).
+    pub bytes: u64,
+    /// Symlinks made.
+    pub symlinks: u64,
+    /// Character and block devices made.
+    pub devices: u64,
+    /// FIFOs made.
+    pub fifos: u64,
+    /// Sockets made.
+    pub sockets: u64,
+    /// Names made as hard links to an inode's first copy.
+    pub hard_links: u64,
+    /// Extended attributes (ACLs included) set.
+    pub xattrs: u64,
+    /// What the host refused and was left out (device nodes, owners,
+    /// attributes); always 0 with `strict`.
+    pub skipped: u64,
+    /// Whether owners were set (the process runs as root).
+    pub owners_set: bool,
+}
+
+/// Copies `path` and everything under it into the existing host directory
+/// `dest`, as debugfs's `rdump`: `dest/<name of path>`, or for `"/"` the
+/// root's entries into `dest` itself. Every kind of inode is made (regular
+/// files sparse, directories, symlinks, devices, FIFOs, sockets) with its
+/// mode, owner (as root), atime and mtime to the nanosecond and (with
+/// `xattrs`) extended attributes and ACLs; a file with several names is
+/// copied once and linked. An existing host entry is never replaced. What
+/// the host refuses for lack of privilege or support (a device node as a
+/// user, a `trusted.` attribute) is left out and counted in
+/// `report->skipped`, or with `strict` fails. `*report` (may be NULL) gets
+/// the counts. The image is only read. On Unix `dest` is any byte string.
+///
+/// Errors: as `spacekit_ext4_lookup` for `path`; `SPACEKIT_ERROR_EXISTS`
+/// for a host entry that exists; `SPACEKIT_ERROR_IO` from the host (`dest`
+/// missing or not a directory, a full disk, and with `strict` what it
+/// refuses); `SPACEKIT_ERROR_CORRUPT` for a damaged name or a directory
+/// loop. Entries made before an error stay.
+///
+/// # Safety
+/// `img` a live handle; `path` and `dest` NUL-terminated strings; `report`
+/// NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn spacekit_ext4_export_tree(
+    img: *mut spacekit_ext4,
+    path: *const c_char,
+    dest: *const c_char,
+    strict: bool,
+    xattrs: bool,
+    report: *mut spacekit_ext4_export_report,
+) -> spacekit_status {
+    guard(|| {
+        // SAFETY: the caller's contract on the pointers.
+        let (i, p, d) = unsafe { (handle_mut(img)?, self::path(path)?, host_path(dest)?) };
+        let opts = ExportOptions { strict, xattrs };
+        let r = i.img.export_tree(p, d, opts).map_err(ext4_err)?;
+        let out = spacekit_ext4_export_report {
+            dirs: r.dirs,
+            files: r.files,
+            bytes: r.bytes,
+            symlinks: r.symlinks,
+            devices: r.devices,
+            fifos: r.fifos,
+            sockets: r.sockets,
+            hard_links: r.hard_links,
+            xattrs: r.xattrs,
+            skipped: r.skipped.len() as u64,
+            owners_set: r.owners_set,
+        };
+        // SAFETY: as above.
+        unsafe { put_opt(report, out) };
+        Ok(())
     })
 }
 

@@ -1,13 +1,16 @@
 //! `spacekit ext4`: look at and change the block groups of a real ext4
 //! image: `info`, `verify`, `free-extents`, `alloc`, `free`; and its files:
-//! `ls`, `stat`, `fallocate`, `truncate`, `rm`, `write`, `cat`, `get`, and
-//! (in `ext4_ns.rs`) the verbs over names, inodes and attributes.
+//! `ls` (`-l`), `stat`, `fallocate`, `truncate`, `rm`, `write`, `cat`, `get`,
+//! `rdump`, and (in `ext4_ns.rs`) the verbs over names, inodes and
+//! attributes.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use spacekit::ext4::{AllocRequest, Ext4Error, Image, OpenMode, COPY_CHUNK};
+use spacekit::ext4::{
+    AllocRequest, ExportOptions, ExportReport, Ext4Error, Image, OpenMode, COPY_CHUNK,
+};
 
 use crate::args::{parse_size, parse_u64, type_char};
 use crate::ext4_args::{open, print_json, Common, PathArgs};
@@ -49,7 +52,11 @@ enum Ext4Command {
     /// `truncate` for files.
     Free(FreeArgs),
     /// List a directory (default `/`) as `debugfs ls -l`: inode, mode,
-    /// links, size, name.
+    /// links, size, name. With `-l`, as `ls -l` lists it: type and
+    /// permissions (`drwxr-xr-x`, `crw-rw----`, `lrwxrwxrwx`,
+    /// `prw-r--r--`, `srwx------`, with s/S/t/T), links, owner, group,
+    /// size (`major, minor` for a device), mtime in UTC with nanoseconds,
+    /// name and `-> target` for a symlink.
     Ls(LsArgs),
     /// A file's inode: mode, size, block count (512-byte units), flags,
     /// links and its extent tree as `debugfs ex` lists it.
@@ -74,6 +81,20 @@ enum Ext4Command {
     /// Copy the regular file PATH out to a host file (sparse: blocks of
     /// zeros become holes).
     Get(GetArgs),
+    /// Copy PATH and everything under it into the existing host directory
+    /// DEST, as debugfs's `rdump`: DEST/<name of PATH> (for `/`, the
+    /// root's entries go into DEST itself).
+    ///
+    /// Every kind of inode is made (regular files sparse, directories,
+    /// symlinks, devices, FIFOs, sockets) with its mode (setuid, setgid,
+    /// sticky), owner (as root), atime and mtime to the nanosecond and
+    /// extended attributes and ACLs; a file with several names is copied
+    /// once and its other names made hard links to the copy. An existing
+    /// host entry is never replaced: the copy stops there (exit status 1).
+    /// What the host refuses to a user (a device node, a `trusted.` or
+    /// `security.` attribute) is left out and listed, unless `--strict`.
+    /// Counts go to standard error every second on long copies.
+    Rdump(RdumpArgs),
     #[command(flatten)]
     Ns(crate::ext4_ns::NsCommand),
 }
@@ -105,6 +126,23 @@ struct LsArgs {
     /// The directory (absolute path).
     #[arg(default_value = "/")]
     dir: String,
+    /// The long listing of `ls -l`.
+    #[arg(short = 'l', long = "long")]
+    long: bool,
+}
+
+#[derive(Args, Debug)]
+struct RdumpArgs {
+    #[command(flatten)]
+    file: PathArgs,
+    /// The host directory to copy into (it must exist).
+    dest: PathBuf,
+    /// Fail (exit status 1) instead of leaving out what the host refuses.
+    #[arg(long)]
+    strict: bool,
+    /// Leave extended attributes and ACLs out.
+    #[arg(long)]
+    no_xattrs: bool,
 }
 
 #[derive(Args, Debug)]
@@ -172,6 +210,7 @@ pub fn run(args: &Ext4Args) -> Result<(), String> {
         Ext4Command::Write(a) => write(a),
         Ext4Command::Cat(a) => read_out(&a.common, &a.path, None),
         Ext4Command::Get(a) => read_out(&a.file.common, &a.file.path, Some(&a.out)),
+        Ext4Command::Rdump(a) => rdump(a),
         Ext4Command::Ns(c) => crate::ext4_ns::run(c),
     }
 }
@@ -372,6 +411,30 @@ fn ls(a: &LsArgs) -> Result<(), String> {
     let mut img = open(c, OpenMode::ReadOnly)?;
     let err = |e| format!("{}: {}: {e}", c.image.display(), a.dir);
     let ino = img.lookup(&a.dir).map_err(err)?;
+    if a.long {
+        let rows = img.list(ino).map_err(err)?;
+        if !c.json {
+            print!(
+                "{}",
+                rows.iter().map(|r| format!("{r}\n")).collect::<String>()
+            );
+            return Ok(());
+        }
+        let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+            "inode": r.ino, "name": lossy(&r.name), "mode": r.mode, "mode_string": r.mode_string(),
+            "links": r.links, "uid": r.uid, "gid": r.gid, "size": r.size,
+            "device": r.device.map(|(major, minor)| json!({"major": major, "minor": minor})),
+            "mtime": r.mtime.to_string(), "mtime_secs": r.mtime.secs, "mtime_nanos": r.mtime.nanos,
+            "target": r.target.as_deref().map(lossy)})
+            })
+            .collect();
+        print_json(&json!({"image": c.image.display().to_string(), "dir": a.dir, "entries": rows}));
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for e in img.read_dir(ino).map_err(err)? {
         let i = img.inode(e.inode).map_err(err)?;
@@ -492,7 +555,7 @@ fn write(a: &WriteArgs) -> Result<(), String> {
             let mut w = std::io::BufWriter::with_capacity(COPY_CHUNK, img.file(ino).map_err(err)?);
             let n = std::io::copy(&mut input, &mut w).map_err(|e| {
                 err(Ext4Error::Io {
-                    context: "copy from standard input",
+                    context: "copy from standard input".into(),
                     source: e,
                 })
             })?;
@@ -530,4 +593,50 @@ fn read_out(c: &Common, path: &str, out: Option<&PathBuf>) -> Result<(), String>
         .and_then(|_| std::io::Write::flush(&mut stdout))
         .map_err(|e| format!("{path}: {e}"))
         .map(drop)
+}
+
+/// `rdump`: the library's export, counts on stderr every second, the
+/// report (JSON, or one line and what was left out on stderr).
+fn rdump(a: &RdumpArgs) -> Result<(), String> {
+    let c = &a.file.common;
+    let mut img = open(c, OpenMode::ReadOnly)?;
+    let err = |e| format!("{}: {}: {e}", c.image.display(), a.file.path);
+    let opts = ExportOptions {
+        strict: a.strict,
+        xattrs: !a.no_xattrs,
+    };
+    let mut last = std::time::Instant::now();
+    let mut progress = |r: &ExportReport, p: &std::path::Path| {
+        if last.elapsed().as_secs() >= 1 {
+            last = std::time::Instant::now();
+            eprintln!(
+                "rdump: {} entries, {} bytes so far ({})",
+                r.entries(),
+                r.bytes,
+                p.display()
+            );
+        }
+    };
+    let r = img
+        .export_tree_with(&a.file.path, &a.dest, opts, &mut progress)
+        .map_err(err)?;
+    if c.json {
+        let skipped: Vec<Value> = r
+            .skipped
+            .iter()
+            .map(|s| {
+                json!({
+            "path": s.path.display().to_string(), "what": s.what.to_string(), "reason": s.reason})
+            })
+            .collect();
+        print_json(&json!({
+            "image": c.image.display().to_string(), "path": a.file.path, "dest": a.dest.display().to_string(),
+            "dirs": r.dirs, "files": r.files, "bytes": r.bytes, "symlinks": r.symlinks, "devices": r.devices,
+            "fifos": r.fifos, "sockets": r.sockets, "hard_links": r.hard_links, "xattrs": r.xattrs,
+            "owners_set": r.owners_set, "skipped": skipped}));
+    } else {
+        eprintln!("rdump {} to {}: {r}", a.file.path, a.dest.display());
+        r.skipped.iter().for_each(|s| eprintln!("rdump: {s}"));
+    }
+    Ok(())
 }

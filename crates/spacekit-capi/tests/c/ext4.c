@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200112L
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -238,6 +239,40 @@ int main(int argc, char **argv) {
     CHECK(n == sizeof text - 1 && memcmp(back, text, n) == 0);
     OK(spacekit_ext4_verify(img, &mismatches));
     CHECK(mismatches == 0);
+
+    /* the tree copied out to the host (rdump), read-only */
+    {
+        spacekit_ext4_export_report rep;
+        struct stat a, b;
+        char out[4096], f_path[4096], f3_path[4096], link_target[8];
+        memset(&rep, 0xEE, sizeof rep);
+        path_in(out, sizeof out, argv[2], "export");
+        CHECK(mkdir(out, 0755) == 0);
+        OK(spacekit_ext4_export_tree(img, "/", out, false, true, &rep));
+        /* lost+found and dir; keep.bin and dir/f (also f3) */
+        CHECK(rep.dirs == 2 && rep.files == 2 && rep.hard_links == 1);
+        CHECK(rep.symlinks == 1 && rep.fifos == 1 && rep.devices == 0 && rep.sockets == 0);
+        CHECK(rep.bytes == 5000 + sizeof text - 1 && rep.skipped == 0);
+        CHECK(rep.owners_set == (geteuid() == 0));
+        path_in(f_path, sizeof f_path, out, "dir/f");
+        path_in(f3_path, sizeof f3_path, out, "f3");
+        CHECK(stat(f_path, &a) == 0 && stat(f3_path, &b) == 0);
+        CHECK(a.st_ino == b.st_ino && a.st_nlink == 2); /* one inode, two names */
+        CHECK(a.st_size == 5000 + (off_t)sizeof text - 1 && (a.st_mode & 07777) == 0600);
+        CHECK(geteuid() != 0 || (a.st_uid == 100000 && a.st_gid == 100001));
+        path_in(path, sizeof path, out, "dir/l");
+        CHECK(readlink(path, link_target, sizeof link_target) == 1 && link_target[0] == 'f');
+        path_in(path, sizeof path, out, "fifo");
+        CHECK(stat(path, &a) == 0 && S_ISFIFO(a.st_mode));
+        /* an existing entry is never replaced; no destination; NULLs */
+        EXPECT(spacekit_ext4_export_tree(img, "/dir", out, false, true, NULL), SPACEKIT_ERROR_EXISTS);
+        EXPECT(spacekit_ext4_export_tree(img, "/dir", "/nonexistent/dest", false, true, NULL),
+               SPACEKIT_ERROR_IO);
+        EXPECT(spacekit_ext4_export_tree(img, "/nope", out, true, false, NULL), SPACEKIT_ERROR_NO_ENTRY);
+        EXPECT(spacekit_ext4_export_tree(img, NULL, out, false, true, NULL), SPACEKIT_ERROR_NULL_POINTER);
+        EXPECT(spacekit_ext4_export_tree(img, "/", NULL, false, true, NULL), SPACEKIT_ERROR_NULL_POINTER);
+        EXPECT(spacekit_ext4_export_tree(NULL, "/", out, false, true, NULL), SPACEKIT_ERROR_NULL_POINTER);
+    }
     OK(spacekit_ext4_close(img));
 
     printf("ext4: ok\n");

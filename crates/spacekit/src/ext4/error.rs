@@ -1,8 +1,9 @@
 //! The typed errors of the ext4 module.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::string::String;
 
 use crate::bitmap::BitmapError;
@@ -18,8 +19,10 @@ pub enum Ext4Error {
     /// An I/O error from the operating system (or from the fault-injection
     /// hook), with what spacekit was doing.
     Io {
-        /// What was being done: `"read superblock"`, `"write image"`, ...
-        context: &'static str,
+        /// What was being done: `"read superblock"`, `"write image"`, ...;
+        /// on the host side of [`Image::export_tree`](super::Image::export_tree)
+        /// the call and the host path (`"mknod out/dev/null"`).
+        context: Cow<'static, str>,
         /// The operating system's error.
         source: io::Error,
     },
@@ -126,9 +129,12 @@ pub enum Ext4Error {
         /// The inode.
         ino: u32,
     },
-    /// A create whose name already exists.
+    /// A create whose name already exists: in the image, or on the host
+    /// for [`Image::export_tree`](super::Image::export_tree) (which never
+    /// replaces a host file).
     Exists {
-        /// The path given.
+        /// The path given (a host path shown with
+        /// [`Path::display`](std::path::Path::display)).
         path: String,
     },
     /// A size or end offset past the largest file size ((2^32 - 1)
@@ -317,5 +323,15 @@ pub(crate) fn invalid(what: &'static str, value: u64, reason: &'static str) -> E
 
 /// Wraps an I/O error with its context.
 pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Ext4Error {
+    move |source| Ext4Error::Io {
+        context: Cow::Borrowed(context),
+        source,
+    }
+}
+
+/// Wraps an I/O error on host path `path` with the call that failed:
+/// the context reads `"{call} {path}"`.
+pub(crate) fn host_io(call: &str, path: &Path) -> impl FnOnce(io::Error) -> Ext4Error {
+    let context = Cow::Owned(std::format!("{call} {}", path.display()));
     move |source| Ext4Error::Io { context, source }
 }

@@ -60,7 +60,10 @@
 //! [`Image::rename`], [`Image::mknod`], [`Image::chmod`],
 //! [`Image::chown`] and [`Image::set_times`]. Blocks taken
 //! with [`Image::alloc_blocks`] directly belong to no file: e2fsck reports
-//! them as a leak.
+//! them as a leak. [`Image::export_tree`] copies a tree out to the host
+//! as debugfs's `rdump` does, with every kind of inode, owners, modes,
+//! nanosecond times, extended attributes and hard links, and
+//! [`Image::list`] gives what `ls -l` shows of a directory.
 //!
 //! # Extended attributes
 //!
@@ -162,6 +165,7 @@
 mod alloc;
 mod device;
 mod error;
+mod export;
 mod flags;
 mod group;
 #[cfg(any(test, feature = "testing"))]
@@ -192,6 +196,7 @@ use crate::checked_bitmap::CheckedBitmap;
 
 pub use device::{Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
+pub use export::{ExportOptions, ExportReport, ListEntry, Skip, Skipped};
 pub use extent::Extent;
 pub use image::Image;
 pub use inode::copy::{COPY_CHUNK, KERNEL_CHUNK};

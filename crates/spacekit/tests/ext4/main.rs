@@ -33,6 +33,9 @@
 //! * `found` — defects users found on `mke2fs -d` images, casefolded
 //!   directories and damaged descriptors, checked with debugfs, e2fsck and
 //!   (where a loop mount is allowed) the kernel.
+//! * `export` — trees copied out to the host (`rdump`) and long listings
+//!   (`ls -l`), against the source tree of `mke2fs -d`, debugfs's `rdump`
+//!   and the kernel;
 //! * `xattr` — extended attributes (in the inode and the xattr block, POSIX
 //!   ACLs) set, replaced and removed, against debugfs, e2fsck and the
 //!   kernel's `getfattr` / `setfattr` / `setfacl` on a loop mount.
@@ -48,6 +51,7 @@ mod arguments;
 mod contents;
 mod crash;
 mod damage;
+mod export;
 mod files;
 mod found;
 mod indexed;
