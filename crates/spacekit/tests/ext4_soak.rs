@@ -83,9 +83,12 @@
 //! logical start M at next level"). The regression test is
 //! `inserts_in_front_keep_index_keys_exact` in `src/ext4/extent.rs`.
 //!
-//! `soak_catches_a_broken_child` (not ignored, about a second) shows the
-//! soak fails: a child that reports operations it never flushed, and one
-//! that flushes a file creation it never reports, are both caught.
+//! `soak_catches_a_broken_child` (not ignored, a few seconds) shows the
+//! soak fails: a child that reports operations it never flushed, one that
+//! flushes a file creation it never reports, one that reports a rename
+//! done without flushing it, and one that flushes a rename in two halves
+//! (the new name linked and flushed, then the old one unlinked) are all
+//! caught.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -217,15 +220,29 @@ enum Sabotage {
     NoFlush,
     /// After each reported operation, flush an unreported file creation.
     Unreported,
+    /// Mostly renames; report each rename as flushed without flushing it
+    /// (the next operation's flush writes it).
+    RenameNoFlush,
+    /// Mostly renames; a rename of a file or symlink is done in two
+    /// flushed halves: the name it replaces unlinked and the new name
+    /// linked, flushed, a pause, then the old name unlinked.
+    RenameSplit,
 }
 
 impl Sabotage {
-    const ALL: [Sabotage; 2] = [Sabotage::NoFlush, Sabotage::Unreported];
+    const ALL: [Sabotage; 4] = [
+        Sabotage::NoFlush,
+        Sabotage::Unreported,
+        Sabotage::RenameNoFlush,
+        Sabotage::RenameSplit,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Sabotage::NoFlush => "no-flush",
             Sabotage::Unreported => "unreported",
+            Sabotage::RenameNoFlush => "rename-no-flush",
+            Sabotage::RenameSplit => "rename-split",
         }
     }
 
@@ -233,6 +250,11 @@ impl Sabotage {
         let v = std::env::var(CHILD_SABOTAGE).ok()?;
         let s = Sabotage::ALL.into_iter().find(|s| s.name() == v);
         Some(s.unwrap_or_else(|| panic!("{CHILD_SABOTAGE}={v:?}")))
+    }
+
+    /// Whether the child should pick renames whenever it can.
+    fn renames(self) -> bool {
+        matches!(self, Sabotage::RenameNoFlush | Sabotage::RenameSplit)
     }
 }
 
@@ -762,8 +784,14 @@ fn random_op(
 
 /// A random namespace or attribute operation on `tree` (of `img`, whose
 /// blocks are `bs` bytes), or `None` when the one drawn has nothing to work
-/// on.
-fn namespace_op(rng: &mut SmallRng, img: &Image, tree: &Tree, bs: u64) -> Option<Op> {
+/// on. With `renames`, a rename whenever one can be made.
+fn namespace_op(
+    rng: &mut SmallRng,
+    img: &Image,
+    tree: &Tree,
+    bs: u64,
+    renames: bool,
+) -> Option<Op> {
     let dirs = tree.dirs();
     let subdirs: Vec<&str> = dirs.iter().copied().filter(|d| *d != "/").collect();
     let files = tree.of(FT_REG_FILE);
@@ -783,7 +811,12 @@ fn namespace_op(rng: &mut SmallRng, img: &Image, tree: &Tree, bs: u64) -> Option
         .chain(subdirs.iter().copied())
         .collect();
     let letter = |p: &str| base(p).chars().next().unwrap_or('f');
-    Some(match rng.random_range(0..100) {
+    let roll = if renames {
+        rng.random_range(40..62)
+    } else {
+        rng.random_range(0..100)
+    };
+    Some(match roll {
         0..10 => {
             if subdirs.len() >= MAX_DIRS {
                 return None;
@@ -925,14 +958,20 @@ fn namespace_op(rng: &mut SmallRng, img: &Image, tree: &Tree, bs: u64) -> Option
     })
 }
 
-/// The next operation: a namespace or attribute one about 30% of the time,
-/// else one on files.
-fn next_op(rng: &mut SmallRng, img: &mut Image) -> Op {
+/// The next operation: a namespace or attribute one about 30% of the time
+/// (with `renames`, whenever one can be made), else one on files.
+fn next_op(rng: &mut SmallRng, img: &mut Image, renames: bool) -> Op {
     let tree = Tree::new(walk(img).expect("child: walk the tree"));
     let bs = u64::from(img.info().block_size);
-    if rng.random_bool(0.3) {
-        if let Some(op) = namespace_op(rng, img, &tree, bs) {
+    if renames || rng.random_bool(0.3) {
+        if let Some(op) = namespace_op(rng, img, &tree, bs, renames) {
             return op;
+        }
+    }
+    if renames && rng.random_bool(0.5) {
+        // Something to rename soon, on a fresh image too.
+        if let Some(p) = tree.new_name(rng, "/", 'f').filter(|p| p != BIG) {
+            return Op::Create(p);
         }
     }
     let files: Vec<&str> = tree
@@ -1008,9 +1047,22 @@ fn run_op(img: &mut Image, op: &Op) -> Result<bool, Ext4Error> {
     }
 }
 
+/// [`Sabotage::RenameSplit`]: the rename of a file or symlink `from` to
+/// `to` made in two flushed halves, with a pause between them.
+fn split_rename(img: &mut Image, from: &str, to: &str) -> Result<(), Ext4Error> {
+    if img.lookup(to).is_ok() {
+        img.unlink(to)?;
+    }
+    img.link(from, to)?;
+    img.flush()?;
+    thread::sleep(Duration::from_millis(5));
+    img.unlink(from)
+}
+
 fn child(image: &Path) {
     let seed = env_u64(CHILD_SEED).expect("child: no seed");
     let sabotage = Sabotage::from_env();
+    let renames = sabotage.is_some_and(Sabotage::renames);
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut img = Image::open(image, OpenMode::ReadWrite).expect("child: open");
     say("ready");
@@ -1019,10 +1071,20 @@ fn child(image: &Path) {
         if rng.random_bool(0.3) {
             thread::sleep(Duration::from_micros(rng.random_range(0..500)));
         }
-        let op = next_op(&mut rng, &mut img);
+        let op = next_op(&mut rng, &mut img, renames);
         let what = op.describe();
         say(&format!("begin {seq} {what}"));
-        let done = run_op(&mut img, &op);
+        let split = match &op {
+            Op::Rename { from, .. } if sabotage == Some(Sabotage::RenameSplit) => {
+                let ino = img.lookup(from).expect("child: lookup");
+                !img.inode(ino).expect("child: inode").is_dir()
+            }
+            _ => false,
+        };
+        let done = match &op {
+            Op::Rename { from, to } if split => split_rename(&mut img, from, to).map(|()| true),
+            _ => run_op(&mut img, &op),
+        };
         let done = done.unwrap_or_else(|e| panic!("child: {what}: {e}"));
         if !done {
             assert!(!img.is_dirty(), "child: {what}: refused, but changed");
@@ -1030,7 +1092,12 @@ fn child(image: &Path) {
             continue;
         }
         say(&format!("flush {seq}"));
-        if sabotage != Some(Sabotage::NoFlush) {
+        let skip = match sabotage {
+            Some(Sabotage::NoFlush) => true,
+            Some(Sabotage::RenameNoFlush) => matches!(op, Op::Rename { .. }),
+            _ => false,
+        };
+        if !skip {
             img.flush()
                 .unwrap_or_else(|e| panic!("child: {what}: flush: {e}"));
         }
@@ -2144,8 +2211,9 @@ fn parent() {
 }
 
 /// The soak can fail: a child that reports operations it never flushed,
-/// or that flushes a change it does not report, is caught within a few
-/// kills. (Not ignored: about a second, skipped without e2fsprogs.)
+/// that flushes a change it does not report, that reports a rename it did
+/// not flush, or that flushes half a rename, is caught within a few kills.
+/// (Not ignored: a few seconds, skipped without e2fsprogs.)
 #[test]
 fn soak_catches_a_broken_child() {
     if std::env::var_os(CHILD_IMAGE).is_some() || !have_e2fsprogs(&["mkfs.ext4", "e2fsck"]) {
@@ -2158,19 +2226,28 @@ fn soak_catches_a_broken_child() {
     for (sabotage, want) in [
         (Sabotage::NoFlush, differs),
         (Sabotage::Unreported, unreported),
+        (Sabotage::RenameNoFlush, differs),
+        (Sabotage::RenameSplit, differs),
     ] {
         let run = Run {
             seed: 7,
-            kills: 8,
+            // (Each fails at its first caught kill; a renaming child is
+            // usually caught by the sixth, once it has files to rename.)
+            kills: 16,
             max_delay_us: 50_000,
             sabotage: Some(sabotage),
         };
         match soak(&run) {
             Ok(stats) => panic!("{sabotage:?}: the soak passed: {stats:?}"),
-            Err(e) => assert!(
-                want.iter().any(|w| e.contains(w)),
-                "{sabotage:?}: failed otherwise: {e}"
-            ),
+            Err(e) => {
+                assert!(
+                    want.iter().any(|w| e.contains(w)),
+                    "{sabotage:?}: failed otherwise: {e}"
+                );
+                // (The report up to the children's last lines.)
+                let report = e.split("\nlast lines").next().unwrap_or(&e);
+                println!("{sabotage:?} caught:\n{report}");
+            }
         }
     }
 }
