@@ -1790,6 +1790,9 @@ struct Stats {
     nospace: u64,
     /// The flushed operations by [`Op::label`].
     ops: BTreeMap<&'static str, u64>,
+    /// The operations a kill landed in the flush of, by [`Op::label`]:
+    /// found applied, found absent.
+    in_flush: BTreeMap<&'static str, (u64, u64)>,
     /// The most names and directories at a kill, the most inodes with an
     /// xattr block, and the deepest extent tree and most extents seen.
     max_names: usize,
@@ -2076,9 +2079,11 @@ impl Soak {
                 }
             }
             Some((op, flushing)) => {
+                let label = op.label(before);
                 if seen.same(before) {
                     if flushing {
                         stats.in_flush_absent += 1;
+                        stats.in_flush.entry(label).or_default().1 += 1;
                         self.history.push("# verdict: in flush, absent".into());
                     } else {
                         stats.in_op += 1;
@@ -2103,6 +2108,7 @@ impl Soak {
                         ));
                     }
                     stats.in_flush_applied += 1;
+                    stats.in_flush.entry(label).or_default().0 += 1;
                     self.history.push("# verdict: in flush, applied".into());
                     self.state = seen;
                 }
@@ -2198,9 +2204,17 @@ fn parent() {
         stats.max_depth,
         stats.max_extents,
     );
-    println!("crash soak: operations flushed, by kind:");
-    for (label, n) in &stats.ops {
-        println!("  {n:6} {label}");
+    println!("crash soak: by kind, operations flushed; killed in their flush (applied/absent):");
+    let labels: BTreeSet<&str> = stats
+        .ops
+        .keys()
+        .chain(stats.in_flush.keys())
+        .copied()
+        .collect();
+    for label in labels {
+        let n = stats.ops.get(label).copied().unwrap_or_default();
+        let (applied, absent) = stats.in_flush.get(label).copied().unwrap_or_default();
+        println!("  {n:6}; {applied:4}/{absent:<4} {label}");
     }
     if kills >= 20 {
         assert!(
