@@ -1,7 +1,7 @@
 #![cfg(all(feature = "ext4", unix))]
-//! Crash soak of ext4 writes: a child process makes random file
-//! changes on a real image, flushing after each, and is killed with SIGKILL
-//! at a random moment, again and again.
+//! Crash soak of ext4 writes: a child process makes random file and
+//! namespace changes on a real image, flushing after each, and is killed
+//! with SIGKILL at a random moment, again and again.
 //!
 //! ```text
 //! SPACEKIT_SOAK_KILLS=30 cargo test -p spacekit --features ext4 --release \
@@ -17,31 +17,56 @@
 //!
 //! The child is this test binary re-executed (`--exact crash_soak
 //! --ignored --nocapture`) with `SPACEKIT_SOAK_CHILD_IMAGE` set. It opens
-//! the image read-write and loops: `create`, `fallocate` (with and without
-//! keep-size, aligned and not, small holes to grow deep extent trees and
-//! long runs), `truncate` (down, to 0, up), `unlink` and, on files named
-//! `/wNNN`, `write` (bytes that are never zero, a function of their file
-//! offset, over holes, unwritten extents and earlier bytes), each followed by
-//! `flush`, printing `begin` before the operation, `flush` before the
-//! flush, and `done` with the resulting size, `i_blocks`, mapped blocks and
-//! free counts only after `flush` returned. Low-level `alloc_blocks` is not
-//! used: a block no inode owns is a leak to e2fsck.
+//! the image read-write and loops, each operation followed by `flush`:
 //!
-//! The parent keeps the model (path -> size, mapped logical blocks,
-//! `i_blocks`), replays every `done` line on it (checking the child's
-//! numbers against its own prediction), and after each kill: notes whether
-//! a redo log was left and whether it was complete; opens the image
-//! read-write (replaying the log); checks `verify()` and `validate()`;
-//! runs `e2fsck -fn`; and compares the files with the model. Every flushed
+//! - on regular files (about 70% of the operations): `create`,
+//!   `fallocate` (with and without keep-size, aligned and not, small holes
+//!   to grow deep extent trees and long runs), `truncate` (down, to 0, up),
+//!   `unlink` and, on files named `wNNN`, `write` (bytes that are never
+//!   zero, a function of their file offset, over holes, unwritten extents
+//!   and earlier bytes);
+//! - on the namespace and attributes (the rest): `mkdir` (up to three
+//!   levels deep), `rmdir` of an empty directory, `symlink` (fast targets
+//!   under 60 bytes, and targets in a block), `link` (hard links to files
+//!   and symlinks, in any directory), `rename` (to a free name in any
+//!   directory; over an existing file or symlink, which goes or loses a
+//!   link; a directory to another parent or over an empty directory),
+//!   `set_xattr` and `remove_xattr` (`user.` names; small values that fit
+//!   in the inode and values of a quarter to three quarters of a block,
+//!   which go to the external xattr block), `chmod` of files and
+//!   directories, and `unlink` of symlinks.
+//!
+//! Names keep their kind: files are `fNNN` and `wNNN`, directories `dNNN`,
+//! symlinks `sNNN`, and a link or rename keeps the first letter, so only
+//! `w` inodes hold written bytes. It prints `begin` before the operation,
+//! `flush` before the flush, and `done` only after `flush` returned, with
+//! the size, `i_blocks` and mapped blocks of every inode the operation may
+//! have grown (its own, and its parent directories) and the free counts.
+//! Low-level `alloc_blocks` is not used: a block no inode owns is a leak to
+//! e2fsck.
+//!
+//! The parent keeps the model: every name (path) and the inode it names,
+//! and per inode its kind, mode, link count, symlink target, extended
+//! attributes, and for files size, mapped logical blocks and `i_blocks`.
+//! Link counts follow from the names (a file's names; a directory's
+//! subdirectories plus two). It replays every `done` line on it (checking
+//! the child's numbers against its own prediction), and after each kill:
+//! notes whether a redo log was left and whether it was complete; opens
+//! the image read-write (replaying the log); checks `verify()` and
+//! `validate()`; runs `e2fsck -fn`; walks the whole tree (`read_dir`,
+//! `stat`, `read_link`, `xattrs`) and compares it with the model, inodes
+//! matched up to their numbers (which names share one). Every flushed
 //! operation must be there, and nothing else, except the one in flight at
 //! the kill: when the child died inside `flush` it is either wholly there
-//! or wholly absent, and when it died before its flush (or between
-//! operations) it must be absent. Blocks and inodes are conserved: free
-//! blocks plus every inode's blocks, and free inodes plus files, never
-//! change. A failure keeps the image and the child's output under
+//! or wholly absent (a rename's name at the old place or the new one,
+//! never both or neither, and the file it replaced gone only with it), and
+//! when it died before its flush (or between operations) it must be
+//! absent. Blocks and inodes are conserved: free blocks plus every inode's
+//! blocks, and free inodes plus inodes, never change. A failure keeps the
+//! image and the child's output under
 //! `$TMPDIR/spacekit-soak-failed-SEED-KILL/`.
 //!
-//! After every kill each `/w` file's bytes are read back with
+//! After every kill each `w` file's bytes are read back with
 //! `Image::read`: the non-zero bytes must be exactly the ranges the model's
 //! flushed writes (cut by truncates) cover, each the byte written there.
 //!
@@ -58,9 +83,12 @@
 //! logical start M at next level"). The regression test is
 //! `inserts_in_front_keep_index_keys_exact` in `src/ext4/extent.rs`.
 //!
-//! `soak_catches_a_broken_child` (not ignored, about a second) shows the
-//! soak fails: a child that reports operations it never flushed, and one
-//! that flushes a file creation it never reports, are both caught.
+//! `soak_catches_a_broken_child` (not ignored, a few seconds) shows the
+//! soak fails: a child that reports operations it never flushed, one that
+//! flushes a file creation it never reports, one that reports a rename
+//! done without flushing it, and one that flushes a rename in two halves
+//! (the new name linked and flushed, then the old one unlinked) are all
+//! caught.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -91,14 +119,44 @@ const CHILD_SEED: &str = "SPACEKIT_SOAK_CHILD_SEED";
 const CHILD_SABOTAGE: &str = "SPACEKIT_SOAK_CHILD_SABOTAGE";
 /// Every line of the child's protocol starts with this.
 const TAG: &str = "SOAK ";
-/// File names the child picks from (`/f000` to `/f063`).
+/// Names per kind and directory the child picks from (`f000` to `f063`),
+/// and the most regular-file names in all.
 const NAMES: u32 = 64;
-/// The file most fallocates go to (in small pieces), and few truncates.
+/// The file most fallocates go to (in small pieces), and few truncates;
+/// never renamed.
 const BIG: &str = "/f000";
 /// A file of bytes written by debugfs at the start (none of them zero):
 /// truncates cut it (the block's tail is zeroed, through the redo log)
 /// and grow it again, and its contents are checked after every kill.
+/// Never removed, renamed or linked.
 const DATA: &str = "/data";
+/// mkfs's directory, left alone.
+const LOST_FOUND: &str = "/lost+found";
+/// The most directories (besides `/` and `lost+found`) and symlinks.
+const MAX_DIRS: usize = 12;
+const MAX_SYMLINKS: usize = 24;
+/// A new directory goes at most this deep (`/dNNN/dNNN/dNNN`).
+const MAX_DEPTH: usize = 3;
+/// The extended attributes the child sets and removes.
+const XATTR_NAMES: &[&str] = &[
+    "user.a",
+    "user.comment",
+    "user.mime_type",
+    "user.k3",
+    "user.a_rather_long_attribute_name_number_four",
+];
+/// A symlink target this long or longer goes into a block.
+const FAST_SYMLINK_MAX: usize = 59;
+
+/// `dir_entry.file_type` values (ext4's `EXT4_FT_*`).
+const FT_REG_FILE: u8 = 1;
+const FT_DIR: u8 = 2;
+const FT_SYMLINK: u8 = 7;
+/// `i_mode`'s type bits.
+const S_IFMT: u16 = 0o170_000;
+const S_IFREG: u16 = 0o100_000;
+const S_IFDIR: u16 = 0o040_000;
+const S_IFLNK: u16 = 0o120_000;
 
 /// `/data`'s original contents on an image of `bs`-byte blocks: 7 blocks
 /// and 77 bytes, no byte zero (so where zeros begin is where the kept
@@ -108,6 +166,14 @@ fn data_bytes(bs: u64) -> Vec<u8> {
     (0..7 * bs + 77)
         .map(|_| rng.random_range(1..=255u8))
         .collect()
+}
+
+/// `len` printable bytes (no NUL, no zero) made from `tag`: a symlink
+/// target or an attribute value, named in the protocol by its length and
+/// tag.
+fn blob(tag: u64, len: usize) -> Vec<u8> {
+    let mut rng = SmallRng::seed_from_u64(tag);
+    (0..len).map(|_| rng.random_range(b'!'..=b'~')).collect()
 }
 
 /// One image configuration: mkfs.ext4 arguments.
@@ -154,22 +220,41 @@ enum Sabotage {
     NoFlush,
     /// After each reported operation, flush an unreported file creation.
     Unreported,
+    /// Mostly renames; report each rename as flushed without flushing it
+    /// (the next operation's flush writes it).
+    RenameNoFlush,
+    /// Mostly renames; a rename of a file or symlink is done in two
+    /// flushed halves: the name it replaces unlinked and the new name
+    /// linked, flushed, a pause, then the old name unlinked.
+    RenameSplit,
 }
 
 impl Sabotage {
+    const ALL: [Sabotage; 4] = [
+        Sabotage::NoFlush,
+        Sabotage::Unreported,
+        Sabotage::RenameNoFlush,
+        Sabotage::RenameSplit,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Sabotage::NoFlush => "no-flush",
             Sabotage::Unreported => "unreported",
+            Sabotage::RenameNoFlush => "rename-no-flush",
+            Sabotage::RenameSplit => "rename-split",
         }
     }
 
     fn from_env() -> Option<Sabotage> {
-        match std::env::var(CHILD_SABOTAGE).ok()?.as_str() {
-            "no-flush" => Some(Sabotage::NoFlush),
-            "unreported" => Some(Sabotage::Unreported),
-            other => panic!("{CHILD_SABOTAGE}={other:?}"),
-        }
+        let v = std::env::var(CHILD_SABOTAGE).ok()?;
+        let s = Sabotage::ALL.into_iter().find(|s| s.name() == v);
+        Some(s.unwrap_or_else(|| panic!("{CHILD_SABOTAGE}={v:?}")))
+    }
+
+    /// Whether the child should pick renames whenever it can.
+    fn renames(self) -> bool {
+        matches!(self, Sabotage::RenameNoFlush | Sabotage::RenameSplit)
     }
 }
 
@@ -180,6 +265,54 @@ fn env_u64(name: &str) -> Option<u64> {
             .parse()
             .unwrap_or_else(|e| panic!("{name}={v:?}: {e}")),
     )
+}
+
+// ---------------------------------------------------------------------------
+// Paths.
+
+/// The directory holding `path` (`/` for `/x`).
+fn dir_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
+/// The last component of `path`.
+fn base(path: &str) -> &str {
+    &path[path.rfind('/').map_or(0, |i| i + 1)..]
+}
+
+/// `name` in directory `dir`.
+fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Whether `path` is `dir` or below it.
+fn under(path: &str, dir: &str) -> bool {
+    dir == "/"
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// How many components `path` has (0 for `/`).
+fn depth(path: &str) -> usize {
+    if path == "/" {
+        0
+    } else {
+        path.matches('/').count()
+    }
+}
+
+/// Whether `path` names a file that gets writes (only they may hold
+/// written extents, besides `/data`).
+fn is_written(path: &str) -> bool {
+    base(path).starts_with('w')
 }
 
 // ---------------------------------------------------------------------------
@@ -198,12 +331,47 @@ enum Op {
         path: String,
         size: u64,
     },
+    /// Of a file or symlink.
     Unlink(String),
-    /// Bytes [`pattern`] at `[off, off + len)` of a `/w` file.
+    /// Bytes [`pattern`] at `[off, off + len)` of a `w` file.
     Write {
         path: String,
         off: u64,
         len: u64,
+    },
+    Mkdir {
+        path: String,
+        mode: u16,
+    },
+    Rmdir(String),
+    /// A symlink to [`blob`]`(tag, len)`.
+    Symlink {
+        path: String,
+        len: usize,
+        tag: u64,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    /// Attribute `name` set to [`blob`]`(tag, len)`.
+    SetXattr {
+        path: String,
+        name: String,
+        len: usize,
+        tag: u64,
+    },
+    RemoveXattr {
+        path: String,
+        name: String,
+    },
+    Chmod {
+        path: String,
+        mode: u16,
     },
 }
 
@@ -213,18 +381,7 @@ fn pattern(p: u64) -> u8 {
     ((p.wrapping_mul(2_654_435_761) >> 13) as u8) | 1
 }
 
-/// Files whose name starts with this get writes (and only they may hold
-/// written extents, besides `/data`).
-const WRITTEN: &str = "/w";
-
 impl Op {
-    fn path(&self) -> &str {
-        match self {
-            Op::Create(p) | Op::Unlink(p) => p,
-            Op::Falloc { path, .. } | Op::Trunc { path, .. } | Op::Write { path, .. } => path,
-        }
-    }
-
     fn describe(&self) -> String {
         match self {
             Op::Create(p) => format!("create {p}"),
@@ -237,30 +394,76 @@ impl Op {
             Op::Trunc { path, size } => format!("trunc {path} {size}"),
             Op::Unlink(p) => format!("unlink {p}"),
             Op::Write { path, off, len } => format!("write {path} {off} {len}"),
+            Op::Mkdir { path, mode } => format!("mkdir {path} {mode:o}"),
+            Op::Rmdir(p) => format!("rmdir {p}"),
+            Op::Symlink { path, len, tag } => format!("symlink {path} {len} {tag}"),
+            Op::Link { from, to } => format!("link {from} {to}"),
+            Op::Rename { from, to } => format!("rename {from} {to}"),
+            Op::SetXattr {
+                path,
+                name,
+                len,
+                tag,
+            } => format!("setxattr {path} {name} {len} {tag}"),
+            Op::RemoveXattr { path, name } => format!("rmxattr {path} {name}"),
+            Op::Chmod { path, mode } => format!("chmod {path} {mode:o}"),
         }
     }
 
     /// Parses what [`Op::describe`] wrote (from the start of `words`).
     fn parse(words: &[&str]) -> Option<Op> {
         let n = |i: usize| -> Option<u64> { words.get(i)?.parse().ok() };
-        let path = || -> Option<String> { Some((*words.get(1)?).to_owned()) };
+        let octal = |i: usize| -> Option<u16> { u16::from_str_radix(words.get(i)?, 8).ok() };
+        let s = |i: usize| -> Option<String> { Some((*words.get(i)?).to_owned()) };
         Some(match *words.first()? {
-            "create" => Op::Create(path()?),
+            "create" => Op::Create(s(1)?),
             "falloc" => Op::Falloc {
-                path: path()?,
+                path: s(1)?,
                 off: n(2)?,
                 len: n(3)?,
                 keep: n(4)? == 1,
             },
             "trunc" => Op::Trunc {
-                path: path()?,
+                path: s(1)?,
                 size: n(2)?,
             },
-            "unlink" => Op::Unlink(path()?),
+            "unlink" => Op::Unlink(s(1)?),
             "write" => Op::Write {
-                path: path()?,
+                path: s(1)?,
                 off: n(2)?,
                 len: n(3)?,
+            },
+            "mkdir" => Op::Mkdir {
+                path: s(1)?,
+                mode: octal(2)?,
+            },
+            "rmdir" => Op::Rmdir(s(1)?),
+            "symlink" => Op::Symlink {
+                path: s(1)?,
+                len: n(2)? as usize,
+                tag: n(3)?,
+            },
+            "link" => Op::Link {
+                from: s(1)?,
+                to: s(2)?,
+            },
+            "rename" => Op::Rename {
+                from: s(1)?,
+                to: s(2)?,
+            },
+            "setxattr" => Op::SetXattr {
+                path: s(1)?,
+                name: s(2)?,
+                len: n(3)? as usize,
+                tag: n(4)?,
+            },
+            "rmxattr" => Op::RemoveXattr {
+                path: s(1)?,
+                name: s(2)?,
+            },
+            "chmod" => Op::Chmod {
+                path: s(1)?,
+                mode: octal(2)?,
             },
             _ => return None,
         })
@@ -269,10 +472,78 @@ impl Op {
     /// How many words [`Op::describe`] writes.
     fn words(&self) -> usize {
         match self {
-            Op::Create(_) | Op::Unlink(_) => 2,
-            Op::Falloc { .. } => 5,
-            Op::Trunc { .. } => 3,
-            Op::Write { .. } => 4,
+            Op::Create(_) | Op::Unlink(_) | Op::Rmdir(_) => 2,
+            Op::Trunc { .. }
+            | Op::Mkdir { .. }
+            | Op::Link { .. }
+            | Op::Rename { .. }
+            | Op::RemoveXattr { .. }
+            | Op::Chmod { .. } => 3,
+            Op::Write { .. } | Op::Symlink { .. } => 4,
+            Op::Falloc { .. } | Op::SetXattr { .. } => 5,
+        }
+    }
+
+    /// The names, after the operation, of the inodes whose size or
+    /// `i_blocks` it may change (besides inodes it frees): its own and the
+    /// directories whose entries it adds (a directory grows a block when
+    /// full). The child reports these in its `done` line; in flight, only
+    /// these may differ from the model in `i_blocks` (and, for directories,
+    /// size).
+    fn touched(&self) -> Vec<String> {
+        let mut out: Vec<String> = match self {
+            Op::Create(p) | Op::Mkdir { path: p, .. } | Op::Symlink { path: p, .. } => {
+                vec![p.clone(), dir_of(p).to_owned()]
+            }
+            Op::Link { to, .. } => vec![to.clone(), dir_of(to).to_owned()],
+            Op::Unlink(p) | Op::Rmdir(p) => vec![dir_of(p).to_owned()],
+            Op::Rename { from, to } => {
+                vec![to.clone(), dir_of(to).to_owned(), dir_of(from).to_owned()]
+            }
+            Op::Falloc { path, .. }
+            | Op::Trunc { path, .. }
+            | Op::Write { path, .. }
+            | Op::SetXattr { path, .. }
+            | Op::RemoveXattr { path, .. }
+            | Op::Chmod { path, .. } => vec![path.clone()],
+        };
+        let mut seen = BTreeSet::new();
+        out.retain(|p| seen.insert(p.clone()));
+        out
+    }
+
+    /// A name for counting: the kind of operation and, where it matters,
+    /// its variant on the state `s` before it.
+    fn label(&self, s: &State) -> &'static str {
+        let kind = |p: &str| s.node(p).map(|n| &n.kind);
+        match self {
+            Op::Create(_) => "create",
+            Op::Falloc { .. } => "fallocate",
+            Op::Trunc { .. } => "truncate",
+            Op::Write { .. } => "write",
+            Op::Unlink(p) => match s.node(p) {
+                Some(n) if matches!(n.kind, Kind::Symlink(_)) => "unlink (symlink)",
+                Some(n) if n.links > 1 => "unlink (one of several links)",
+                _ => "unlink",
+            },
+            Op::Mkdir { .. } => "mkdir",
+            Op::Rmdir(_) => "rmdir",
+            Op::Symlink { len, .. } if *len > FAST_SYMLINK_MAX => "symlink (target in a block)",
+            Op::Symlink { .. } => "symlink (fast)",
+            Op::Link { .. } => "link",
+            Op::Rename { from, to } => match (kind(from), kind(to)) {
+                (Some(Kind::Dir), Some(_)) => "rename (directory over an empty one)",
+                (Some(Kind::Dir), None) if dir_of(from) != dir_of(to) => {
+                    "rename (directory into another)"
+                }
+                (Some(Kind::Dir), None) => "rename (directory, same parent)",
+                (_, Some(_)) => "rename (over an existing name)",
+                _ => "rename (to a free name)",
+            },
+            Op::SetXattr { len, .. } if *len > 64 => "set_xattr (block-sized value)",
+            Op::SetXattr { .. } => "set_xattr (small value)",
+            Op::RemoveXattr { .. } => "remove_xattr",
+            Op::Chmod { .. } => "chmod",
         }
     }
 }
@@ -285,26 +556,129 @@ fn say(line: &str) {
     println!("{TAG}{line}");
 }
 
-/// The regular files of the root directory, by name.
-fn root_files(img: &mut Image) -> Result<BTreeMap<String, u32>, Ext4Error> {
-    let mut out = BTreeMap::new();
-    for e in img.read_dir(ROOT_INO)? {
-        let name = String::from_utf8_lossy(&e.name).into_owned();
-        if name != "." && name != ".." && name != "lost+found" {
-            out.insert(format!("/{name}"), e.inode);
+/// One name found by [`walk`].
+struct Entry {
+    path: String,
+    ino: u32,
+    /// Its directory entry's `file_type` (`FT_DIR` for `/`).
+    ft: u8,
+}
+
+/// Every name of the image, `/` first, parents before their entries. A
+/// directory inode met a second time is not walked again.
+fn walk(img: &mut Image) -> Result<Vec<Entry>, Ext4Error> {
+    let mut out = vec![Entry {
+        path: "/".into(),
+        ino: ROOT_INO,
+        ft: FT_DIR,
+    }];
+    let mut dirs = BTreeSet::from([ROOT_INO]);
+    let mut i = 0;
+    while i < out.len() {
+        if out[i].ft == FT_DIR {
+            let dir = out[i].path.clone();
+            for e in img.read_dir(out[i].ino)? {
+                if e.inode == 0 || e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                let path = join(&dir, &String::from_utf8_lossy(&e.name));
+                // A second name for a directory is not walked into (no
+                // loops); the parent reports it.
+                let ft = if e.file_type == FT_DIR && !dirs.insert(e.inode) {
+                    0
+                } else {
+                    e.file_type
+                };
+                out.push(Entry {
+                    path,
+                    ino: e.inode,
+                    ft,
+                });
+            }
         }
+        i += 1;
     }
     Ok(out)
 }
 
-/// A random operation on the files `files` of an image of `total` blocks
-/// of `bs` bytes, `free` of them free.
-fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u64) -> Op {
+/// The child's view of the names, to pick operations from.
+struct Tree {
+    entries: Vec<Entry>,
+    names: BTreeSet<String>,
+}
+
+impl Tree {
+    fn new(mut entries: Vec<Entry>) -> Tree {
+        // What `Sabotage::Unreported` makes is not the child's to use: it
+        // must be found by the parent's checks of the image.
+        entries.retain(|e| !base(&e.path).starts_with("sabotage"));
+        let names = entries.iter().map(|e| e.path.clone()).collect();
+        Tree { entries, names }
+    }
+
+    /// The entries of type `ft`, outside `lost+found`.
+    fn of(&self, ft: u8) -> Vec<&Entry> {
+        self.entries
+            .iter()
+            .filter(|e| e.ft == ft && !under(&e.path, LOST_FOUND))
+            .collect()
+    }
+
+    /// The directories the child may change: `/` and those it made.
+    fn dirs(&self) -> Vec<&str> {
+        self.of(FT_DIR)
+            .into_iter()
+            .map(|e| e.path.as_str())
+            .collect()
+    }
+
+    fn is_empty_dir(&self, dir: &str) -> bool {
+        !self
+            .entries
+            .iter()
+            .any(|e| e.path != "/" && dir_of(&e.path) == dir)
+    }
+
+    /// How much deeper than `dir` the deepest name below it is.
+    fn height(&self, dir: &str) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| under(&e.path, dir))
+            .map(|e| depth(&e.path) - depth(dir))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A free name `LETTERNNN` in `dir`, if one of a few tries finds one.
+    fn new_name(&self, rng: &mut SmallRng, dir: &str, letter: char) -> Option<String> {
+        (0..16)
+            .map(|_| join(dir, &format!("{letter}{:03}", rng.random_range(0..NAMES))))
+            .find(|p| !self.names.contains(p))
+    }
+}
+
+/// One element of `v` at random.
+fn choose<T: Copy>(rng: &mut SmallRng, v: &[T]) -> Option<T> {
+    (!v.is_empty()).then(|| v[rng.random_range(0..v.len())])
+}
+
+/// A random operation on the files `files` (regular files' names) of an
+/// image of `total` blocks of `bs` bytes, `free` of them free; new files
+/// go to `/` or one of `dirs`, at a name not in `taken`.
+fn random_op(
+    rng: &mut SmallRng,
+    files: &[&str],
+    dirs: &[&str],
+    taken: &BTreeSet<String>,
+    bs: u64,
+    total: u64,
+    free: u64,
+) -> Op {
     // `BIG` is the big file: half the fallocates go to
     // it, and it is truncated or unlinked only rarely, so that its extent
     // tree grows deep.
-    let big = files.iter().find(|f| f.as_str() == BIG).cloned();
-    let pick = |rng: &mut SmallRng| files[rng.random_range(0..files.len())].clone();
+    let big = files.iter().find(|f| **f == BIG).map(|f| (*f).to_owned());
+    let pick = |rng: &mut SmallRng| files[rng.random_range(0..files.len())].to_owned();
     let pick_other = |rng: &mut SmallRng| loop {
         let p = pick(rng);
         if Some(&p) != big.as_ref() || files.len() == 1 || rng.random_bool(0.05) {
@@ -315,14 +689,18 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
     let roll = rng.random_range(0..100);
     if files.is_empty() || (roll < 15 && files.len() < NAMES as usize) {
         loop {
-            let prefix = if rng.random_bool(0.3) { WRITTEN } else { "/f" };
-            let p = format!("{prefix}{:03}", rng.random_range(0..NAMES));
+            let prefix = if rng.random_bool(0.3) { 'w' } else { 'f' };
+            let dir = match choose(rng, dirs) {
+                Some(d) if rng.random_bool(0.3) => d,
+                _ => "/",
+            };
+            let p = join(dir, &format!("{prefix}{:03}", rng.random_range(0..NAMES)));
             let p = if big.is_none() && rng.random_bool(0.5) {
                 BIG.to_owned()
             } else {
                 p
             };
-            if !files.contains(&p) {
+            if !taken.contains(&p) {
                 return Op::Create(p);
             }
         }
@@ -335,7 +713,7 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
         }
     };
     let (unlink_below, trunc_below) = if low { (50, 70) } else { (27, 47) };
-    if roll < unlink_below && files.iter().any(|f| f != DATA) {
+    if roll < unlink_below && files.iter().any(|f| *f != DATA) {
         // `/data` is never removed: its cuts are what it is for.
         let mut p = pick_other(rng);
         while p == DATA {
@@ -386,7 +764,7 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
         } else {
             len
         };
-        if path.starts_with(WRITTEN) && rng.random_bool(0.6) {
+        if is_written(&path) && rng.random_bool(0.6) {
             // Bytes: at most 64 blocks, over holes, unwritten extents and
             // earlier bytes alike.
             return Op::Write {
@@ -402,6 +780,215 @@ fn random_op(rng: &mut SmallRng, files: &[String], bs: u64, total: u64, free: u6
             keep: rng.random_bool(0.4),
         }
     }
+}
+
+/// A random namespace or attribute operation on `tree` (of `img`, whose
+/// blocks are `bs` bytes), or `None` when the one drawn has nothing to work
+/// on. With `renames`, a rename whenever one can be made.
+fn namespace_op(
+    rng: &mut SmallRng,
+    img: &Image,
+    tree: &Tree,
+    bs: u64,
+    renames: bool,
+) -> Option<Op> {
+    let dirs = tree.dirs();
+    let subdirs: Vec<&str> = dirs.iter().copied().filter(|d| *d != "/").collect();
+    let files = tree.of(FT_REG_FILE);
+    let symlinks = tree.of(FT_SYMLINK);
+    // What link and rename may take: files and symlinks but `/data` and
+    // the big file.
+    let movable: Vec<&Entry> = files
+        .iter()
+        .chain(&symlinks)
+        .copied()
+        .filter(|e| e.path != DATA && e.path != BIG)
+        .collect();
+    // What gets attributes and modes: files and the directories made.
+    let attributed: Vec<&str> = files
+        .iter()
+        .map(|e| e.path.as_str())
+        .chain(subdirs.iter().copied())
+        .collect();
+    let letter = |p: &str| base(p).chars().next().unwrap_or('f');
+    let roll = if renames {
+        rng.random_range(40..62)
+    } else {
+        rng.random_range(0..100)
+    };
+    Some(match roll {
+        0..10 => {
+            if subdirs.len() >= MAX_DIRS {
+                return None;
+            }
+            let shallow: Vec<&str> = dirs
+                .iter()
+                .copied()
+                .filter(|d| depth(d) < MAX_DEPTH)
+                .collect();
+            let dir = choose(rng, &shallow)?;
+            let path = tree.new_name(rng, dir, 'd')?;
+            let mode = choose(rng, &[0o755, 0o700, 0o750, 0o1777])?;
+            Op::Mkdir { path, mode }
+        }
+        10..18 => {
+            let empty: Vec<&str> = subdirs
+                .iter()
+                .copied()
+                .filter(|d| tree.is_empty_dir(d))
+                .collect();
+            Op::Rmdir(choose(rng, &empty)?.to_owned())
+        }
+        18..30 => {
+            if symlinks.len() >= MAX_SYMLINKS {
+                return None;
+            }
+            let dir = choose(rng, &dirs)?;
+            let path = tree.new_name(rng, dir, 's')?;
+            let len = if rng.random_bool(0.5) {
+                rng.random_range(1..=FAST_SYMLINK_MAX)
+            } else {
+                rng.random_range(FAST_SYMLINK_MAX + 1..bs.min(4096) as usize)
+            };
+            Op::Symlink {
+                path,
+                len,
+                tag: rng.random(),
+            }
+        }
+        30..40 => {
+            let from = choose(rng, &movable)?;
+            let dir = choose(rng, &dirs)?;
+            let to = tree.new_name(rng, dir, letter(&from.path))?;
+            Op::Link {
+                from: from.path.clone(),
+                to,
+            }
+        }
+        40..62 => {
+            let sub = rng.random_range(0..100);
+            if sub < 70 {
+                // A file or symlink: to a free name, or over another name
+                // of its kind (and first letter), not a link to itself.
+                let from = choose(rng, &movable)?;
+                let to = if sub < 40 {
+                    let dir = choose(rng, &dirs)?;
+                    tree.new_name(rng, dir, letter(&from.path))?
+                } else {
+                    let over: Vec<&Entry> = movable
+                        .iter()
+                        .copied()
+                        .filter(|e| {
+                            e.ft == from.ft
+                                && e.ino != from.ino
+                                && letter(&e.path) == letter(&from.path)
+                        })
+                        .collect();
+                    choose(rng, &over)?.path.clone()
+                };
+                Op::Rename {
+                    from: from.path.clone(),
+                    to,
+                }
+            } else {
+                // A directory: to a free name in a directory outside it
+                // (not too deep), or over an empty directory.
+                let from = choose(rng, &subdirs)?;
+                let outside: Vec<&str> = dirs.iter().copied().filter(|d| !under(d, from)).collect();
+                let to = if sub < 90 {
+                    let dir = choose(rng, &outside)?;
+                    if depth(dir) + 1 + tree.height(from) > MAX_DEPTH + 1 {
+                        return None;
+                    }
+                    tree.new_name(rng, dir, 'd')?
+                } else {
+                    let over: Vec<&str> = outside
+                        .iter()
+                        .copied()
+                        .filter(|d| *d != "/" && tree.is_empty_dir(d))
+                        .collect();
+                    let to = choose(rng, &over)?;
+                    if depth(to) + tree.height(from) > MAX_DEPTH + 1 {
+                        return None;
+                    }
+                    to.to_owned()
+                };
+                Op::Rename {
+                    from: from.to_owned(),
+                    to,
+                }
+            }
+        }
+        62..80 => {
+            let path = choose(rng, &attributed)?.to_owned();
+            // Small values fit in the inode (256 bytes, 92 for
+            // attributes); the others go to the xattr block.
+            let len = if rng.random_bool(0.5) {
+                rng.random_range(1..=48)
+            } else {
+                let b = bs.min(4096) as usize;
+                rng.random_range(b / 4..=b * 3 / 4)
+            };
+            Op::SetXattr {
+                path,
+                name: choose(rng, XATTR_NAMES)?.to_owned(),
+                len,
+                tag: rng.random(),
+            }
+        }
+        80..88 => {
+            let path = choose(rng, &attributed)?;
+            let ino = tree.entries.iter().find(|e| e.path == path)?.ino;
+            let names: Vec<String> = img
+                .xattrs(ino)
+                .expect("child: xattrs")
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            Op::RemoveXattr {
+                path: path.to_owned(),
+                name: choose(rng, &names.iter().collect::<Vec<_>>())?.clone(),
+            }
+        }
+        88..95 => Op::Chmod {
+            path: choose(rng, &attributed)?.to_owned(),
+            mode: rng.random_range(0..0o10000),
+        },
+        _ => Op::Unlink(choose(rng, &symlinks)?.path.clone()),
+    })
+}
+
+/// The next operation: a namespace or attribute one about 30% of the time
+/// (with `renames`, whenever one can be made), else one on files.
+fn next_op(rng: &mut SmallRng, img: &mut Image, renames: bool) -> Op {
+    let tree = Tree::new(walk(img).expect("child: walk the tree"));
+    let bs = u64::from(img.info().block_size);
+    if renames || rng.random_bool(0.3) {
+        if let Some(op) = namespace_op(rng, img, &tree, bs, renames) {
+            return op;
+        }
+    }
+    if renames && rng.random_bool(0.5) {
+        // Something to rename soon, on a fresh image too.
+        if let Some(p) = tree.new_name(rng, "/", 'f').filter(|p| p != BIG) {
+            return Op::Create(p);
+        }
+    }
+    let files: Vec<&str> = tree
+        .of(FT_REG_FILE)
+        .into_iter()
+        .map(|e| e.path.as_str())
+        .collect();
+    let total = img.info().blocks_count;
+    random_op(
+        rng,
+        &files,
+        &tree.dirs(),
+        &tree.names,
+        bs,
+        total,
+        img.free_blocks_count(),
+    )
 }
 
 /// Runs `op`; `Ok(false)` when it was refused for lack of space (nothing
@@ -428,61 +1015,100 @@ fn run_op(img: &mut Image, op: &Op) -> Result<bool, Ext4Error> {
             let bytes: Vec<u8> = (*off..off + len).map(pattern).collect();
             img.write(ino, *off, &bytes)
         }
+        Op::Mkdir { path, mode } => img.mkdir(path, *mode).map(drop),
+        Op::Rmdir(p) => img.rmdir(p),
+        Op::Symlink { path, len, tag } => img.symlink(path, &blob(*tag, *len)).map(drop),
+        Op::Link { from, to } => img.link(from, to),
+        Op::Rename { from, to } => img.rename(from, to),
+        Op::SetXattr {
+            path,
+            name,
+            len,
+            tag,
+        } => {
+            let ino = img.lookup(path)?;
+            img.set_xattr(ino, name, &blob(*tag, *len))
+        }
+        Op::RemoveXattr { path, name } => {
+            let ino = img.lookup(path)?;
+            img.remove_xattr(ino, name)
+        }
+        Op::Chmod { path, mode } => {
+            let ino = img.lookup(path)?;
+            img.chmod(ino, *mode)
+        }
     };
     match r {
         Ok(()) => Ok(true),
-        Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => Ok(false),
+        Err(
+            Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes | Ext4Error::XattrNoSpace { .. },
+        ) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// [`Sabotage::RenameSplit`]: the rename of a file or symlink `from` to
+/// `to` made in two flushed halves, with a pause between them.
+fn split_rename(img: &mut Image, from: &str, to: &str) -> Result<(), Ext4Error> {
+    if img.lookup(to).is_ok() {
+        img.unlink(to)?;
+    }
+    img.link(from, to)?;
+    img.flush()?;
+    thread::sleep(Duration::from_millis(5));
+    img.unlink(from)
 }
 
 fn child(image: &Path) {
     let seed = env_u64(CHILD_SEED).expect("child: no seed");
     let sabotage = Sabotage::from_env();
+    let renames = sabotage.is_some_and(Sabotage::renames);
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut img = Image::open(image, OpenMode::ReadWrite).expect("child: open");
-    let bs = u64::from(img.info().block_size);
-    let total = img.info().blocks_count;
-    let mut files: Vec<String> = root_files(&mut img)
-        .expect("child: read the root directory")
-        .into_keys()
-        .collect();
     say("ready");
     for seq in 0u64.. {
         // Sometimes a pause, so that kills land between operations too.
         if rng.random_bool(0.3) {
             thread::sleep(Duration::from_micros(rng.random_range(0..500)));
         }
-        let op = random_op(&mut rng, &files, bs, total, img.free_blocks_count());
+        let op = next_op(&mut rng, &mut img, renames);
         let what = op.describe();
         say(&format!("begin {seq} {what}"));
-        let done = run_op(&mut img, &op).unwrap_or_else(|e| panic!("child: {what}: {e}"));
+        let split = match &op {
+            Op::Rename { from, .. } if sabotage == Some(Sabotage::RenameSplit) => {
+                let ino = img.lookup(from).expect("child: lookup");
+                !img.inode(ino).expect("child: inode").is_dir()
+            }
+            _ => false,
+        };
+        let done = match &op {
+            Op::Rename { from, to } if split => split_rename(&mut img, from, to).map(|()| true),
+            _ => run_op(&mut img, &op),
+        };
+        let done = done.unwrap_or_else(|e| panic!("child: {what}: {e}"));
         if !done {
             assert!(!img.is_dirty(), "child: {what}: refused, but changed");
             say(&format!("nop {seq} {what}"));
             continue;
         }
         say(&format!("flush {seq}"));
-        if sabotage != Some(Sabotage::NoFlush) {
+        let skip = match sabotage {
+            Some(Sabotage::NoFlush) => true,
+            Some(Sabotage::RenameNoFlush) => matches!(op, Op::Rename { .. }),
+            _ => false,
+        };
+        if !skip {
             img.flush()
                 .unwrap_or_else(|e| panic!("child: {what}: flush: {e}"));
         }
         let mut line = format!("done {seq} {what}");
-        match &op {
-            Op::Unlink(p) => files.retain(|f| f != p),
-            _ => {
-                if let Op::Create(p) = &op {
-                    files.push(p.clone());
-                }
-                let ino = img.lookup(op.path()).expect("child: lookup");
-                let st = img.stat(ino).expect("child: stat");
-                let mapped: u64 = st.extents.iter().map(|e| u64::from(e.len)).sum();
-                let _ = write!(
-                    line,
-                    " size={} iblocks={} mapped={mapped}",
-                    st.size, st.blocks
-                );
-            }
+        for p in op.touched() {
+            let ino = img
+                .lookup(&p)
+                .unwrap_or_else(|e| panic!("child: {what}: lookup {p}: {e}"));
+            let st = img.stat(ino).expect("child: stat");
+            let mapped: u64 = st.extents.iter().map(|e| u64::from(e.len)).sum();
+            let _ = write!(line, " t={p}:{}:{}:{mapped}", st.size, st.blocks);
         }
         let _ = write!(
             line,
@@ -502,18 +1128,81 @@ fn child(image: &Path) {
 // The parent's model.
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct FileModel {
+enum Kind {
+    File,
+    Dir,
+    /// With its target.
+    Symlink(Vec<u8>),
+}
+
+/// One inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Node {
+    kind: Kind,
+    /// `i_mode`, type and permission bits.
+    mode: u16,
+    /// `i_links_count`: in the model, what the names make it
+    /// ([`State::relink`]).
+    links: u16,
     size: u64,
-    /// Mapped logical blocks.
-    mapped: BTreeSet<u64>,
     /// `i_blocks` (512-byte units), as the child reported it.
     iblocks: u64,
+    /// Files: mapped logical blocks.
+    mapped: BTreeSet<u64>,
     /// For `/data`: how many of its original bytes it still starts with
     /// (at most its size); every byte after them up to the size is zero.
     kept: Option<u64>,
-    /// For `/w` files: the byte ranges `[a, b)` written (holding
+    /// For `w` files: the byte ranges `[a, b)` written (holding
     /// [`pattern`]), merged and sorted; every other byte is zero.
     written: Vec<(u64, u64)>,
+    /// Extended attributes by full name.
+    xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+impl Node {
+    fn new(kind: Kind, mode: u16, size: u64) -> Node {
+        Node {
+            kind,
+            mode,
+            links: 0,
+            size,
+            iblocks: 0,
+            mapped: BTreeSet::new(),
+            kept: None,
+            written: Vec::new(),
+            xattrs: BTreeMap::new(),
+        }
+    }
+
+    fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+
+    /// A line for [`diff`].
+    fn show(&self) -> String {
+        let kind = match &self.kind {
+            Kind::File => "file".to_owned(),
+            Kind::Dir => "dir".to_owned(),
+            Kind::Symlink(t) => format!("symlink ({} bytes)", t.len()),
+        };
+        let xattrs: Vec<String> = self
+            .xattrs
+            .iter()
+            .map(|(n, v)| format!("{n}:{}", v.len()))
+            .collect();
+        format!(
+            "{kind} mode {:o} links {} size {} iblocks {} mapped {} {:?}.. kept {:?} \
+             written {:?} xattrs {xattrs:?}",
+            self.mode,
+            self.links,
+            self.size,
+            self.iblocks,
+            self.mapped.len(),
+            self.mapped.iter().take(8).collect::<Vec<_>>(),
+            self.kept,
+            self.written.iter().take(4).collect::<Vec<_>>(),
+        )
+    }
 }
 
 /// `ranges` with `[a, b)` added, merged and sorted.
@@ -531,50 +1220,214 @@ fn add_range(ranges: &[(u64, u64)], a: u64, b: u64) -> Vec<(u64, u64)> {
     out
 }
 
-/// An image's files and counts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An image's names, inodes and counts.
+#[derive(Clone, Debug)]
 struct State {
-    files: BTreeMap<String, FileModel>,
-    /// The root directory's size and `i_blocks` (it grows a block when
-    /// full).
-    root: (u64, u64),
+    /// Every name (`/` included) and its inode's key in `nodes`: the
+    /// inode number when read from the image, any free key for an inode
+    /// the model made. Keys mean nothing across states: states are compared
+    /// through [`State::canon`].
+    names: BTreeMap<String, u32>,
+    nodes: BTreeMap<u32, Node>,
     free_blocks: u64,
     free_inodes: u32,
 }
 
+/// A state with its inodes keyed by their first name: names, and inodes.
+type Canon<'a> = (Vec<(&'a str, &'a str)>, BTreeMap<&'a str, &'a Node>);
+
 impl State {
+    fn node(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(self.names.get(path)?)
+    }
+
+    fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
+        self.nodes.get_mut(self.names.get(path)?)
+    }
+
+    /// The file at `path`, or why there is none.
+    fn file_mut(&mut self, path: &str, what: &str) -> Result<&mut Node, String> {
+        match self.node_mut(path) {
+            Some(n) if n.kind == Kind::File => Ok(n),
+            _ => Err(format!("{what} {path}: not a file in the model")),
+        }
+    }
+
+    /// A free key for a new inode.
+    fn fresh(&self) -> u32 {
+        self.nodes.keys().next_back().map_or(1, |k| k + 1)
+    }
+
+    /// Checks that `path` is free and its parent a directory.
+    fn check_new(&self, path: &str, what: &str) -> Result<(), String> {
+        if self.names.contains_key(path) {
+            return Err(format!("{what} {path}: it exists in the model"));
+        }
+        match self.node(dir_of(path)) {
+            Some(n) if n.is_dir() => Ok(()),
+            _ => Err(format!("{what} {path}: no parent directory in the model")),
+        }
+    }
+
+    /// Whether `dir` has no entries.
+    fn is_empty_dir(&self, dir: &str) -> bool {
+        !self.names.keys().any(|p| p != "/" && dir_of(p) == dir)
+    }
+
+    /// Removes the name `path`, and its inode with its last name.
+    fn unname(&mut self, path: &str) {
+        if let Some(id) = self.names.remove(path) {
+            if !self.names.values().any(|&v| v == id) {
+                self.nodes.remove(&id);
+            }
+        }
+    }
+
+    /// Sets every inode's link count to what the names make it: a
+    /// directory's is 2 plus its subdirectories (`/`'s `..` is itself), any
+    /// other's its names.
+    fn relink(&mut self) {
+        let mut links: BTreeMap<u32, u16> = self
+            .nodes
+            .iter()
+            .map(|(&id, n)| (id, if n.is_dir() { 2 } else { 0 }))
+            .collect();
+        for (p, id) in &self.names {
+            if !self.nodes[id].is_dir() {
+                *links.get_mut(id).unwrap() += 1;
+            } else if p != "/" {
+                if let Some(up) = self.names.get(dir_of(p)) {
+                    *links.get_mut(up).unwrap() += 1;
+                }
+            }
+        }
+        for (id, n) in &mut self.nodes {
+            n.links = links[id];
+        }
+    }
+
     /// Blocks and inodes in use by what the model tracks plus the free
     /// ones: conserved by every operation.
     fn conserved(&self, bs: u64) -> (u64, u64) {
-        let iblocks: u64 = self.root.1 + self.files.values().map(|f| f.iblocks).sum::<u64>();
+        let iblocks: u64 = self.nodes.values().map(|n| n.iblocks).sum();
         (
             self.free_blocks + iblocks / (bs / 512),
-            u64::from(self.free_inodes) + self.files.len() as u64,
+            u64::from(self.free_inodes) + self.nodes.len() as u64,
         )
+    }
+
+    /// The names and inodes with every inode keyed by its first name (in
+    /// path order): equal for two states exactly when they have the same
+    /// names, the same names share inodes, and those inodes are equal.
+    fn canon(&self) -> Canon<'_> {
+        let mut first: BTreeMap<u32, &str> = BTreeMap::new();
+        for (p, id) in &self.names {
+            first.entry(*id).or_insert(p);
+        }
+        let names = self
+            .names
+            .iter()
+            .map(|(p, id)| (p.as_str(), first[id]))
+            .collect();
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|(id, n)| (first.get(id).copied().unwrap_or("(no name)"), n))
+            .collect();
+        (names, nodes)
+    }
+
+    /// The same names, inodes and free counts.
+    fn same(&self, other: &State) -> bool {
+        self.canon() == other.canon()
+            && (self.free_blocks, self.free_inodes) == (other.free_blocks, other.free_inodes)
+    }
+
+    /// The most names, and directories.
+    fn counts(&self) -> (usize, usize) {
+        let dirs = self.nodes.values().filter(|n| n.is_dir()).count();
+        (self.names.len(), dirs)
     }
 }
 
-/// `op`'s effect on the names, sizes and mapped blocks of `s` (not on
-/// `i_blocks` or the counts, which the child reports or the image shows).
+/// `op`'s effect on `s`: names, kinds, modes, links, targets, attributes,
+/// sizes and mapped blocks (not on `i_blocks`, directory sizes or the
+/// counts, which the child reports or the image shows).
 fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
     let mut s = s.clone();
     match op {
         Op::Create(p) => {
-            let new = FileModel {
-                size: 0,
-                mapped: BTreeSet::new(),
-                iblocks: 0,
-                kept: None,
-                written: Vec::new(),
-            };
-            if s.files.insert(p.clone(), new).is_some() {
-                return Err(format!("create {p}: it exists in the model"));
+            s.check_new(p, "create")?;
+            let id = s.fresh();
+            s.nodes
+                .insert(id, Node::new(Kind::File, S_IFREG | 0o644, 0));
+            s.names.insert(p.clone(), id);
+        }
+        Op::Mkdir { path, mode } => {
+            s.check_new(path, "mkdir")?;
+            let id = s.fresh();
+            let node = Node::new(Kind::Dir, S_IFDIR | (mode & 0o7777), bs);
+            s.nodes.insert(id, node);
+            s.names.insert(path.clone(), id);
+        }
+        Op::Symlink { path, len, tag } => {
+            s.check_new(path, "symlink")?;
+            let id = s.fresh();
+            let node = Node::new(
+                Kind::Symlink(blob(*tag, *len)),
+                S_IFLNK | 0o777,
+                *len as u64,
+            );
+            s.nodes.insert(id, node);
+            s.names.insert(path.clone(), id);
+        }
+        Op::Link { from, to } => {
+            s.check_new(to, "link")?;
+            match s.names.get(from) {
+                Some(&id) if !s.nodes[&id].is_dir() => {
+                    s.names.insert(to.clone(), id);
+                }
+                _ => return Err(format!("link {from}: no file or symlink in the model")),
             }
         }
-        Op::Unlink(p) => {
-            s.files
-                .remove(p)
-                .ok_or_else(|| format!("unlink {p}: not in the model"))?;
+        Op::Unlink(p) => match s.node(p) {
+            Some(n) if !n.is_dir() => s.unname(p),
+            _ => return Err(format!("unlink {p}: no file or symlink in the model")),
+        },
+        Op::Rmdir(p) => match s.node(p) {
+            Some(n) if n.is_dir() && p != "/" && s.is_empty_dir(p) => s.unname(p),
+            _ => return Err(format!("rmdir {p}: no empty directory in the model")),
+        },
+        Op::Rename { from, to } => {
+            let what = format!("rename {from} {to}");
+            let Some(&id) = s.names.get(from) else {
+                return Err(format!("{what}: no {from} in the model"));
+            };
+            let dir = s.nodes[&id].is_dir();
+            if from == "/" || under(to, from) || s.names.get(to) == Some(&id) {
+                return Err(format!("{what}: not a rename that moves a name"));
+            }
+            match s.node(dir_of(to)) {
+                Some(n) if n.is_dir() => {}
+                _ => return Err(format!("{what}: no parent directory in the model")),
+            }
+            if let Some(t) = s.node(to) {
+                if t.is_dir() != dir || (dir && !s.is_empty_dir(to)) {
+                    return Err(format!("{what}: {to} cannot be replaced"));
+                }
+                s.unname(to);
+            }
+            // The name and, for a directory, every name below it.
+            let moved: Vec<(String, u32)> = s
+                .names
+                .iter()
+                .filter(|(p, _)| under(p, from))
+                .map(|(p, &i)| (p.clone(), i))
+                .collect();
+            for (p, i) in moved {
+                s.names.remove(&p);
+                s.names.insert(format!("{to}{}", &p[from.len()..]), i);
+            }
         }
         Op::Falloc {
             path,
@@ -582,10 +1435,7 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
             len,
             keep,
         } => {
-            let f = s
-                .files
-                .get_mut(path)
-                .ok_or_else(|| format!("falloc {path}: not in the model"))?;
+            let f = s.file_mut(path, "falloc")?;
             let end = off + len;
             f.mapped.extend(off / bs..end.div_ceil(bs));
             if !keep {
@@ -593,10 +1443,7 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
             }
         }
         Op::Trunc { path, size } => {
-            let f = s
-                .files
-                .get_mut(path)
-                .ok_or_else(|| format!("trunc {path}: not in the model"))?;
+            let f = s.file_mut(path, "trunc")?;
             let first = size.div_ceil(bs);
             f.mapped.retain(|&b| b < first);
             f.size = *size;
@@ -609,16 +1456,39 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
                 .collect();
         }
         Op::Write { path, off, len } => {
-            let f = s
-                .files
-                .get_mut(path)
-                .ok_or_else(|| format!("write {path}: not in the model"))?;
+            let f = s.file_mut(path, "write")?;
             let end = off + len;
             f.mapped.extend(off / bs..end.div_ceil(bs));
             f.size = f.size.max(end);
             f.written = add_range(&f.written, *off, end);
         }
+        Op::SetXattr {
+            path,
+            name,
+            len,
+            tag,
+        } => {
+            let n = s
+                .node_mut(path)
+                .ok_or_else(|| format!("setxattr {path}: not in the model"))?;
+            n.xattrs.insert(name.clone(), blob(*tag, *len));
+        }
+        Op::RemoveXattr { path, name } => {
+            let n = s
+                .node_mut(path)
+                .ok_or_else(|| format!("rmxattr {path}: not in the model"))?;
+            if n.xattrs.remove(name).is_none() {
+                return Err(format!("rmxattr {path} {name}: not in the model"));
+            }
+        }
+        Op::Chmod { path, mode } => {
+            let n = s
+                .node_mut(path)
+                .ok_or_else(|| format!("chmod {path}: not in the model"))?;
+            n.mode = (n.mode & S_IFMT) | (mode & 0o7777);
+        }
     }
+    s.relink();
     Ok(s)
 }
 
@@ -632,25 +1502,60 @@ fn value(words: &[&str], key: &str) -> Result<u64, String> {
         .map_err(|e| format!("{key}: {e}"))
 }
 
+/// The `t=PATH:SIZE:IBLOCKS:MAPPED` words of a `done` line.
+fn reported(words: &[&str]) -> Result<Vec<(String, u64, u64, u64)>, String> {
+    let mut out = Vec::new();
+    for w in words {
+        let Some(t) = w.strip_prefix("t=") else {
+            continue;
+        };
+        let f: Vec<&str> = t.split(':').collect();
+        let n = |i: usize| -> Result<u64, String> {
+            f.get(i)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("bad {w:?}"))
+        };
+        out.push((f[0].to_owned(), n(1)?, n(2)?, n(3)?));
+    }
+    Ok(out)
+}
+
 /// Applies a `done` line (its words after `done SEQ`) to `s`, checking the
 /// child's numbers against the prediction.
 fn apply_done(s: &State, words: &[&str], bs: u64) -> Result<State, String> {
     let op = Op::parse(words).ok_or_else(|| format!("bad op {words:?}"))?;
     let mut next = predict(s, &op, bs)?;
     let rest = &words[op.words()..];
-    if !matches!(op, Op::Unlink(_)) {
-        let f = next.files.get_mut(op.path()).unwrap();
-        let (size, mapped) = (value(rest, "size")?, value(rest, "mapped")?);
-        if size != f.size || mapped != f.mapped.len() as u64 {
+    let report = reported(rest)?;
+    let paths: Vec<String> = report.iter().map(|r| r.0.clone()).collect();
+    if paths != op.touched() {
+        return Err(format!(
+            "{}: the child reports {paths:?}, not {:?}",
+            op.describe(),
+            op.touched()
+        ));
+    }
+    for (path, size, iblocks, mapped) in report {
+        let n = next
+            .node_mut(&path)
+            .ok_or_else(|| format!("{}: the model has no {path}", op.describe()))?;
+        let want = match &n.kind {
+            Kind::File => (n.size, n.mapped.len() as u64),
+            // (A directory grows; a long symlink's block is mapped.)
+            Kind::Dir => (size, mapped),
+            Kind::Symlink(t) => (t.len() as u64, mapped),
+        };
+        if (size, mapped) != want {
             return Err(format!(
-                "{}: the child reports size {size}, {mapped} blocks mapped; \
+                "{}: the child reports {path} size {size}, {mapped} blocks mapped; \
                  the model says size {}, {} blocks mapped",
                 op.describe(),
-                f.size,
-                f.mapped.len()
+                want.0,
+                want.1
             ));
         }
-        f.iblocks = value(rest, "iblocks")?;
+        n.size = size;
+        n.iblocks = iblocks;
     }
     next.free_blocks = value(rest, "free")?;
     next.free_inodes = value(rest, "ifree")? as u32;
@@ -698,102 +1603,170 @@ fn kept_bytes(img: &mut Image, image: &Path, ino: u32, data: &[u8]) -> Result<u6
     }
 }
 
+/// What [`observe`] found besides the state.
+#[derive(Default)]
+struct Seen {
+    /// The deepest extent tree and the most extents in one file.
+    depth: u16,
+    extents: usize,
+    /// Inodes with an external xattr block (`i_file_acl`).
+    xattr_blocks: usize,
+}
+
 /// The state of an open image (read from `image` after a flush, whose
-/// `/data` started as `data`), its deepest extent tree and the most
-/// extents in one file.
-fn observe(img: &mut Image, image: &Path, data: &[u8]) -> Result<(State, u16, usize), String> {
+/// `/data` started as `data`): every name from `/` down.
+fn observe(img: &mut Image, image: &Path, data: &[u8]) -> Result<(State, Seen), String> {
     let e = |e: Ext4Error| e.to_string();
     let bs = u64::from(img.info().block_size);
-    let mut files = BTreeMap::new();
-    let (mut depth, mut extents) = (0, 0);
-    for (path, ino) in root_files(img).map_err(e)? {
+    let mut seen = Seen::default();
+    let mut names = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    for Entry { path, ino, ft } in walk(img).map_err(e)? {
+        names.insert(path.clone(), ino);
+        if ft == 0 {
+            return Err(format!("{path}: a second name for directory {ino}"));
+        }
+        if nodes.contains_key(&ino) {
+            continue;
+        }
         let st = img.stat(ino).map_err(e)?;
-        depth = depth.max(st.depth);
-        extents = extents.max(st.extents.len());
-        let mut mapped = BTreeSet::new();
-        for x in &st.extents {
-            if !x.unwritten && path != DATA && !path.starts_with(WRITTEN) {
-                return Err(format!("{path}: a written extent {x:?}"));
-            }
-            mapped.extend(u64::from(x.logical)..u64::from(x.logical) + u64::from(x.len));
-        }
-        if st.links != 1 {
-            return Err(format!("{path}: links {}", st.links));
-        }
-        if st.blocks < mapped.len() as u64 * (bs / 512) {
-            return Err(format!("{path}: i_blocks {} below its data", st.blocks));
-        }
-        let kept = if path == DATA {
-            Some(kept_bytes(img, image, ino, data)?)
-        } else {
-            None
+        let inode = img.inode(ino).map_err(e)?;
+        let kind = match st.mode & S_IFMT {
+            S_IFREG => Kind::File,
+            S_IFDIR => Kind::Dir,
+            S_IFLNK => Kind::Symlink(img.read_link(ino).map_err(e)?),
+            m => return Err(format!("{path}: mode {m:o}")),
         };
-        let mut written = Vec::new();
-        if path.starts_with(WRITTEN) {
-            let mut buf = vec![0u8; st.size as usize];
-            img.read(ino, 0, &mut buf).map_err(e)?;
-            for (p, &b) in buf.iter().enumerate() {
-                let p = p as u64;
-                if b != 0 && b != pattern(p) {
-                    return Err(format!(
-                        "{path}: byte {p} is {b:#x}, written as {:#x}",
-                        pattern(p)
-                    ));
-                }
-                if b != 0 {
-                    match written.last_mut() {
-                        Some((_, e)) if *e == p => *e = p + 1,
-                        _ => written.push((p, p + 1)),
-                    }
-                }
+        let want_ft = match kind {
+            Kind::File => FT_REG_FILE,
+            Kind::Dir => FT_DIR,
+            Kind::Symlink(_) => FT_SYMLINK,
+        };
+        if ft != want_ft {
+            return Err(format!("{path}: entry type {ft}, inode mode {:o}", st.mode));
+        }
+        let mut node = Node::new(kind, st.mode, st.size);
+        node.links = st.links;
+        node.iblocks = st.blocks;
+        if inode.file_acl != 0 {
+            seen.xattr_blocks += 1;
+        }
+        for (name, v) in img.xattrs(ino).map_err(e)? {
+            let got = img.get_xattr(ino, &name).map_err(e)?;
+            if got.as_ref() != Some(&v) {
+                return Err(format!(
+                    "{path}: {name} listed with {} bytes, read by name as {:?} bytes",
+                    v.len(),
+                    got.map(|g| g.len())
+                ));
+            }
+            if node.xattrs.insert(name.clone(), v).is_some() {
+                return Err(format!("{path}: attribute {name} twice"));
             }
         }
-        let model = FileModel {
-            size: st.size,
-            mapped,
-            iblocks: st.blocks,
-            kept,
-            written,
-        };
-        files.insert(path, model);
+        if node.kind == Kind::File {
+            seen.depth = seen.depth.max(st.depth);
+            seen.extents = seen.extents.max(st.extents.len());
+            for x in &st.extents {
+                if !x.unwritten && path != DATA && !is_written(&path) {
+                    return Err(format!("{path}: a written extent {x:?}"));
+                }
+                let at = u64::from(x.logical);
+                node.mapped.extend(at..at + u64::from(x.len));
+            }
+            if st.blocks < node.mapped.len() as u64 * (bs / 512) {
+                return Err(format!("{path}: i_blocks {} below its data", st.blocks));
+            }
+            if path == DATA {
+                node.kept = Some(kept_bytes(img, image, ino, data)?);
+            }
+            if is_written(&path) {
+                node.written = written_ranges(img, &path, ino, st.size)?;
+            }
+        }
+        nodes.insert(ino, node);
     }
-    let root = img.stat(ROOT_INO).map_err(e)?;
     let state = State {
-        files,
-        root: (root.size, root.blocks),
+        names,
+        nodes,
         free_blocks: img.free_blocks_count(),
         free_inodes: img.free_inodes_count(),
     };
-    Ok((state, depth, extents))
+    Ok((state, seen))
 }
 
-/// Whether `seen` is `want` with the operation `op` applied: the same
-/// names, sizes and mapped blocks, every other file's `i_blocks`
-/// unchanged (the root directory may have grown), and the conserved sums
+/// The non-zero byte ranges of `w` file `ino` (`size` bytes), each byte
+/// checked to be the one written there.
+fn written_ranges(
+    img: &mut Image,
+    path: &str,
+    ino: u32,
+    size: u64,
+) -> Result<Vec<(u64, u64)>, String> {
+    let mut buf = vec![0u8; size as usize];
+    img.read(ino, 0, &mut buf).map_err(|e| e.to_string())?;
+    let mut written: Vec<(u64, u64)> = Vec::new();
+    for (p, &b) in buf.iter().enumerate() {
+        let p = p as u64;
+        if b != 0 && b != pattern(p) {
+            return Err(format!(
+                "{path}: byte {p} is {b:#x}, written as {:#x}",
+                pattern(p)
+            ));
+        }
+        if b != 0 {
+            match written.last_mut() {
+                Some((_, e)) if *e == p => *e = p + 1,
+                _ => written.push((p, p + 1)),
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// Whether `seen` is `want` (`before` with the operation `op` applied):
+/// the same names, inodes and everything in them, except the `i_blocks`
+/// (and directory sizes) of what `op` touches; and the conserved sums
 /// equal.
 fn matches_after(seen: &State, before: &State, want: &State, op: &Op, bs: u64) -> bool {
-    type Shape = Vec<(String, u64, BTreeSet<u64>, Option<u64>, Vec<(u64, u64)>)>;
-    let shape = |s: &State| -> Shape {
-        s.files
-            .iter()
-            .map(|(p, f)| {
-                (
-                    p.clone(),
-                    f.size,
-                    f.mapped.clone(),
-                    f.kept,
-                    f.written.clone(),
-                )
-            })
-            .collect()
-    };
-    shape(seen) == shape(want)
-        && seen
-            .files
-            .iter()
-            .filter(|(p, _)| p.as_str() != op.path())
-            .all(|(p, f)| before.files.get(p).is_some_and(|b| b.iblocks == f.iblocks))
-        && seen.conserved(bs) == before.conserved(bs)
+    let mut want = want.clone();
+    for p in op.touched() {
+        if let (Some(w), Some(s)) = (want.node_mut(&p), seen.node(&p)) {
+            w.iblocks = s.iblocks;
+            if w.is_dir() {
+                w.size = s.size;
+            }
+        }
+    }
+    seen.canon() == want.canon() && seen.conserved(bs) == before.conserved(bs)
+}
+
+/// What differs between the model and the image.
+fn diff(what: &str, want: &State, seen: &State) -> String {
+    let mut s = format!("{what}: the image differs from the model:\n");
+    let (wn, wi) = want.canon();
+    let (sn, si) = seen.canon();
+    let (wn, sn): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        (wn.into_iter().collect(), sn.into_iter().collect());
+    let paths: BTreeSet<&str> = wn.keys().chain(sn.keys()).copied().collect();
+    let show =
+        |names: &BTreeMap<&str, &str>, nodes: &BTreeMap<&str, &Node>, p: &str| match names.get(p) {
+            None => "absent".to_owned(),
+            Some(k) if *k == p => nodes[k].show(),
+            Some(k) => format!("another name of {k}: {}", nodes[k].show()),
+        };
+    for p in paths {
+        let (a, b) = (show(&wn, &wi, p), show(&sn, &si, p));
+        if a != b {
+            let _ = writeln!(s, "  {p}:\n    model {a}\n    image {b}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  free blocks: model {}, image {}; free inodes: model {}, image {}",
+        want.free_blocks, seen.free_blocks, want.free_inodes, seen.free_inodes
+    );
+    s
 }
 
 // ---------------------------------------------------------------------------
@@ -815,10 +1788,16 @@ struct Stats {
     /// Operations flushed in all, and refused for lack of space.
     flushed: u64,
     nospace: u64,
-    /// Of the flushed operations, writes of bytes.
-    writes: u64,
-    /// The most files at a kill, and the deepest extent tree seen.
-    max_files: usize,
+    /// The flushed operations by [`Op::label`].
+    ops: BTreeMap<&'static str, u64>,
+    /// The operations a kill landed in the flush of, by [`Op::label`]:
+    /// found applied, found absent.
+    in_flush: BTreeMap<&'static str, (u64, u64)>,
+    /// The most names and directories at a kill, the most inodes with an
+    /// xattr block, and the deepest extent tree and most extents seen.
+    max_names: usize,
+    max_dirs: usize,
+    max_xattr_blocks: usize,
     max_depth: u16,
     max_extents: usize,
     elapsed: Duration,
@@ -871,8 +1850,15 @@ impl Soak {
             .unwrap();
         assert!(out.status.success(), "debugfs write");
         let mut img = Image::open(&image, OpenMode::ReadWrite).unwrap();
-        let (state, _, _) = observe(&mut img, &image, &data).unwrap();
-        assert_eq!(state.files[DATA].kept, Some(data.len() as u64));
+        let (mut state, _) = observe(&mut img, &image, &data).unwrap();
+        assert_eq!(state.node(DATA).unwrap().kept, Some(data.len() as u64));
+        // mkfs's link counts are what the names make them.
+        let links: Vec<u16> = state.nodes.values().map(|n| n.links).collect();
+        state.relink();
+        assert_eq!(
+            links,
+            state.nodes.values().map(|n| n.links).collect::<Vec<_>>()
+        );
         Soak {
             cfg,
             image,
@@ -1027,10 +2013,11 @@ impl Soak {
                     stats.nospace += 1;
                 }
                 Some("done") => {
+                    let op = Op::parse(&w[2..]).ok_or_else(|| format!("bad line {line:?}"))?;
+                    *stats.ops.entry(op.label(&self.state)).or_default() += 1;
                     self.state = apply_done(&self.state, &w[2..], bs)?;
                     in_flight = None;
                     stats.flushed += 1;
-                    stats.writes += u64::from(w.get(2) == Some(&"write"));
                 }
                 _ => return Err(format!("bad line {line:?}\nstderr: {}", out.stderr)),
             }
@@ -1063,9 +2050,10 @@ impl Soak {
             return Err(format!("verify ({redo}): {:#?}", report.mismatches));
         }
         img.validate().map_err(|e| format!("validate: {e:?}"))?;
-        let (seen, depth, extents) = observe(&mut img, &self.image, &self.data)?;
-        stats.max_depth = stats.max_depth.max(depth);
-        stats.max_extents = stats.max_extents.max(extents);
+        let (seen, found) = observe(&mut img, &self.image, &self.data)?;
+        stats.max_depth = stats.max_depth.max(found.depth);
+        stats.max_extents = stats.max_extents.max(found.extents);
+        stats.max_xattr_blocks = stats.max_xattr_blocks.max(found.xattr_blocks);
         drop(img);
         let fsck = Command::new(tool("e2fsck"))
             .arg("-fn")
@@ -1086,14 +2074,16 @@ impl Soak {
                 stats.between += 1;
                 self.history
                     .push("# verdict: no operation in flight".into());
-                if seen != *before {
+                if !seen.same(before) {
                     return Err(diff("no operation in flight", before, &seen));
                 }
             }
             Some((op, flushing)) => {
-                if seen == *before {
+                let label = op.label(before);
+                if seen.same(before) {
                     if flushing {
                         stats.in_flush_absent += 1;
+                        stats.in_flush.entry(label).or_default().1 += 1;
                         self.history.push("# verdict: in flush, absent".into());
                     } else {
                         stats.in_op += 1;
@@ -1118,12 +2108,15 @@ impl Soak {
                         ));
                     }
                     stats.in_flush_applied += 1;
+                    stats.in_flush.entry(label).or_default().0 += 1;
                     self.history.push("# verdict: in flush, applied".into());
                     self.state = seen;
                 }
             }
         }
-        stats.max_files = stats.max_files.max(self.state.files.len());
+        let (names, dirs) = self.state.counts();
+        stats.max_names = stats.max_names.max(names);
+        stats.max_dirs = stats.max_dirs.max(dirs);
         Ok(())
     }
 }
@@ -1132,43 +2125,6 @@ impl Soak {
 fn open_bs(path: &Path) -> u64 {
     let img = Image::open(path, OpenMode::ReadOnly).unwrap();
     u64::from(img.info().block_size)
-}
-
-/// What differs between the model and the image.
-fn diff(what: &str, want: &State, seen: &State) -> String {
-    let mut s = format!("{what}: the image differs from the model:\n");
-    let paths: BTreeSet<&String> = want.files.keys().chain(seen.files.keys()).collect();
-    for p in paths {
-        match (want.files.get(p), seen.files.get(p)) {
-            (Some(a), Some(b)) if a == b => {}
-            (a, b) => {
-                let show = |f: Option<&FileModel>| match f {
-                    None => "absent".to_owned(),
-                    Some(f) => format!(
-                        "size {} iblocks {} mapped {} blocks {:?}.. kept {:?}",
-                        f.size,
-                        f.iblocks,
-                        f.mapped.len(),
-                        f.mapped.iter().take(8).collect::<Vec<_>>(),
-                        f.kept
-                    ),
-                };
-                let _ = writeln!(s, "  {p}: model {}, image {}", show(a), show(b));
-            }
-        }
-    }
-    let _ = writeln!(
-        s,
-        "  root (size, i_blocks): model {:?}, image {:?}; free blocks: model {}, image {}; \
-         free inodes: model {}, image {}",
-        want.root,
-        seen.root,
-        want.free_blocks,
-        seen.free_blocks,
-        want.free_inodes,
-        seen.free_inodes
-    );
-    s
 }
 
 /// One soak: its seed, kills, delay bound and sabotage.
@@ -1196,9 +2152,10 @@ fn soak(run: &Run) -> Result<Stats, String> {
     stats.elapsed = start.elapsed();
     for s in &soaks {
         println!(
-            "  {}: {} files, {} free blocks",
+            "  {}: {} names, {} inodes, {} free blocks",
             s.cfg.name,
-            s.state.files.len(),
+            s.state.names.len(),
+            s.state.nodes.len(),
             s.state.free_blocks
         );
     }
@@ -1227,8 +2184,9 @@ fn parent() {
     println!(
         "crash soak: {} kills in {:.1?} (seed {seed}): {} between operations, {} inside an \
          operation before its flush, {} inside a flush ({} applied, {} absent); redo logs \
-         left: {} complete (replayed), {} incomplete (discarded); {} operations flushed ({} \
-         writes), {} refused for space; up to {} files, extent trees up to depth {} and {} extents",
+         left: {} complete (replayed), {} incomplete (discarded); {} operations flushed, {} \
+         refused for space; up to {} names and {} directories, {} inodes with an xattr block, \
+         extent trees up to depth {} and {} extents",
         stats.kills,
         stats.elapsed,
         stats.between,
@@ -1239,12 +2197,25 @@ fn parent() {
         stats.redo_complete,
         stats.redo_incomplete,
         stats.flushed,
-        stats.writes,
         stats.nospace,
-        stats.max_files,
+        stats.max_names,
+        stats.max_dirs,
+        stats.max_xattr_blocks,
         stats.max_depth,
         stats.max_extents,
     );
+    println!("crash soak: by kind, operations flushed; killed in their flush (applied/absent):");
+    let labels: BTreeSet<&str> = stats
+        .ops
+        .keys()
+        .chain(stats.in_flush.keys())
+        .copied()
+        .collect();
+    for label in labels {
+        let n = stats.ops.get(label).copied().unwrap_or_default();
+        let (applied, absent) = stats.in_flush.get(label).copied().unwrap_or_default();
+        println!("  {n:6}; {applied:4}/{absent:<4} {label}");
+    }
     if kills >= 20 {
         assert!(
             stats.in_flush_applied + stats.in_flush_absent > 0,
@@ -1254,8 +2225,9 @@ fn parent() {
 }
 
 /// The soak can fail: a child that reports operations it never flushed,
-/// or that flushes a change it does not report, is caught within a few
-/// kills. (Not ignored: about a second, skipped without e2fsprogs.)
+/// that flushes a change it does not report, that reports a rename it did
+/// not flush, or that flushes half a rename, is caught within a few kills.
+/// (Not ignored: a few seconds, skipped without e2fsprogs.)
 #[test]
 fn soak_catches_a_broken_child() {
     if std::env::var_os(CHILD_IMAGE).is_some() || !have_e2fsprogs(&["mkfs.ext4", "e2fsck"]) {
@@ -1268,19 +2240,28 @@ fn soak_catches_a_broken_child() {
     for (sabotage, want) in [
         (Sabotage::NoFlush, differs),
         (Sabotage::Unreported, unreported),
+        (Sabotage::RenameNoFlush, differs),
+        (Sabotage::RenameSplit, differs),
     ] {
         let run = Run {
             seed: 7,
-            kills: 8,
+            // (Each fails at its first caught kill; a renaming child is
+            // usually caught by the sixth, once it has files to rename.)
+            kills: 16,
             max_delay_us: 50_000,
             sabotage: Some(sabotage),
         };
         match soak(&run) {
             Ok(stats) => panic!("{sabotage:?}: the soak passed: {stats:?}"),
-            Err(e) => assert!(
-                want.iter().any(|w| e.contains(w)),
-                "{sabotage:?}: failed otherwise: {e}"
-            ),
+            Err(e) => {
+                assert!(
+                    want.iter().any(|w| e.contains(w)),
+                    "{sabotage:?}: failed otherwise: {e}"
+                );
+                // (The report up to the children's last lines.)
+                let report = e.split("\nlast lines").next().unwrap_or(&e);
+                println!("{sabotage:?} caught:\n{report}");
+            }
         }
     }
 }
