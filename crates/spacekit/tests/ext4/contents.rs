@@ -428,7 +428,7 @@ fn inline_data_files_read_and_writes_are_refused() {
 fn copy_out_in_the_kernel_and_through_user_space_agree() {
     require_e2fsprogs!();
     use std::os::unix::fs::MetadataExt;
-    for cfg in [K1, CONFIGS[1]] {
+    for cfg in [K1, CONFIGS[1], K64] {
         let dir = TempDir::new("copy-out");
         let path = mkfs(&dir, &cfg);
         let bs = open_ro(&path).info().block_size as usize;

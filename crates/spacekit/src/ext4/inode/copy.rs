@@ -118,12 +118,14 @@ impl Image {
 
     /// Copies regular file `ino` out to host file `dst` (from byte 0,
     /// `dst` cut to the file's size), holes and unwritten extents left as
-    /// holes. On an image file ([`FileDevice`](crate::ext4::FileDevice)) with no
-    /// change pending over the file's blocks, each written extent is copied
-    /// by the kernel (`copy_file_range(2)`: no pass through user space, as
-    /// `cp` copies); otherwise, or where the kernel cannot copy between the
-    /// two files, the bytes are read and written, and runs of 4 KiB of
-    /// zeros are not written either. Returns the file's size.
+    /// holes. On an image file ([`FileDevice`](crate::ext4::FileDevice)) of
+    /// blocks up to 4 KiB with no change pending over the file's blocks,
+    /// each written extent is copied by the kernel (`copy_file_range(2)`:
+    /// no pass through user space, as `cp` copies); otherwise, or where the
+    /// kernel cannot copy between the two files, the bytes are read and
+    /// written, and runs of 4 KiB of zeros are not written either (so a
+    /// host file's holes inside a larger block come back). Returns the
+    /// file's size.
     ///
     /// # Errors
     /// As [`Image::read`]; [`Ext4Error::Io`] writing `dst`.
@@ -139,12 +141,12 @@ impl Image {
             if n == 0 {
                 break;
             }
-            let zero = |i: usize| all_zero(&buf[i..(i + 4096).min(n)]);
+            let zero = |i: usize| all_zero(&buf[i..(i + ZERO_RUN as usize).min(n)]);
             let mut k = 0;
             while k < n {
                 let (start, z) = (k, zero(k));
                 while k < n && zero(k) == z {
-                    k = (k + 4096).min(n);
+                    k = (k + ZERO_RUN as usize).min(n);
                 }
                 if !z {
                     dst.write_all_at(&buf[start..k], at + start as u64)
@@ -166,6 +168,12 @@ impl Image {
         let Some(img) = self.dev.file() else {
             return Ok(None);
         };
+        if self.info.block_size > ZERO_RUN {
+            // A block larger than the zero runs the copy through memory
+            // leaves out would come out whole: holes the host file had
+            // inside a block are kept only by that copy.
+            return Ok(None);
+        }
         let inode = self.inode(ino)?;
         if !inode.is_file() || inode.flags & (INLINE_DATA_FL | ENCRYPT_FL) != 0 {
             return Ok(None);
@@ -209,6 +217,10 @@ fn all_zero(b: &[u8]) -> bool {
     });
     body == 0 && words.remainder().iter().all(|&x| x == 0)
 }
+
+/// The runs of zeros [`Image::copy_out`] leaves out through memory (a
+/// host page).
+const ZERO_RUN: u32 = 4096;
 
 /// The piece size of [`Image::copy_in`] through user space.
 pub const COPY_CHUNK: usize = 1 << 20;
