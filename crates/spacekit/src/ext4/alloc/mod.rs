@@ -50,14 +50,7 @@ impl Image {
         if !align.is_power_of_two() {
             return Err(invalid("align", align.into(), "must be a power of two"));
         }
-        let (g0, bit0) = match goal {
-            None => (0, 0),
-            Some(b) => {
-                self.info
-                    .group_of_block(b)
-                    .ok_or(invalid("goal", b, "outside the file system"))?
-            }
-        };
+        let (g0, bit0) = self.goal_position(goal)?;
         let groups = self.info.group_count;
         for i in 0..groups {
             let g = (g0 + i) % groups;
@@ -109,14 +102,7 @@ impl Image {
         if max == 0 {
             return Err(invalid("len", 0, "must be at least 1"));
         }
-        let (g0, bit0) = match goal {
-            None => (0, 0),
-            Some(b) => {
-                self.info
-                    .group_of_block(b)
-                    .ok_or(invalid("goal", b, "outside the file system"))?
-            }
-        };
+        let (g0, bit0) = self.goal_position(goal)?;
         let groups = self.info.group_count;
         for i in 0..=groups {
             let g = (g0 + i) % groups;
@@ -154,6 +140,22 @@ impl Image {
             return Ok((first, total));
         }
         Err(Ext4Error::NoSpace { len: max, align: 1 })
+    }
+
+    /// The group and bit of an allocation's goal block (group 0, bit 0
+    /// without one).
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] for a goal outside the file system.
+    fn goal_position(&self, goal: Option<u64>) -> Result<(u32, u32), Ext4Error> {
+        match goal {
+            None => Ok((0, 0)),
+            Some(b) => {
+                self.info
+                    .group_of_block(b)
+                    .ok_or(invalid("goal", b, "outside the file system"))
+            }
+        }
     }
 
     /// Continues a run that reached the end of the group before `g`: takes
