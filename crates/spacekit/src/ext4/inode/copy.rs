@@ -35,8 +35,10 @@ impl Image {
         use std::os::unix::fs::FileExt;
         let meta = src.metadata().map_err(io_err("stat source file"))?;
         let len = meta.len();
-        // A file with as many blocks as bytes has no holes: no seeks.
-        let dense = {
+        // A small file goes through memory, where all-zero pieces stay
+        // holes anyway: with as many blocks as bytes it needs no seeks.
+        // (Blocks can also count preallocation, so a larger file seeks.)
+        let dense = len <= COPY_CHUNK as u64 && {
             use std::os::unix::fs::MetadataExt;
             meta.blocks().saturating_mul(512) >= len
         };
