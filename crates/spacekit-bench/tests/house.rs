@@ -259,6 +259,9 @@ fn the_cli_is_a_thin_shell() {
         // bound grew from 1300 when `spacekit ext4` took debugfs's verbs
         // over files, names, inodes and attributes (about 25, each 10 to
         // 25 lines of arguments and output); their logic is the library's.
+        // It grew to 1900 with `ext4 populate` (its options, the progress
+        // line and the summary; the walk, tar reading and building are the
+        // library's `ext4::Populate`).
         lines += code(p).lines().filter(|l| !l.trim().is_empty()).count();
         // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
         let c = code(p);
@@ -269,8 +272,8 @@ fn the_cli_is_a_thin_shell() {
         assert!(!keyword, "{} holds unsafe code", p.display());
     }
     assert!(
-        lines <= 1700,
-        "the CLI's src/ has {lines} lines of code (at most 1700)"
+        lines <= 1900,
+        "the CLI's src/ has {lines} lines of code (at most 1900)"
     );
 }
 

@@ -95,6 +95,14 @@ enum Ext4Command {
     /// `security.` attribute) is left out and listed, unless `--strict`.
     /// Counts go to standard error every second on long copies.
     Rdump(RdumpArgs),
+    /// Build a host directory's tree into the image (`mke2fs -d`, into an
+    /// existing image): every kind of inode, contents (sparse), modes,
+    /// owners, nanosecond times, hard links and xattrs. Names go in byte
+    /// order, so the same tree gives the same image; `--mtime` (or
+    /// SOURCE_DATE_EPOCH) clamps times. One transaction and one flush: on
+    /// any error (no space: the message says how much is missing) the
+    /// image is as before.
+    Populate(crate::ext4_populate::PopulateArgs),
     #[command(flatten)]
     Ns(crate::ext4_ns::NsCommand),
 }
@@ -211,6 +219,7 @@ pub fn run(args: &Ext4Args) -> Result<(), String> {
         Ext4Command::Cat(a) => read_out(&a.common, &a.path, None),
         Ext4Command::Get(a) => read_out(&a.file.common, &a.file.path, Some(&a.out)),
         Ext4Command::Rdump(a) => rdump(a),
+        Ext4Command::Populate(a) => crate::ext4_populate::populate(a),
         Ext4Command::Ns(c) => crate::ext4_ns::run(c),
     }
 }

@@ -13,6 +13,7 @@ mod dirty;
 mod ext4;
 mod ext4_args;
 mod ext4_ns;
+mod ext4_populate;
 mod maps;
 mod migrate;
 

@@ -16,3 +16,4 @@ pub mod faults;
 pub mod rangetree_model;
 pub mod regressions;
 pub mod rng;
+pub mod tree;

@@ -157,6 +157,28 @@ pub enum Ext4Error {
     },
     /// No group has a free inode.
     NoFreeInodes,
+    /// A [`Populate`](super::Populate) ran out of blocks or inodes; it was
+    /// rolled back (the image is as before). The needs are counted over
+    /// the whole source, about (data blocks without holes, one block per
+    /// directory; extent and xattr blocks not counted).
+    PopulateNoSpace {
+        /// Blocks the whole source needs.
+        blocks_needed: u64,
+        /// Blocks the image has free.
+        blocks_free: u64,
+        /// Inodes the whole source needs.
+        inodes_needed: u64,
+        /// Inodes the image has free.
+        inodes_free: u64,
+    },
+    /// A source entry that cannot be read as what it claims: a damaged tar
+    /// header, an entry type spacekit cannot make, a bad name.
+    BadSource {
+        /// The entry (its path as far as it is known).
+        entry: String,
+        /// What is wrong.
+        reason: Cow<'static, str>,
+    },
     /// An extended attribute that the inode does not have
     /// ([`Image::get_xattr`](super::Image::get_xattr) gives `None`
     /// instead; `ENODATA` to the kernel).
@@ -264,6 +286,28 @@ impl fmt::Display for Ext4Error {
                 "ext4: no group has {len} free blocks in a row aligned to {align}"
             ),
             Ext4Error::NoFreeInodes => write!(f, "ext4: no free inode"),
+            Ext4Error::PopulateNoSpace {
+                blocks_needed,
+                blocks_free,
+                inodes_needed,
+                inodes_free,
+            } => {
+                write!(
+                    f,
+                    "ext4: the source needs about {blocks_needed} blocks and {inodes_needed} inodes; the image has {blocks_free} blocks and {inodes_free} inodes free"
+                )?;
+                let (b, i) = (
+                    blocks_needed.saturating_sub(*blocks_free),
+                    inodes_needed.saturating_sub(*inodes_free),
+                );
+                if b > 0 || i > 0 {
+                    write!(f, " ({b} blocks and {i} inodes short)")?;
+                }
+                write!(f, "; nothing was added")
+            }
+            Ext4Error::BadSource { entry, reason } => {
+                write!(f, "ext4: source entry {entry}: {reason}")
+            }
             Ext4Error::NoXattr { name } => write!(f, "ext4: no extended attribute {name}"),
             Ext4Error::XattrNoSpace { name, len } => write!(
                 f,

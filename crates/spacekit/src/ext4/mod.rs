@@ -175,6 +175,7 @@ mod inode;
 mod layout;
 mod mode;
 mod namespace;
+mod populate;
 pub mod raw;
 mod stat;
 mod tx;
@@ -215,6 +216,7 @@ pub use namespace::dir;
 #[cfg(not(any(test, feature = "testing")))]
 use namespace::dir;
 pub use namespace::{FileTimes, NodeKind, Timestamp};
+pub use populate::{Contents, Entry, EntryKind, Meta, Populate, PopulateOptions, PopulateReport};
 pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
 

@@ -69,7 +69,7 @@ pub enum NodeKind {
 }
 
 /// A point in time with nanoseconds, as `struct timespec`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timestamp {
     /// Seconds since the epoch (ext4 stores -2^31 to 2^34 - 1 with large
     /// inodes, 32 signed bits without).
@@ -367,7 +367,7 @@ impl Image {
     /// Adds `d` (±1) to inode `ino`'s link count, as the kernel does for
     /// directories: a directory at 1 (`dir_nlink`, too many to count) stays
     /// there; one that would reach 65,000 goes to 1 with `dir_nlink`.
-    fn add_links(&mut self, ino: u32, d: i32) -> Result<(), Ext4Error> {
+    pub(crate) fn add_links(&mut self, ino: u32, d: i32) -> Result<(), Ext4Error> {
         let inode = self.inode(ino)?;
         let dir_nlink = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_DIR_NLINK != 0;
         let l = i32::from(inode.links_count);
@@ -426,31 +426,7 @@ impl Image {
     /// As [`Image::create`]; [`Ext4Error::InvalidArgument`] for a major
     /// past 4095 or a minor past 2^20 - 1.
     pub fn mknod(&mut self, path: &str, kind: NodeKind, mode: u16) -> Result<u32, Ext4Error> {
-        let mut block = [0u8; ROOT_SIZE];
-        let ifmt = match kind {
-            NodeKind::Char { major, minor } | NodeKind::Block { major, minor } => {
-                if major > 0xFFF || minor > 0xF_FFFF {
-                    return Err(invalid(
-                        "device",
-                        major.into(),
-                        "major up to 4095, minor up to 2^20 - 1",
-                    ));
-                }
-                if major < 256 && minor < 256 {
-                    layout::put32(&mut block, 0, (major << 8) | minor);
-                } else {
-                    let dev = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
-                    layout::put32(&mut block, 4, dev);
-                }
-                if matches!(kind, NodeKind::Char { .. }) {
-                    S_IFCHR
-                } else {
-                    S_IFBLK
-                }
-            }
-            NodeKind::Fifo => S_IFIFO,
-            NodeKind::Socket => S_IFSOCK,
-        };
+        let (ifmt, block) = node_block(kind)?;
         self.atomically(|img| {
             let (parent, name, ft, place) = img.plan_new(path, ifmt)?;
             let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
@@ -558,31 +534,7 @@ impl Image {
                 (times.ctime.or(Some(now)), off::CTIME, off::CTIME_EXTRA),
                 (times.crtime, off::CRTIME, off::CRTIME_EXTRA),
             ];
-            let mut bytes: Vec<(usize, [u8; 4])> = Vec::new();
-            for (t, lo, hi) in fields {
-                let Some(t) = t else { continue };
-                if t.nanos >= 1_000_000_000 {
-                    return Err(invalid("nanos", t.nanos.into(), "at most 999,999,999"));
-                }
-                let has_extra = hi + 4 <= extra;
-                let fits = if has_extra {
-                    (-(1i64 << 31)..1i64 << 34).contains(&t.secs)
-                } else {
-                    i32::try_from(t.secs).is_ok()
-                };
-                if !fits || (lo == off::CRTIME && !has_extra) {
-                    return Err(invalid(
-                        "secs",
-                        t.secs as u64,
-                        "outside what the inode holds",
-                    ));
-                }
-                bytes.push((lo, (t.secs as u32).to_le_bytes()));
-                if has_extra {
-                    let epoch = ((t.secs - i64::from(t.secs as i32)) >> 32) as u32 & 3;
-                    bytes.push((hi, ((t.nanos << 2) | epoch).to_le_bytes()));
-                }
-            }
+            let bytes = time_fields(extra, &fields)?;
             let changes: Vec<(usize, &[u8])> = bytes.iter().map(|(o, b)| (*o, &b[..])).collect();
             img.write_inode_fields(ino, &changes)
         })
@@ -617,7 +569,7 @@ impl Image {
     /// Writes a fresh inode into slot `ino`: `mode` (type and bits),
     /// `links`, `flags`, `i_block`, times now, `i_extra_isize` 32 in large
     /// inodes (crtime now), the slot's generation kept.
-    pub(super) fn init_inode(
+    pub(crate) fn init_inode(
         &mut self,
         ino: u32,
         mode: u16,
@@ -660,7 +612,7 @@ impl Image {
     /// The first block of new directory `ino` under `parent`: `.` (12
     /// bytes) and `..` spanning the rest, then the checksum tail (signed
     /// with `seed`) with metadata_csum.
-    fn first_dir_block(
+    pub(crate) fn first_dir_block(
         &self,
         ino: u32,
         parent: u32,
@@ -691,7 +643,7 @@ impl Image {
     /// Allocates one block for logical block 0 of new inode `ino` (near its
     /// goal), maps it in `root`, writes `data` there through the block
     /// cache and sets size (one block) and `i_blocks`.
-    fn put_data_block(
+    pub(crate) fn put_data_block(
         &mut self,
         ino: u32,
         root: &mut [u8; ROOT_SIZE],
@@ -717,4 +669,81 @@ impl Image {
         let blocks = (1 + u64::from(out.tree_blocks_added)) * (bs / 512);
         self.write_file_fields(ino, bs, blocks, root)
     }
+}
+
+/// The inode bytes of `fields` (a time, its seconds field, its `*_extra`
+/// field; `None` skipped) in an inode whose fields end at byte `extra`
+/// (128 + `i_extra_isize`): the seconds' low 32 bits, and where the extra
+/// field fits, nanoseconds << 2 | the epoch bits of the seconds above 32
+/// signed bits.
+///
+/// # Errors
+/// [`Ext4Error::InvalidArgument`] for nanoseconds past 999,999,999, or
+/// seconds or a crtime the inode cannot hold.
+pub(crate) fn time_fields(
+    extra: usize,
+    fields: &[(Option<Timestamp>, usize, usize)],
+) -> Result<Vec<(usize, [u8; 4])>, Ext4Error> {
+    let mut bytes = Vec::new();
+    for &(t, lo, hi) in fields {
+        let Some(t) = t else { continue };
+        if t.nanos >= 1_000_000_000 {
+            return Err(invalid("nanos", t.nanos.into(), "at most 999,999,999"));
+        }
+        let has_extra = hi + 4 <= extra;
+        let fits = if has_extra {
+            (-(1i64 << 31)..1i64 << 34).contains(&t.secs)
+        } else {
+            i32::try_from(t.secs).is_ok()
+        };
+        if !fits || (lo == off::CRTIME && !has_extra) {
+            return Err(invalid(
+                "secs",
+                t.secs as u64,
+                "outside what the inode holds",
+            ));
+        }
+        bytes.push((lo, (t.secs as u32).to_le_bytes()));
+        if has_extra {
+            let epoch = ((t.secs - i64::from(t.secs as i32)) >> 32) as u32 & 3;
+            bytes.push((hi, ((t.nanos << 2) | epoch).to_le_bytes()));
+        }
+    }
+    Ok(bytes)
+}
+
+/// The type bits and `i_block` of special file `kind`: a device's number
+/// in the old encoding when major and minor fit in a byte, else in the new
+/// one (`new_encode_dev`).
+///
+/// # Errors
+/// [`Ext4Error::InvalidArgument`] for a major past 4095 or a minor past
+/// 2^20 - 1.
+pub(crate) fn node_block(kind: NodeKind) -> Result<(u16, [u8; ROOT_SIZE]), Ext4Error> {
+    let mut block = [0u8; ROOT_SIZE];
+    let ifmt = match kind {
+        NodeKind::Char { major, minor } | NodeKind::Block { major, minor } => {
+            if major > 0xFFF || minor > 0xF_FFFF {
+                return Err(invalid(
+                    "device",
+                    major.into(),
+                    "major up to 4095, minor up to 2^20 - 1",
+                ));
+            }
+            if major < 256 && minor < 256 {
+                layout::put32(&mut block, 0, (major << 8) | minor);
+            } else {
+                let dev = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
+                layout::put32(&mut block, 4, dev);
+            }
+            if matches!(kind, NodeKind::Char { .. }) {
+                S_IFCHR
+            } else {
+                S_IFBLK
+            }
+        }
+        NodeKind::Fifo => S_IFIFO,
+        NodeKind::Socket => S_IFSOCK,
+    };
+    Ok((ifmt, block))
 }

@@ -97,8 +97,20 @@ impl Image {
         &mut self,
         f: impl FnOnce(&mut Image) -> Result<R, Ext4Error>,
     ) -> Result<R, Ext4Error> {
-        if self.undo.is_some() {
+        if !self.begin_undo() {
             return f(self);
+        }
+        let r = f(self);
+        self.end_undo(r.is_ok());
+        r
+    }
+
+    /// Starts keeping what changes for an undo, unless one is already
+    /// open (then returns false: the changes belong to the open one). A
+    /// caller that gets true must call [`Image::end_undo`].
+    pub(crate) fn begin_undo(&mut self) -> bool {
+        if self.undo.is_some() {
+            return false;
         }
         self.undo = Some(std::boxed::Box::new(Undo {
             sb: self.sb.clone(),
@@ -108,13 +120,17 @@ impl Image {
             dirty_inode: self.dirty_inode.clone(),
             ..Undo::default()
         }));
-        let r = f(self);
+        true
+    }
+
+    /// Closes the undo [`Image::begin_undo`] opened: keeps the changes
+    /// when `keep`, else puts everything back as it was.
+    pub(crate) fn end_undo(&mut self, keep: bool) {
         if let Some(u) = self.undo.take() {
-            if r.is_err() {
+            if !keep {
                 self.roll_back(*u);
             }
         }
-        r
     }
 
     /// Puts back what [`Image::atomically`] kept.

@@ -1,0 +1,507 @@
+//! Building a tree into an image: [`Populate`] (its docs say how).
+
+pub(super) mod host;
+mod node;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::string::String;
+use std::vec::Vec;
+
+use crate::ext4::error::{invalid, Ext4Error};
+use crate::ext4::image::Image;
+use crate::ext4::namespace::{NodeKind, Timestamp};
+
+/// One thing to create, at `path` under the populate's directory.
+pub struct Entry<'a> {
+    /// The path under the populate's directory: names separated by `/`,
+    /// without a leading `/`, `.` or `..` (a tar's `./a/b` is given as
+    /// `a/b`). Empty for the populate's directory itself, whose metadata
+    /// the entry then sets.
+    pub path: Vec<u8>,
+    /// What it is.
+    pub kind: EntryKind<'a>,
+    /// Its permission bits, owner, times and extended attributes (unused
+    /// for a hard link).
+    pub meta: Meta,
+}
+
+/// The kinds of [`Entry`].
+pub enum EntryKind<'a> {
+    /// A directory. Onto a directory that exists, only its metadata is set.
+    Dir,
+    /// A regular file with these contents.
+    File(Contents<'a>),
+    /// A symbolic link to this target.
+    Symlink(Vec<u8>),
+    /// A device, FIFO or socket.
+    Node(NodeKind),
+    /// Another name for the file an earlier entry made at this path (under
+    /// the populate's directory); not for directories.
+    HardLink(Vec<u8>),
+}
+
+/// What a regular file holds.
+pub enum Contents<'a> {
+    /// These bytes; blocks of zeros become holes.
+    Bytes(Vec<u8>),
+    /// A host file, copied sparsely ([`Image::copy_in`]: its holes stay
+    /// holes, ranges of 1 MiB and more are copied by the kernel).
+    Host(std::fs::File),
+    /// `size` bytes read from a stream (a tar entry); blocks of zeros become
+    /// holes.
+    Reader {
+        /// The bytes.
+        reader: &'a mut dyn Read,
+        /// How many bytes to read (exactly; fewer is an error).
+        size: u64,
+    },
+}
+
+/// An entry's attributes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Permission bits with setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Last access.
+    pub atime: Timestamp,
+    /// Last change of the contents.
+    pub mtime: Timestamp,
+    /// Last change of the inode.
+    pub ctime: Timestamp,
+    /// Extended attributes by full name (`user.x`, `security.selinux`,
+    /// `system.posix_acl_access` in the form `getxattr(2)` gives), in the
+    /// order to set them.
+    pub xattrs: Vec<(String, Vec<u8>)>,
+}
+
+/// How a populate rewrites what the source says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PopulateOptions {
+    /// Every inode owned by this `(uid, gid)` (`--owner`; `(0, 0)` is
+    /// `--squash-owner`, building a root-owned image without root).
+    pub owner: Option<(u32, u32)>,
+    /// The reproducible-builds clamp (`SOURCE_DATE_EPOCH`): mtimes after it
+    /// become it, and atime, ctime and crtime equal the clamped mtime.
+    pub clamp: Option<i64>,
+}
+
+impl PopulateOptions {
+    /// The clamp from `SOURCE_DATE_EPOCH` when it is set to a number.
+    pub fn clamp_from_env() -> Option<i64> {
+        std::env::var("SOURCE_DATE_EPOCH")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    }
+}
+
+/// What a populate made, so far or in all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PopulateReport {
+    /// Regular files created.
+    pub files: u64,
+    /// Directories created.
+    pub dirs: u64,
+    /// Symbolic links created.
+    pub symlinks: u64,
+    /// Devices, FIFOs and sockets created.
+    pub nodes: u64,
+    /// Hard links added (names beyond a file's first).
+    pub hard_links: u64,
+    /// Extended attributes set.
+    pub xattrs: u64,
+    /// Bytes of file contents the source gave (holes included).
+    pub bytes: u64,
+}
+
+impl PopulateReport {
+    /// Every entry: files, directories, symlinks, nodes and hard links.
+    pub fn entries(&self) -> u64 {
+        self.files + self.dirs + self.symlinks + self.nodes + self.hard_links
+    }
+}
+
+/// How much a populate that ran out of room needs, counted over the whole
+/// source (see [`Ext4Error::PopulateNoSpace`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Need {
+    /// Blocks the whole source needs, about (data, directories, symlinks).
+    pub(crate) blocks: u64,
+    /// Inodes the whole source needs.
+    pub(crate) inodes: u64,
+}
+
+/// A progress callback.
+type Progress<'i> = std::boxed::Box<dyn FnMut(&PopulateReport) + 'i>;
+
+/// A populate in progress, building a tree into an image: it adds entries — from a host
+/// directory ([`Populate::add_dir`]), from entries a program makes
+/// ([`Populate::add`]) or, with the `tar` feature, from a tar stream — under
+/// one directory of an image, as one transaction.
+///
+/// # One transaction
+///
+/// Everything a populate changes is one undo unit and one flush: file data
+/// goes straight to free blocks as it comes (those blocks stay free in the
+/// bitmaps until the flush commits them), metadata stays in the block cache,
+/// and [`Populate::finish`] writes it through the redo log with one flush.
+/// An error at any entry (no space, a bad source, an I/O error) puts every
+/// in-memory change back, so the image is as it was before the populate;
+/// dropping a [`Populate`] without `finish` does the same. A crash before
+/// the flush leaves the image as it was; one during the flush is replayed
+/// by the next read-write open (see [`Image::flush`]).
+///
+/// When space or inodes run out, the rest of the source is still read (not
+/// written) so the error says how much the whole populate needs:
+/// [`Ext4Error::PopulateNoSpace`].
+///
+/// # Reproducible
+///
+/// Entries are created in the order they come; [`Populate::add_dir`] walks a
+/// host directory in byte order of names (depth first), never in `readdir`
+/// order, so the same tree gives the same inode numbers, the same directory
+/// blocks and the same extents. Nothing reads the wall clock: every inode's
+/// times come from its entry. With [`PopulateOptions::clamp`] (the
+/// `SOURCE_DATE_EPOCH` rule of reproducible-builds.org) an mtime after the
+/// clamp becomes the clamp, and atime, ctime and crtime equal the clamped
+/// mtime (a source's atime and ctime change when it is read or copied).
+/// With the same empty image (`mkfs.ext4 -U UUID -E hash_seed=UUID` and
+/// `E2FSPROGS_FAKE_TIME`), two populates of the same source give
+/// byte-identical images.
+pub struct Populate<'i> {
+    img: &'i mut Image,
+    /// The directory entries go under.
+    at: u32,
+    opts: PopulateOptions,
+    /// Inode of every path made so far (and of the directories met).
+    made: HashMap<Vec<u8>, u32>,
+    /// Directories this populate created: their names need no lookup.
+    fresh: std::collections::HashSet<u32>,
+    report: PopulateReport,
+    /// Set once an entry failed (the changes are rolled back): `true` when
+    /// for lack of room, and [`Need`] is still counted.
+    failed: Option<bool>,
+    need: Need,
+    /// Whether this populate opened the image's undo (and must close it).
+    owns_undo: bool,
+    progress: Option<Progress<'i>>,
+}
+
+impl<'i> Populate<'i> {
+    /// Starts populating directory `at` (an absolute path, `/` for the root)
+    /// of `img`.
+    ///
+    /// # Errors
+    /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`];
+    /// [`Ext4Error::ReadOnly`]; [`Ext4Error::Unsupported`] for a directory
+    /// spacekit does not write (casefolded, encrypted).
+    pub fn new(img: &'i mut Image, at: &str, opts: PopulateOptions) -> Result<Self, Ext4Error> {
+        img.check_writable()?;
+        let ino = img.lookup(at)?;
+        if !img.inode(ino)?.is_dir() {
+            return Err(Ext4Error::NotADirectory { path: at.into() });
+        }
+        img.check_dir_writable(ino)?;
+        let owns_undo = img.begin_undo();
+        let mut made = HashMap::new();
+        made.insert(Vec::new(), ino);
+        Ok(Populate {
+            img,
+            at: ino,
+            opts,
+            made,
+            fresh: Default::default(),
+            report: PopulateReport::default(),
+            failed: None,
+            need: Need::default(),
+            owns_undo,
+            progress: None,
+        })
+    }
+
+    /// Calls `f` with the counts so far every 256 entries and once at the
+    /// end (for a progress line).
+    pub fn on_progress(&mut self, f: impl FnMut(&PopulateReport) + 'i) {
+        self.progress = Some(std::boxed::Box::new(f));
+    }
+
+    /// The counts so far.
+    pub fn report(&self) -> PopulateReport {
+        self.report
+    }
+
+    /// Adds one entry. Its parent directories must exist (made by earlier
+    /// entries, or already in the image); missing ones are made with mode
+    /// 0755 and the entry's owner and times, as `tar` does.
+    ///
+    /// # Errors
+    /// [`Ext4Error::Exists`] for a name that is already there (but a
+    /// directory onto a directory); [`Ext4Error::InvalidArgument`] for a
+    /// bad path, a hard link to a path not made, or contents shorter than
+    /// said; [`Ext4Error::Io`] reading the source; as the operations that
+    /// make each kind ([`Image::create`], [`Image::write`],
+    /// [`Image::set_xattr`], …). After an error the populate is rolled
+    /// back (the image is as before [`Populate::new`]). When the error was
+    /// [`Ext4Error::NoSpace`] or [`Ext4Error::NoFreeInodes`], later `add`s
+    /// only count what the source needs, for [`Populate::shortfall`];
+    /// after any other error they fail with
+    /// [`Ext4Error::InvalidArgument`] (`what: "populate"`).
+    pub fn add(&mut self, entry: Entry<'_>) -> Result<(), Ext4Error> {
+        self.count_need(&entry);
+        match self.failed {
+            Some(true) => return Ok(()),
+            Some(false) => {
+                return Err(invalid("populate", 0, "an earlier entry failed"));
+            }
+            None => {}
+        }
+        match self.add_entry(entry) {
+            Ok(()) => {
+                if let Some(f) = self.progress.as_mut() {
+                    if self.report.entries().is_multiple_of(256) {
+                        f(&self.report);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Everything since `new` goes back now.
+                if self.owns_undo {
+                    self.img.end_undo(false);
+                    self.owns_undo = false;
+                }
+                let room = matches!(e, Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes);
+                self.failed = Some(room);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether an [`Populate::add`] failed (the populate is rolled back).
+    pub fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// [`Ext4Error::PopulateNoSpace`]: what every entry added so far
+    /// (before and after the failure) needs, against what the image has
+    /// free. Call it after feeding the rest of the source.
+    pub fn shortfall(&self) -> Ext4Error {
+        Ext4Error::PopulateNoSpace {
+            blocks_needed: self.need.blocks,
+            blocks_free: self.img.free_blocks_count(),
+            inodes_needed: self.need.inodes,
+            inodes_free: u64::from(self.img.free_inodes_count()),
+        }
+    }
+
+    /// Commits everything added with one [`Image::flush`] and returns the
+    /// counts.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] (`what: "populate"`) when an
+    /// [`Populate::add`] failed (nothing is written); as [`Image::flush`].
+    pub fn finish(mut self) -> Result<PopulateReport, Ext4Error> {
+        if self.failed.is_some() {
+            return Err(invalid("populate", 0, "an entry failed: nothing was added"));
+        }
+        if self.owns_undo {
+            self.img.end_undo(true);
+            self.owns_undo = false;
+        }
+        if let Some(f) = self.progress.as_mut() {
+            f(&self.report);
+        }
+        self.img.flush()?;
+        Ok(self.report)
+    }
+
+    /// Adds what `entry` needs to [`Need`] (about: data blocks without
+    /// holes or extent blocks, one block per directory and long symlink).
+    fn count_need(&mut self, entry: &Entry<'_>) {
+        let bs = u64::from(self.img.info.block_size);
+        let (blocks, inodes) = match &entry.kind {
+            EntryKind::Dir => (1, 1),
+            EntryKind::File(c) => {
+                let size = match c {
+                    Contents::Bytes(b) => b.len() as u64,
+                    Contents::Host(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
+                    Contents::Reader { size, .. } => *size,
+                };
+                (size.div_ceil(bs), 1)
+            }
+            EntryKind::Symlink(t) => (u64::from(t.len() >= 60), 1),
+            EntryKind::Node(_) => (0, 1),
+            EntryKind::HardLink(_) => (0, 0),
+        };
+        if entry.path.is_empty() {
+            return;
+        }
+        self.need.blocks += blocks;
+        self.need.inodes += inodes;
+    }
+
+    /// [`Populate::add`] without the error handling.
+    fn add_entry(&mut self, entry: Entry<'_>) -> Result<(), Ext4Error> {
+        check_path(&entry.path)?;
+        let meta = self.rewrite(entry.meta);
+        if entry.path.is_empty() {
+            return match entry.kind {
+                EntryKind::Dir => self.img.stamp(self.at, &meta),
+                _ => Err(invalid("path", 0, "only a directory can be the top")),
+            };
+        }
+        let (parent_path, name) = match entry.path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&entry.path[..i], &entry.path[i + 1..]),
+            None => (&entry.path[..0], &entry.path[..]),
+        };
+        let parent = self.parent(parent_path, &meta)?;
+        // A name under a directory that was there before may be taken.
+        let existing = if self.fresh.contains(&parent) {
+            self.made.get(&entry.path).copied()
+        } else {
+            self.img.find_entry(parent, name)?.map(|(e, _)| e.inode)
+        };
+        if let Some(ino) = existing {
+            if matches!(entry.kind, EntryKind::Dir) && self.img.inode(ino)?.is_dir() {
+                self.img.stamp(ino, &meta)?;
+                self.made.insert(entry.path, ino);
+                return Ok(());
+            }
+            return Err(Ext4Error::Exists {
+                path: String::from_utf8_lossy(&entry.path).into_owned(),
+            });
+        }
+        let ino = match entry.kind {
+            EntryKind::Dir => {
+                let ino = self.img.pop_mkdir(parent, name, &meta)?;
+                self.fresh.insert(ino);
+                self.report.dirs += 1;
+                ino
+            }
+            EntryKind::File(c) => {
+                let ino = self.img.pop_file(parent, name, &meta)?;
+                self.report.bytes += self.img.pop_contents(ino, c)?;
+                self.report.files += 1;
+                ino
+            }
+            EntryKind::Symlink(t) => {
+                self.report.symlinks += 1;
+                self.img.pop_symlink(parent, name, &t, &meta)?
+            }
+            EntryKind::Node(kind) => {
+                self.report.nodes += 1;
+                self.img.pop_mknod(parent, name, kind, &meta)?
+            }
+            EntryKind::HardLink(target) => {
+                let &ino = self.made.get(&target).ok_or_else(|| {
+                    invalid(
+                        "link",
+                        target.len() as u64,
+                        "a hard link to a path not made",
+                    )
+                })?;
+                self.img.pop_link(parent, name, ino)?;
+                self.report.hard_links += 1;
+                self.made.insert(entry.path, ino);
+                return Ok(());
+            }
+        };
+        for (k, v) in &meta.xattrs {
+            self.img.set_xattr(ino, k, v)?;
+            self.report.xattrs += 1;
+        }
+        self.img.stamp(ino, &meta)?;
+        self.made.insert(entry.path, ino);
+        Ok(())
+    }
+
+    /// The directory at `path` (under the populate's), made with mode 0755
+    /// and `like`'s owner and times when missing.
+    fn parent(&mut self, path: &[u8], like: &Meta) -> Result<u32, Ext4Error> {
+        if let Some(&ino) = self.made.get(path) {
+            return Ok(ino);
+        }
+        let (up, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&path[..0], path),
+        };
+        let parent = self.parent(up, like)?;
+        let found = if self.fresh.contains(&parent) {
+            None
+        } else {
+            self.img.find_entry(parent, name)?.map(|(e, _)| e.inode)
+        };
+        let ino = match found {
+            Some(ino) if self.img.inode(ino)?.is_dir() => ino,
+            Some(_) => {
+                return Err(Ext4Error::NotADirectory {
+                    path: String::from_utf8_lossy(path).into_owned(),
+                })
+            }
+            None => {
+                let meta = Meta {
+                    perm: 0o755,
+                    xattrs: Vec::new(),
+                    ..like.clone()
+                };
+                let ino = self.img.pop_mkdir(parent, name, &meta)?;
+                self.img.stamp(ino, &meta)?;
+                self.fresh.insert(ino);
+                self.report.dirs += 1;
+                ino
+            }
+        };
+        self.made.insert(path.to_vec(), ino);
+        Ok(ino)
+    }
+
+    /// `meta` with the options applied (owner, clamp).
+    fn rewrite(&self, mut meta: Meta) -> Meta {
+        if let Some((u, g)) = self.opts.owner {
+            meta.uid = u;
+            meta.gid = g;
+        }
+        if let Some(c) = self.opts.clamp {
+            if meta.mtime.secs >= c {
+                meta.mtime = Timestamp { secs: c, nanos: 0 };
+            }
+            meta.atime = meta.mtime;
+            meta.ctime = meta.mtime;
+        }
+        meta
+    }
+}
+
+impl Drop for Populate<'_> {
+    /// A populate never finished is rolled back.
+    fn drop(&mut self) {
+        if self.owns_undo {
+            self.img.end_undo(false);
+        }
+    }
+}
+
+/// Checks a relative entry path: no leading or doubled `/`, no `.` or `..`
+/// component, no NUL, names of at most 255 bytes.
+fn check_path(path: &[u8]) -> Result<(), Ext4Error> {
+    if path.is_empty() {
+        return Ok(());
+    }
+    for c in path.split(|&b| b == b'/') {
+        if c.is_empty() || c == b"." || c == b".." || c.contains(&0) {
+            return Err(invalid(
+                "path",
+                path.len() as u64,
+                "a relative path of names without ., .. or NUL",
+            ));
+        }
+        if c.len() > 255 {
+            return Err(Ext4Error::NameTooLong { len: c.len() });
+        }
+    }
+    Ok(())
+}

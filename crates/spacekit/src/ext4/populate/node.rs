@@ -1,0 +1,265 @@
+//! The populate's operations: each kind of inode made under a parent
+//! directory given by inode (no path walk), without touching the parent's
+//! times (the entries' own times are set by [`Image::stamp`]), inside the
+//! populate's one undo.
+
+use std::io::Read;
+use std::string::String;
+use std::vec::Vec;
+
+use crate::ext4::error::{invalid, io as io_err, Ext4Error};
+use crate::ext4::flags::{S_IFMT, S_IFREG};
+use crate::ext4::image::Image;
+use crate::ext4::inode::extent::{self, ROOT_SIZE};
+use crate::ext4::inode::off;
+use crate::ext4::layout::{self, le16};
+use crate::ext4::namespace::{node_block, time_fields, NodeKind};
+use crate::ext4::populate::{Contents, Meta};
+use crate::ext4::stat::EXTENTS_FL;
+
+const S_IFDIR: u16 = 0x4000;
+const S_IFLNK: u16 = 0xA000;
+/// Bytes read from a stream at a time.
+const PIECE: usize = 1 << 20;
+
+impl Image {
+    /// A new inode of type and bits `mode` named `name` in directory
+    /// `parent`: `links`, `flags`, `i_block` as given; the entry placed as
+    /// [`Image::create`] places it. The caller checked the name is free.
+    fn pop_new(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        mode: u16,
+        links: u16,
+        flags: u32,
+        block: &[u8; ROOT_SIZE],
+    ) -> Result<u32, Ext4Error> {
+        let ft = self.file_type_of(mode);
+        let place = self.plan_entry(parent, name, ft)?;
+        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
+        let ino = self.alloc_inode(Some(pg), mode & S_IFMT == S_IFDIR)?;
+        self.init_inode(ino, mode, links, flags, block)?;
+        if mode & S_IFMT == S_IFDIR {
+            let generation = self.inode(ino)?.generation;
+            let seed = self.seed_of(ino, generation);
+            let b = self.first_dir_block(ino, parent, seed)?;
+            let mut root = *block;
+            self.put_data_block(ino, &mut root, seed, b)?;
+            self.add_links(parent, 1)?;
+        }
+        self.put_entry(parent, name, ino, ft, place)?;
+        Ok(ino)
+    }
+
+    /// A new directory (`.` and `..`, the parent's links + 1).
+    pub(super) fn pop_mkdir(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        meta: &Meta,
+    ) -> Result<u32, Ext4Error> {
+        let mut root = [0u8; ROOT_SIZE];
+        extent::init_root(&mut root);
+        let mode = S_IFDIR | (meta.perm & 0o7777);
+        self.pop_new(parent, name, mode, 2, EXTENTS_FL, &root)
+    }
+
+    /// A new empty regular file.
+    pub(super) fn pop_file(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        meta: &Meta,
+    ) -> Result<u32, Ext4Error> {
+        let mut root = [0u8; ROOT_SIZE];
+        extent::init_root(&mut root);
+        let mode = S_IFREG | (meta.perm & 0o7777);
+        self.pop_new(parent, name, mode, 1, EXTENTS_FL, &root)
+    }
+
+    /// A new symlink: in `i_block` up to 59 bytes, else one data block.
+    pub(super) fn pop_symlink(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        target: &[u8],
+        meta: &Meta,
+    ) -> Result<u32, Ext4Error> {
+        let bs = self.info.block_size as usize;
+        if target.is_empty() || target.len() >= bs.min(4096) || target.contains(&0) {
+            return Err(invalid(
+                "target",
+                target.len() as u64,
+                "1 byte up to a block (at most 4095), without NUL",
+            ));
+        }
+        let mode = S_IFLNK | (meta.perm & 0o7777);
+        let mut root = [0u8; ROOT_SIZE];
+        if target.len() < ROOT_SIZE {
+            root[..target.len()].copy_from_slice(target);
+            let ino = self.pop_new(parent, name, mode, 1, 0, &root)?;
+            self.write_file_fields(ino, target.len() as u64, 0, &root)?;
+            return Ok(ino);
+        }
+        extent::init_root(&mut root);
+        let ino = self.pop_new(parent, name, mode, 1, EXTENTS_FL, &root)?;
+        let generation = self.inode(ino)?.generation;
+        let seed = self.seed_of(ino, generation);
+        let mut b = std::vec![0u8; bs];
+        b[..target.len()].copy_from_slice(target);
+        self.put_data_block(ino, &mut root, seed, b)?;
+        let blocks = self.inode(ino)?.blocks;
+        self.write_file_fields(ino, target.len() as u64, blocks, &root)?;
+        Ok(ino)
+    }
+
+    /// A new device, FIFO or socket.
+    pub(super) fn pop_mknod(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        kind: NodeKind,
+        meta: &Meta,
+    ) -> Result<u32, Ext4Error> {
+        let (ifmt, block) = node_block(kind)?;
+        self.pop_new(parent, name, ifmt | (meta.perm & 0o7777), 1, 0, &block)
+    }
+
+    /// Another name for `ino` (not a directory): its links + 1.
+    pub(super) fn pop_link(&mut self, parent: u32, name: &[u8], ino: u32) -> Result<(), Ext4Error> {
+        let inode = self.inode(ino)?;
+        if inode.is_dir() {
+            return Err(invalid(
+                "link",
+                ino.into(),
+                "hard links to directories are not allowed",
+            ));
+        }
+        let ft = self.file_type_of(inode.mode);
+        let place = self.plan_entry(parent, name, ft)?;
+        self.add_links(ino, 1)?;
+        self.put_entry(parent, name, ino, ft, place)
+    }
+
+    /// Writes `c` into new regular file `ino`; returns its size in bytes.
+    pub(super) fn pop_contents(&mut self, ino: u32, c: Contents<'_>) -> Result<u64, Ext4Error> {
+        match c {
+            Contents::Bytes(b) => {
+                self.write_sparse(ino, 0, &b)?;
+                self.grow_to(ino, b.len() as u64)?;
+                Ok(b.len() as u64)
+            }
+            Contents::Host(f) => {
+                let len = f.metadata().map_err(io_err("stat source file"))?.len();
+                self.copy_in(ino, &f)?;
+                Ok(len)
+            }
+            Contents::Reader { reader, size } => {
+                let mut buf = std::vec![0u8; (size.min(PIECE as u64)) as usize];
+                let mut at = 0u64;
+                while at < size {
+                    let n = (size - at).min(PIECE as u64) as usize;
+                    read_exactly(reader, &mut buf[..n])?;
+                    self.write_sparse(ino, at, &buf[..n])?;
+                    at += n as u64;
+                }
+                self.grow_to(ino, size)?;
+                Ok(size)
+            }
+        }
+    }
+
+    /// Writes `data` at `offset` (a multiple of the block size) into file
+    /// `ino`, the blocks that are all zeros left as holes (as `mke2fs -d`
+    /// does): one [`Image::write`] per run of other blocks.
+    fn write_sparse(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
+        let bs = self.info.block_size as usize;
+        let mut i = 0;
+        while i < data.len() {
+            // Skip zero blocks, then take the run of non-zero ones.
+            while i < data.len() && is_zero(&data[i..(i + bs).min(data.len())]) {
+                i += bs;
+            }
+            let start = i;
+            while i < data.len() && !is_zero(&data[i..(i + bs).min(data.len())]) {
+                i += bs;
+            }
+            let end = i.min(data.len());
+            if start < end {
+                self.write(ino, offset + start as u64, &data[start..end])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes file `ino` `size` bytes long when it is shorter (a trailing
+    /// hole).
+    fn grow_to(&mut self, ino: u32, size: u64) -> Result<(), Ext4Error> {
+        if self.inode(ino)?.size < size {
+            self.truncate(ino, size)?;
+        }
+        Ok(())
+    }
+
+    /// Sets inode `ino`'s permission bits, owner and times (crtime = ctime,
+    /// with a large inode) to `meta`'s, in one change.
+    pub(super) fn stamp(&mut self, ino: u32, meta: &Meta) -> Result<(), Ext4Error> {
+        let raw = self.inode_raw(ino)?;
+        let extra = if raw.len() > 128 {
+            128 + usize::from(le16(&raw, off::EXTRA_ISIZE))
+        } else {
+            128
+        };
+        let crtime = (off::CRTIME + 4 <= extra).then_some(meta.ctime);
+        let fields = [
+            (Some(meta.atime), off::ATIME, off::ATIME_EXTRA),
+            (Some(meta.mtime), off::MTIME, off::MTIME_EXTRA),
+            (Some(meta.ctime), off::CTIME, off::CTIME_EXTRA),
+            (crtime, off::CRTIME, off::CRTIME_EXTRA),
+        ];
+        let mut bytes: Vec<(usize, [u8; 4])> = time_fields(extra, &fields)?;
+        let mode = (le16(&raw, off::MODE) & S_IFMT) | (meta.perm & 0o7777);
+        let two = |at: usize, v: u16| {
+            let mut b = [0u8; 4];
+            layout::put16(&mut b, 0, v);
+            (at, b)
+        };
+        let small = [
+            two(off::MODE, mode),
+            two(off::UID, meta.uid as u16),
+            two(off::UID_HIGH, (meta.uid >> 16) as u16),
+            two(off::GID, meta.gid as u16),
+            two(off::GID_HIGH, (meta.gid >> 16) as u16),
+        ];
+        let mut changes: Vec<(usize, &[u8])> =
+            bytes.iter_mut().map(|(o, b)| (*o, &b[..])).collect();
+        changes.extend(small.iter().map(|(o, b)| (*o, &b[..2])));
+        self.write_inode_fields(ino, &changes)
+    }
+}
+
+/// Whether `b` is all zero bytes.
+fn is_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
+/// Fills `buf` from `r`, or fails: a stream that ends early is an
+/// [`Ext4Error::BadSource`].
+fn read_exactly(r: &mut dyn Read, buf: &mut [u8]) -> Result<(), Ext4Error> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => {
+                return Err(Ext4Error::BadSource {
+                    entry: String::new(),
+                    reason: "the contents end before the size said".into(),
+                })
+            }
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err("read source")(e)),
+        }
+    }
+    Ok(())
+}
