@@ -25,7 +25,6 @@ use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
-use super::redo::Record;
 use crate::ext4::error::{invalid, io, Ext4Error};
 use crate::ext4::group::meta_in;
 use crate::ext4::image::Image;
@@ -158,16 +157,6 @@ impl Image {
                 Err(invalid("block", block, "not a block of an inode table"))
             }
         }
-    }
-
-    /// The flush records of the pending blocks, in block order.
-    pub(crate) fn pending_block_records(&self) -> impl Iterator<Item = Record> + '_ {
-        let bs = u64::from(self.info.block_size);
-        self.pending_blocks.iter().map(move |(&b, data)| Record {
-            offset: b * bs,
-            data: data.clone(),
-            ..Record::default()
-        })
     }
 
     /// Every pending block is one block long, may be written as data or

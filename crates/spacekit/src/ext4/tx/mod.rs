@@ -57,33 +57,18 @@ impl Image {
         if self.mode == OpenMode::ReadOnly {
             return Err(Ext4Error::ReadOnly);
         }
-        let mut records = self.dirty_records();
-        redo::sum_before(&*self.dev, &mut records)?;
-        let (log, trailer_at) = redo::encode(&self.info.uuid, &records);
-        let dev = &mut *self.dev;
-        if self.data_unsynced {
-            // File data first: the log must not commit extents whose bytes
-            // are still in flight (the kernel's data=ordered).
-            dev.sync().map_err(io("fsync file data"))?;
-            self.data_unsynced = false;
-            self.data_since_writeback = 0;
+        // The cache's blocks are taken out while the flush writes them (and
+        // put back if it fails), so the records borrow them: no copy.
+        let pending = std::mem::take(&mut self.pending_blocks);
+        let r = self.write_records(&pending);
+        if let Err(e) = r {
+            self.pending_blocks = pending;
+            return Err(e);
         }
-        // The log: contents, then the trailer that makes it complete.
-        dev.write_log(0, &log[..trailer_at])
-            .map_err(io("write redo log"))?;
-        dev.write_log(trailer_at as u64, &log[trailer_at..])
-            .map_err(io("write redo log"))?;
-        dev.sync_log().map_err(io("fsync redo log"))?;
-        for r in &records {
-            dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
-        }
-        dev.sync().map_err(io("fsync image"))?;
-        dev.remove_log().map_err(io("remove redo log"))?;
         self.dirty_sb = false;
         self.dirty_gdt.clear();
         self.dirty_block.clear();
         self.dirty_inode.clear();
-        self.pending_blocks.clear();
         self.freed_since_flush = false;
         Ok(())
     }
@@ -167,23 +152,47 @@ impl Image {
     /// The writes a flush makes, in block order within each kind: the
     /// superblock, descriptor-table blocks, block bitmaps, inode bitmaps,
     /// then the block cache's pending blocks.
-    fn dirty_records(&self) -> Vec<Record> {
-        let mut out = self.metadata_records();
+    fn write_records(
+        &mut self,
+        pending: &std::collections::BTreeMap<u64, Vec<u8>>,
+    ) -> Result<(), Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let mut records = self.metadata_records();
         // The block cache's blocks last. They never overlap the records
         // above: `write_block` refuses the superblock, descriptor-table and
         // bitmap blocks, and `validate` checks it.
-        out.extend(self.pending_block_records());
-        out
+        records.extend(pending.iter().map(|(&b, data)| Record {
+            offset: b * bs,
+            data: std::borrow::Cow::Borrowed(&data[..]),
+            ..Record::default()
+        }));
+        redo::sum_before(&*self.dev, &mut records)?;
+        let dev = &mut *self.dev;
+        if self.data_unsynced {
+            // File data first: the log must not commit extents whose bytes
+            // are still in flight (the kernel's data=ordered).
+            dev.sync().map_err(io("fsync file data"))?;
+            self.data_unsynced = false;
+            self.data_since_writeback = 0;
+        }
+        // The log: contents, then the trailer that makes it complete.
+        redo::write(dev, &self.info.uuid, &records).map_err(io("write redo log"))?;
+        dev.sync_log().map_err(io("fsync redo log"))?;
+        for r in &records {
+            dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
+        }
+        dev.sync().map_err(io("fsync image"))?;
+        dev.remove_log().map_err(io("remove redo log"))
     }
 
     /// The superblock, descriptor-table and bitmap records of a flush.
-    fn metadata_records(&self) -> Vec<Record> {
+    fn metadata_records(&self) -> Vec<Record<'static>> {
         let bs = u64::from(self.info.block_size);
         let mut out = Vec::new();
         if self.dirty_sb {
             out.push(Record {
                 offset: SB_OFFSET,
-                data: self.sb.clone(),
+                data: self.sb.clone().into(),
                 ..Record::default()
             });
         }
@@ -191,7 +200,12 @@ impl Image {
             let s = b as usize * bs as usize;
             out.push(Record {
                 offset: (self.info.gdt_start() + u64::from(b)) * bs,
-                data: self.gdt.get(s..s + bs as usize).unwrap_or(&[]).to_vec(),
+                data: self
+                    .gdt
+                    .get(s..s + bs as usize)
+                    .unwrap_or(&[])
+                    .to_vec()
+                    .into(),
                 ..Record::default()
             });
         }
@@ -199,7 +213,7 @@ impl Image {
             if let Some(l) = self.groups[g as usize].block.get() {
                 out.push(Record {
                     offset: self.desc(g).block_bitmap() * bs,
-                    data: l.to_bytes(),
+                    data: l.to_bytes().into(),
                     ..Record::default()
                 });
             }
@@ -208,7 +222,7 @@ impl Image {
             if let Some(l) = self.groups[g as usize].inode.get() {
                 out.push(Record {
                     offset: self.desc(g).inode_bitmap() * bs,
-                    data: l.to_bytes(),
+                    data: l.to_bytes().into(),
                     ..Record::default()
                 });
             }

@@ -35,6 +35,7 @@
 //! back exactly as it was before the flush cannot be told apart from a
 //! flush that had not reached it.)
 
+use std::borrow::Cow;
 use std::vec::Vec;
 
 use crate::ext4::device::Device;
@@ -51,11 +52,12 @@ pub(crate) const SECTOR: usize = 512;
 const HEADER: usize = 40;
 const TRAILER: usize = 8;
 
-/// One write: `data` at byte `offset` of the image.
+/// One write: `data` at byte `offset` of the image (borrowed from the
+/// block cache by a flush, owned when decoded).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Record {
+pub(crate) struct Record<'a> {
     pub(crate) offset: u64,
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: Cow<'a, [u8]>,
     /// The CRC-32C of each sector of the range as the image held it before
     /// the flush (see [`sum_before`]); empty in a version 1 log.
     pub(crate) before: Vec<u32>,
@@ -66,7 +68,7 @@ pub(crate) struct Record {
 ///
 /// # Errors
 /// An I/O error reading the image.
-pub(crate) fn sum_before(dev: &dyn Device, records: &mut [Record]) -> Result<(), Ext4Error> {
+pub(crate) fn sum_before(dev: &dyn Device, records: &mut [Record<'_>]) -> Result<(), Ext4Error> {
     let mut buf = Vec::new();
     for r in records {
         buf.resize(r.data.len(), 0);
@@ -80,7 +82,7 @@ pub(crate) fn sum_before(dev: &dyn Device, records: &mut [Record]) -> Result<(),
 /// Whether every sector a version 2 log covers holds its new bytes or its
 /// bytes from before the flush (see the module doc); a version 1 log is
 /// always current.
-fn current(dev: &dyn Device, records: &[Record]) -> Result<bool, Ext4Error> {
+fn current(dev: &dyn Device, records: &[Record<'_>]) -> Result<bool, Ext4Error> {
     let mut buf = Vec::new();
     for r in records.iter().filter(|r| !r.before.is_empty()) {
         buf.resize(r.data.len(), 0);
@@ -96,36 +98,99 @@ fn current(dev: &dyn Device, records: &[Record]) -> Result<bool, Ext4Error> {
 }
 
 /// Serialises a log; returns the bytes and where the trailer starts.
-pub(crate) fn encode(uuid: &[u8; 16], records: &[Record]) -> (Vec<u8>, usize) {
+#[cfg(test)]
+pub(crate) fn encode(uuid: &[u8; 16], records: &[Record<'_>]) -> (Vec<u8>, usize) {
+    let mut out = Vec::new();
+    let trailer = emit(uuid, records, |b| {
+        out.extend_from_slice(b);
+        Ok(())
+    })
+    .unwrap_or_default();
+    let trailer_at = out.len();
+    out.extend_from_slice(&trailer);
+    (out, trailer_at)
+}
+
+/// Writes the log to `dev`'s log file in pieces of up to 1 MiB (never the
+/// whole log in memory): its contents, then the trailer that makes it
+/// complete (two steps, so a log cut short by a crash is never complete).
+///
+/// # Errors
+/// An I/O error writing the log.
+pub(crate) fn write(
+    dev: &mut dyn Device,
+    uuid: &[u8; 16],
+    records: &[Record<'_>],
+) -> std::io::Result<()> {
+    const PIECE: usize = 1 << 20;
+    let mut buf: Vec<u8> = Vec::with_capacity(PIECE);
+    let mut at = 0u64;
+    let trailer = emit(uuid, records, |b| {
+        if buf.len() + b.len() > PIECE && !buf.is_empty() {
+            dev.write_log(at, &buf)?;
+            at += buf.len() as u64;
+            buf.clear();
+        }
+        if b.len() >= PIECE {
+            dev.write_log(at, b)?;
+            at += b.len() as u64;
+        } else {
+            buf.extend_from_slice(b);
+        }
+        Ok(())
+    })?;
+    if !buf.is_empty() {
+        dev.write_log(at, &buf)?;
+        at += buf.len() as u64;
+    }
+    dev.write_log(at, &trailer)
+}
+
+/// Hands the log's contents to `sink` piece by piece (header, then each
+/// record's header, sums and bytes) and returns its trailer: the CRC-32C
+/// of everything before it and the end magic.
+fn emit(
+    uuid: &[u8; 16],
+    records: &[Record<'_>],
+    mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<[u8; TRAILER]> {
     let body: usize = records
         .iter()
         .map(|r| 12 + 4 * r.data.len().div_ceil(SECTOR) + r.data.len())
         .sum();
     let total = HEADER + body + TRAILER;
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(total as u64).to_le_bytes());
-    out.extend_from_slice(uuid);
+    let mut crc = !0u32;
+    let mut put = |b: &[u8]| {
+        crc = crc32c::raw(crc, b);
+        sink(b)
+    };
+    let mut head = Vec::with_capacity(HEADER);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&VERSION.to_le_bytes());
+    head.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    head.extend_from_slice(&(total as u64).to_le_bytes());
+    head.extend_from_slice(uuid);
+    put(&head)?;
+    let mut rec = Vec::new();
     for r in records {
-        out.extend_from_slice(&r.offset.to_le_bytes());
-        out.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
+        rec.clear();
+        rec.extend_from_slice(&r.offset.to_le_bytes());
+        rec.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
         debug_assert_eq!(r.before.len(), r.data.len().div_ceil(SECTOR));
         for s in (0..r.data.len().div_ceil(SECTOR)).map(|i| r.before.get(i).copied()) {
-            out.extend_from_slice(&s.unwrap_or(0).to_le_bytes());
+            rec.extend_from_slice(&s.unwrap_or(0).to_le_bytes());
         }
-        out.extend_from_slice(&r.data);
+        put(&rec)?;
+        put(&r.data)?;
     }
-    let trailer_at = out.len();
-    let crc = crc32c::checksum(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(END_MAGIC);
-    (out, trailer_at)
+    let mut trailer = [0u8; TRAILER];
+    trailer[..4].copy_from_slice(&(!crc).to_le_bytes());
+    trailer[4..].copy_from_slice(END_MAGIC);
+    Ok(trailer)
 }
 
 /// Parses a complete log; `None` if it is incomplete or corrupt in any way.
-pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record>)> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
     if bytes.len() < HEADER + TRAILER || bytes.get(..8)? != MAGIC {
         return None;
     }
@@ -161,7 +226,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record>)> {
                 at += 4;
             }
         }
-        let data = bytes.get(at..at.checked_add(len)?)?.to_vec();
+        let data = Cow::Owned(bytes.get(at..at.checked_add(len)?)?.to_vec());
         at += len;
         records.push(Record {
             offset,
@@ -237,12 +302,12 @@ mod tests {
         let recs = vec![
             Record {
                 offset: 1024,
-                data: vec![7; 1024],
+                data: vec![7; 1024].into(),
                 before: vec![5, 6],
             },
             Record {
                 offset: 8192,
-                data: vec![1, 2, 3],
+                data: vec![1, 2, 3].into(),
                 before: vec![4],
             },
         ];
