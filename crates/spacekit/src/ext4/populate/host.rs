@@ -53,12 +53,20 @@ struct Item {
     held: u64,
 }
 
-/// The bytes the walking thread holds ahead, and whether the consumer has
-/// gone.
+/// The bytes the walking thread holds ahead, whether the consumer has
+/// gone, and whether the walking thread waits (so the consumer wakes it
+/// only then: a wake-up is a system call).
 #[derive(Default)]
 struct Budget {
-    state: Mutex<(u64, bool)>,
+    state: Mutex<Held>,
     cond: Condvar,
+}
+
+#[derive(Default)]
+struct Held {
+    bytes: u64,
+    gone: bool,
+    waiting: bool,
 }
 
 impl Budget {
@@ -66,22 +74,32 @@ impl Budget {
     /// consumer has gone.
     fn take(&self, n: u64) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while !s.1 && s.0 > 0 && s.0 + n > BUDGET {
+        while !s.gone && s.bytes > 0 && s.bytes + n > BUDGET {
+            s.waiting = true;
             s = self.cond.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        s.0 += n;
-        !s.1
+        s.waiting = false;
+        s.bytes += n;
+        !s.gone
+    }
+
+    /// Whether `n` more bytes fit now.
+    fn fits(&self, n: u64) -> bool {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.bytes == 0 || s.bytes + n <= BUDGET
     }
 
     fn give(&self, n: u64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.0 = s.0.saturating_sub(n);
-        self.cond.notify_all();
+        s.bytes = s.bytes.saturating_sub(n);
+        if s.waiting && s.bytes <= BUDGET / 2 {
+            self.cond.notify_all();
+        }
     }
 
     fn close(&self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.1 = true;
+        s.gone = true;
         self.cond.notify_all();
     }
 }
@@ -115,7 +133,7 @@ impl Populate<'_> {
             });
         }
         let budget = Budget::default();
-        let (tx, rx) = sync_channel::<Result<Item, Ext4Error>>(1024);
+        let (tx, rx) = sync_channel::<Vec<Result<Item, Ext4Error>>>(16);
         std::thread::scope(|s| {
             let b = &budget;
             s.spawn(move || {
@@ -123,6 +141,8 @@ impl Populate<'_> {
                     tx,
                     budget: b,
                     links: HashMap::new(),
+                    batch: Vec::new(),
+                    batch_bytes: 0,
                 };
                 let top_meta = meta_of(dir, &top);
                 let ok = match top_meta {
@@ -139,9 +159,15 @@ impl Populate<'_> {
                         w.send(Err(e));
                     }
                 }
+                w.hand_over();
             });
             let _close = CloseOnDrop(&budget);
-            self.consume(rx, &budget)
+            let r = self.consume(rx, &budget);
+            if r.is_err() {
+                // A host error between entries: nothing of the tree stays.
+                self.fail(false);
+            }
+            r
         })
     }
 
@@ -149,13 +175,15 @@ impl Populate<'_> {
     /// fails.
     fn consume(
         &mut self,
-        rx: Receiver<Result<Item, Ext4Error>>,
+        rx: Receiver<Vec<Result<Item, Ext4Error>>>,
         budget: &Budget,
     ) -> Result<(), Ext4Error> {
         let mut room = false;
-        for item in rx {
+        for item in rx.into_iter().flatten() {
             let item = item?;
-            budget.give(item.held);
+            if item.held > 0 {
+                budget.give(item.held);
+            }
             let kind = match item.kind {
                 Kind::Dir => EntryKind::Dir,
                 Kind::Bytes(b) => EntryKind::File(Contents::Bytes(b)),
@@ -184,16 +212,50 @@ impl Populate<'_> {
 
 /// The walking thread.
 struct Walker<'b> {
-    tx: SyncSender<Result<Item, Ext4Error>>,
+    tx: SyncSender<Vec<Result<Item, Ext4Error>>>,
     budget: &'b Budget,
     /// First path of each multiply-linked file, by (device, inode).
     links: HashMap<(u64, u64), Vec<u8>>,
+    /// Items not handed over yet: they go in batches, as each hand-over
+    /// may wake the other thread (a system call).
+    batch: Vec<Result<Item, Ext4Error>>,
+    batch_bytes: u64,
 }
 
+/// Items per hand-over, at most.
+const BATCH: usize = 64;
+
 impl Walker<'_> {
-    /// Hands `item` over; false when the consumer has gone.
+    /// Queues `item` for the consumer, handing the batch over when it is
+    /// full (or holds 1 MiB, or is an error); false when the consumer has
+    /// gone.
     fn send(&mut self, item: Result<Item, Ext4Error>) -> bool {
-        self.tx.send(item).is_ok()
+        let last = item.is_err();
+        self.batch_bytes += item.as_ref().map_or(0, |i| i.held);
+        self.batch.push(item);
+        if last || self.batch.len() >= BATCH || self.batch_bytes >= 1 << 20 {
+            return self.hand_over();
+        }
+        true
+    }
+
+    /// Hands the batch over; false when the consumer has gone.
+    fn hand_over(&mut self) -> bool {
+        self.batch_bytes = 0;
+        if self.batch.is_empty() {
+            return true;
+        }
+        self.tx.send(std::mem::take(&mut self.batch)).is_ok()
+    }
+
+    /// Reserves `n` bytes of [`BUDGET`] (handing the batch over first if
+    /// the walk must wait: the consumer must see those bytes to give them
+    /// back); false when the consumer has gone.
+    fn reserve(&mut self, n: u64) -> bool {
+        if !self.budget.fits(n) && !self.hand_over() {
+            return false;
+        }
+        self.budget.take(n)
     }
 
     /// Walks directory `dir` (relative path `rel`): its names in byte
@@ -215,7 +277,7 @@ impl Walker<'_> {
             let (kind, held) = self.kind_of(&path, rel, &st)?;
             let is_dir = matches!(kind, Kind::Dir);
             let meta = meta_of(&path, &st)?;
-            if held > 0 && !self.budget.take(held) {
+            if held > 0 && !self.reserve(held) {
                 return Ok(());
             }
             let item = Item {
@@ -260,10 +322,20 @@ impl Walker<'_> {
             if st.len() > IN_MEMORY {
                 Kind::File(f)
             } else {
-                let mut b = Vec::with_capacity(st.len() as usize);
-                f.read_to_end(&mut b).map_err(host_io("read", path))?;
-                let n = b.len() as u64;
-                return Ok((Kind::Bytes(b), n));
+                // The size `lstat` gave, in as few reads as the host
+                // allows (`read_to_end` would stat and seek first).
+                let mut b = std::vec![0u8; st.len() as usize];
+                let mut n = 0;
+                while n < b.len() {
+                    match f.read(&mut b[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(host_io("read", path)(e)),
+                    }
+                }
+                b.truncate(n);
+                return Ok((Kind::Bytes(b), n as u64));
             }
         } else if ft.is_symlink() {
             let t = fs::read_link(path).map_err(host_io("readlink", path))?;

@@ -181,6 +181,9 @@ pub struct Populate<'i> {
     made: HashMap<Vec<u8>, u32>,
     /// Directories this populate created: their names need no lookup.
     fresh: std::collections::HashSet<u32>,
+    /// The names of directories that were there before, read on first use
+    /// (a lookup per entry would scan the directory each time).
+    names: HashMap<u32, HashMap<Vec<u8>, u32>>,
     report: PopulateReport,
     /// Set once an entry failed (the changes are rolled back): `true` when
     /// for lack of room, and [`Need`] is still counted.
@@ -215,6 +218,7 @@ impl<'i> Populate<'i> {
             opts,
             made,
             fresh: Default::default(),
+            names: HashMap::new(),
             report: PopulateReport::default(),
             failed: None,
             need: Need::default(),
@@ -270,14 +274,26 @@ impl<'i> Populate<'i> {
             }
             Err(e) => {
                 // Everything since `new` goes back now.
-                if self.owns_undo {
-                    self.img.end_undo(false);
-                    self.owns_undo = false;
-                }
-                let room = matches!(e, Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes);
-                self.failed = Some(room);
+                self.fail(matches!(
+                    e,
+                    Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes
+                ));
                 Err(e)
             }
+        }
+    }
+
+    /// Marks the populate failed for a reason outside any one entry (the
+    /// source broke off between entries: a host I/O error, a damaged
+    /// archive) and rolls it back, so [`Populate::finish`] cannot commit
+    /// half a source. `room` as in [`Populate::add`]'s errors.
+    pub(crate) fn fail(&mut self, room: bool) {
+        if self.owns_undo {
+            self.img.end_undo(false);
+            self.owns_undo = false;
+        }
+        if self.failed.is_none() {
+            self.failed = Some(room);
         }
     }
 
@@ -349,22 +365,21 @@ impl<'i> Populate<'i> {
         check_path(&entry.path)?;
         let meta = self.rewrite(entry.meta);
         if entry.path.is_empty() {
-            return match entry.kind {
-                EntryKind::Dir => self.img.stamp(self.at, &meta),
-                _ => Err(invalid("path", 0, "only a directory can be the top")),
-            };
+            if !matches!(entry.kind, EntryKind::Dir) {
+                return Err(invalid("path", 0, "only a directory can be the top"));
+            }
+            for (k, v) in &meta.xattrs {
+                self.img.set_xattr(self.at, k, v)?;
+                self.report.xattrs += 1;
+            }
+            return self.img.stamp(self.at, &meta);
         }
         let (parent_path, name) = match entry.path.iter().rposition(|&b| b == b'/') {
             Some(i) => (&entry.path[..i], &entry.path[i + 1..]),
             None => (&entry.path[..0], &entry.path[..]),
         };
         let parent = self.parent(parent_path, &meta)?;
-        // A name under a directory that was there before may be taken.
-        let existing = if self.fresh.contains(&parent) {
-            self.made.get(&entry.path).copied()
-        } else {
-            self.img.find_entry(parent, name)?.map(|(e, _)| e.inode)
-        };
+        let existing = self.lookup_in(parent, name, &entry.path)?;
         if let Some(ino) = existing {
             if matches!(entry.kind, EntryKind::Dir) && self.img.inode(ino)?.is_dir() {
                 self.img.stamp(ino, &meta)?;
@@ -405,6 +420,7 @@ impl<'i> Populate<'i> {
                     )
                 })?;
                 self.img.pop_link(parent, name, ino)?;
+                self.named(parent, name, ino);
                 self.report.hard_links += 1;
                 self.made.insert(entry.path, ino);
                 return Ok(());
@@ -415,8 +431,43 @@ impl<'i> Populate<'i> {
             self.report.xattrs += 1;
         }
         self.img.stamp(ino, &meta)?;
+        self.named(parent, name, ino);
         self.made.insert(entry.path, ino);
         Ok(())
+    }
+
+    /// The inode `name` names in directory `parent` (`path` under the
+    /// populate's directory), if any: from [`Populate::made`] in a
+    /// directory this populate created, else from the directory's names,
+    /// read once (after checking that spacekit may change it).
+    fn lookup_in(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        path: &[u8],
+    ) -> Result<Option<u32>, Ext4Error> {
+        if self.fresh.contains(&parent) {
+            return Ok(self.made.get(path).copied());
+        }
+        if !self.names.contains_key(&parent) {
+            self.img.check_dir_writable(parent)?;
+            let names = self
+                .img
+                .read_dir(parent)?
+                .into_iter()
+                .filter(|e| e.name != b"." && e.name != b"..")
+                .map(|e| (e.name, e.inode))
+                .collect();
+            self.names.insert(parent, names);
+        }
+        Ok(self.names.get(&parent).and_then(|m| m.get(name)).copied())
+    }
+
+    /// Notes a new name in a directory that was there before.
+    fn named(&mut self, parent: u32, name: &[u8], ino: u32) {
+        if let Some(m) = self.names.get_mut(&parent) {
+            m.insert(name.to_vec(), ino);
+        }
     }
 
     /// The directory at `path` (under the populate's), made with mode 0755
@@ -430,11 +481,7 @@ impl<'i> Populate<'i> {
             None => (&path[..0], path),
         };
         let parent = self.parent(up, like)?;
-        let found = if self.fresh.contains(&parent) {
-            None
-        } else {
-            self.img.find_entry(parent, name)?.map(|(e, _)| e.inode)
-        };
+        let found = self.lookup_in(parent, name, path)?;
         let ino = match found {
             Some(ino) if self.img.inode(ino)?.is_dir() => ino,
             Some(_) => {
@@ -451,6 +498,7 @@ impl<'i> Populate<'i> {
                 let ino = self.img.pop_mkdir(parent, name, &meta)?;
                 self.img.stamp(ino, &meta)?;
                 self.fresh.insert(ino);
+                self.named(parent, name, ino);
                 self.report.dirs += 1;
                 ino
             }
