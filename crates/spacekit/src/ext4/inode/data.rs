@@ -245,7 +245,9 @@ impl Image {
         let pos = |byte: u64| p.physical * bs + (byte - lo);
         let bytes = |a: u64, b: u64| data.bytes(a - offset, b - offset);
         // The partial block at each end, then the whole blocks between.
-        let head_end = from.next_multiple_of(bs).min(to);
+        // The end of the block holding `from` (not `from` itself when it
+        // is a block boundary: an aligned write has no partial head).
+        let head_end = (from - from % bs + bs).min(to);
         let mut mid = (from, to);
         if from % bs != 0 || head_end - from < bs {
             self.merge_block(
