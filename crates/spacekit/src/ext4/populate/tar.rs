@@ -429,8 +429,8 @@ impl Pax {
                 .and_then(|s| s.trim().parse().ok())
                 .ok_or_else(|| bad(name, "a PAX record that is not a number"))
         };
-        if value.is_empty() {
-            // An empty value unsets the key (for a global header's).
+        if value.is_empty() && !key.starts_with(b"SCHILY.xattr.") {
+            // An empty value unsets a key (a global header's).
             return Ok(());
         }
         match key {
@@ -666,7 +666,12 @@ fn meta_of(h: &Header, pax: &mut Pax, name: &str) -> Result<Meta, Ext4Error> {
         if let Some(text) = text {
             if !xattrs.iter().any(|(k, _)| k == key) {
                 let v = acl_xattr(text).map_err(|why| bad(name, why))?;
-                xattrs.push((key.to_string(), v));
+                // An access ACL of only the owner, group and other entries
+                // is the mode itself: the kernel stores none.
+                let minimal = v.len() == 4 + 3 * 8;
+                if !(minimal && key.ends_with("access")) {
+                    xattrs.push((key.to_string(), v));
+                }
             }
         }
     }
