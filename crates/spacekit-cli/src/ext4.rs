@@ -95,10 +95,12 @@ enum Ext4Command {
     /// `security.` attribute) is left out and listed, unless `--strict`.
     /// Counts go to standard error every second on long copies.
     Rdump(RdumpArgs),
-    /// Build a host directory's tree into the image (`mke2fs -d`, into an
-    /// existing image): every kind of inode, contents (sparse), modes,
-    /// owners, nanosecond times, hard links and xattrs. Names go in byte
-    /// order, so the same tree gives the same image; `--mtime` (or
+    /// Build a host directory's tree (`--from`, as `mke2fs -d`) or a tar
+    /// archive (`--tar`, as `mke2fs -d` with a tarball) into an existing
+    /// image: every kind of inode, contents (sparse), modes, owners,
+    /// nanosecond times, hard links and xattrs. Names go in byte order
+    /// (a tar's in archive order), so the same source gives the same
+    /// image; `--mtime` (or
     /// SOURCE_DATE_EPOCH) clamps times. One transaction and one flush: on
     /// any error (no space: the message says how much is missing) the
     /// image is as before.

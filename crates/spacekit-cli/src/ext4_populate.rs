@@ -5,20 +5,26 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Args;
+use clap::{ArgGroup, Args};
 use serde_json::json;
 use spacekit::ext4::{OpenMode, Populate, PopulateOptions, PopulateReport};
 
 use crate::ext4_args::{open, print_json, Common};
 
 #[derive(Args, Debug)]
+#[command(group(ArgGroup::new("source").required(true).args(["from", "tar"])))]
 pub(crate) struct PopulateArgs {
     #[command(flatten)]
     common: Common,
     /// The host directory whose contents go in (the directory itself gives
     /// its mode, owner, times and xattrs to the target directory).
     #[arg(long, value_name = "DIR")]
-    from: PathBuf,
+    from: Option<PathBuf>,
+    /// A tar archive whose entries go in (`-`: standard input): plain,
+    /// gzip or zstd, GNU or PAX, with sparse files, xattrs and ACLs; its
+    /// `./` entry gives its attributes to the target directory.
+    #[arg(long, value_name = "FILE")]
+    tar: Option<PathBuf>,
     /// The directory of the image to populate (absolute; it must exist).
     #[arg(long, value_name = "PATH", default_value = "/")]
     at: String,
@@ -80,7 +86,19 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
             }
         });
     }
-    let added = pop.add_dir(&a.from);
+    // clap requires one of --from and --tar.
+    let tar = a.tar.clone().unwrap_or_default();
+    let (added, source) = match &a.from {
+        Some(dir) => (pop.add_dir(dir), dir.display().to_string()),
+        None if tar.as_os_str() == "-" => (pop.add_tar(std::io::stdin().lock()), "-".into()),
+        None => match std::fs::File::open(&tar) {
+            Ok(f) => (
+                pop.add_tar(std::io::BufReader::new(f)),
+                tar.display().to_string(),
+            ),
+            Err(e) => return Err(format!("{}: {e}", tar.display())),
+        },
+    };
     let r = match added {
         Ok(()) => pop.finish(),
         Err(e) => Err(e),
@@ -88,17 +106,11 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
     if !a.quiet && std::io::stderr().is_terminal() {
         eprint!("\r\x1b[K");
     }
-    let r = r.map_err(|e| {
-        format!(
-            "{}: populate from {}: {e}",
-            c.image.display(),
-            a.from.display()
-        )
-    })?;
+    let r = r.map_err(|e| format!("{}: populate from {source}: {e}", c.image.display()))?;
     let secs = start.elapsed().as_secs_f64();
     if c.json {
         print_json(&json!({
-            "image": c.image.display().to_string(), "at": a.at, "from": a.from.display().to_string(),
+            "image": c.image.display().to_string(), "at": a.at, "from": source,
             "entries": r.entries(), "files": r.files, "dirs": r.dirs, "symlinks": r.symlinks,
             "nodes": r.nodes, "hard_links": r.hard_links, "xattrs": r.xattrs, "bytes": r.bytes,
             "seconds": secs}));
@@ -106,7 +118,7 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         eprintln!(
             "populate {} from {}: {} files, {} directories, {} symlinks, {} special files, {} hard links, {} xattrs, {} bytes in {:.2} s",
             a.at,
-            a.from.display(),
+            source,
             r.files,
             r.dirs,
             r.symlinks,

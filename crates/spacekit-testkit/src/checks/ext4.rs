@@ -35,14 +35,14 @@ use spacekit::testing::Validate;
 
 use super::input::Input;
 
-const IMAGES: [(&str, &[u8]); 3] = [
+pub(super) const IMAGES: [(&str, &[u8]); 3] = [
     ("csum", include_bytes!("ext4_images/csum.sparse")),
     ("nocsum", include_bytes!("ext4_images/nocsum.sparse")),
     ("gdtcsum", include_bytes!("ext4_images/gdtcsum.sparse")),
 ];
 
 /// Expands the sparse format of `tools/sparse.py`.
-fn expand(sparse: &[u8]) -> Vec<u8> {
+pub(super) fn expand(sparse: &[u8]) -> Vec<u8> {
     assert_eq!(&sparse[..4], b"SKSP", "sparse magic");
     let len = le32(sparse, 4) as usize;
     let mut out = vec![0u8; len];

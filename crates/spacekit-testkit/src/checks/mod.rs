@@ -13,6 +13,8 @@ pub mod ext4;
 pub mod freespace;
 pub mod input;
 pub mod maps;
+#[cfg(feature = "tar")]
+pub mod populate_tar;
 pub mod rangetree;
 pub mod session;
 pub mod wire;
@@ -25,6 +27,8 @@ pub type Check = fn(&[u8]);
 pub const TARGETS: &[(&str, Check)] = &[
     #[cfg(feature = "ext4")]
     ("ext4", ext4::run),
+    #[cfg(feature = "tar")]
+    ("populate_tar", populate_tar::run),
     ("dirty", dirty::run),
     ("migration_wire", wire::run),
     ("migration_session", session::run),

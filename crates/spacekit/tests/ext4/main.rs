@@ -39,6 +39,10 @@
 //! * `xattr` — extended attributes (in the inode and the xattr block, POSIX
 //!   ACLs) set, replaced and removed, against debugfs, e2fsck and the
 //!   kernel's `getfattr` / `setfattr` / `setfacl` on a loop mount.
+//! * `populate_tar` — trees archived by GNU tar (GNU and PAX formats,
+//!   gzip, zstd) populated with `Populate::add_tar`, against e2fsck, the
+//!   source read through a loop mount and a directory populate; bad
+//!   archives refused with the image unchanged.
 
 #![cfg(feature = "ext4")]
 
@@ -58,6 +62,7 @@ mod indexed;
 mod inodes;
 mod inodes_read;
 mod namespace;
+mod populate_tar;
 mod read;
 mod refused;
 mod xattr;

@@ -2,6 +2,8 @@
 
 pub(super) mod host;
 mod node;
+#[cfg(feature = "tar")]
+mod tar;
 
 use std::collections::HashMap;
 use std::io::Read;

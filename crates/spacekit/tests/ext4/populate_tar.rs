@@ -1,0 +1,387 @@
+//! `Populate::add_tar` against GNU tar, e2fsck and the kernel: a source
+//! tree with every kind of entry tar carries (a sparse file, hard links,
+//! long and UTF-8 names, setuid, owners, `user.*` xattrs, an ACL) archived
+//! by GNU tar in GNU and PAX format, plain, gzip and zstd, populated into
+//! fresh images that `e2fsck -fn` finds clean and that a read-only loop
+//! mount shows equal to the source; a tar populate and a directory
+//! populate with the same clamp read the same; a `..` name and a cut
+//! archive are refused with the image as it was.
+
+#![cfg(feature = "tar")]
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use spacekit::ext4::{Ext4Error, Image, OpenMode, Populate, PopulateOptions};
+use spacekit_testkit::tree::{self, Compare};
+
+use crate::fixtures::{mkfs, open_rw, TempDir, K1};
+use crate::oracles::assert_fsck_clean;
+
+/// The source's mtime, with nanoseconds (after the clamp below).
+const STAMP: &str = "2023-11-14 22:13:20.123456789 UTC";
+/// A clamp before [`STAMP`]: every mtime becomes it.
+const CLAMP: i64 = 1_600_000_000;
+
+/// Runs `cmd`, asserting success.
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether `cmd` runs and succeeds.
+fn try_run(cmd: &mut Command) -> bool {
+    cmd.output().is_ok_and(|o| o.status.success())
+}
+
+/// Makes the source tree under `src`; whether it has xattrs and an ACL.
+fn make_source(src: &Path) -> bool {
+    let d = src.join("dir");
+    let long_dir = d.join("d".repeat(90)).join("e".repeat(90));
+    fs::create_dir_all(&long_dir).unwrap();
+    fs::write(d.join("file"), b"hello, tar\n").unwrap();
+    fs::hard_link(d.join("file"), d.join("hard")).unwrap();
+    fs::hard_link(d.join("file"), src.join("hard-at-top")).unwrap();
+    std::os::unix::fs::symlink("file", d.join("link")).unwrap();
+    std::os::unix::fs::symlink("t".repeat(200), d.join("long-link")).unwrap();
+    fs::write(long_dir.join("f".repeat(200)), b"a long path\n").unwrap();
+    fs::write(d.join("ünïcødé-名前"), "UTF-8 name\n".repeat(300)).unwrap();
+    // 2 MiB with 5000 bytes of data at 1 MiB: a sparse file.
+    let sparse = fs::File::create(src.join("sparse")).unwrap();
+    sparse.set_len(2 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, &vec![0xA5; 5000], 1 << 20).unwrap();
+    drop(sparse);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(src.join("big"), big).unwrap();
+    run(Command::new("mkfifo").arg(src.join("fifo")));
+    // Devices need root: without it the tree has none.
+    let _ = try_run(
+        Command::new("mknod")
+            .arg(src.join("null"))
+            .args(["c", "1", "3"]),
+    );
+    let _ = try_run(
+        Command::new("mknod")
+            .arg(src.join("loop9"))
+            .args(["b", "7", "9"]),
+    );
+    run(Command::new("chmod").arg("4755").arg(d.join("file")));
+    run(Command::new("chmod").arg("1777").arg(src.join("big")));
+    let _ = try_run(Command::new("chown").args(["-h", "1000:1001"]).arg(&d));
+    let _ = try_run(
+        Command::new("chown")
+            .args(["-h", "1234:5678"])
+            .arg(d.join("link")),
+    );
+    let attrs = try_run(
+        Command::new("setfattr")
+            .args(["-n", "user.origin", "-v", "tar-test"])
+            .arg(d.join("file")),
+    ) && try_run(
+        Command::new("setfattr")
+            .args(["-n", "user.empty", "-v", "\"\""])
+            .arg(src.join("big")),
+    ) && try_run(
+        Command::new("setfacl")
+            .args(["-m", "u:1234:r,g:55:rw"])
+            .arg(d.join("ünïcødé-名前")),
+    ) && try_run(
+        Command::new("setfacl")
+            .args(["-d", "-m", "u:1234:rx"])
+            .arg(&long_dir),
+    );
+    if !attrs {
+        println!("skipping xattrs and ACLs: setfattr/setfacl failed (no attr/acl tools, or no support here)");
+    }
+    run(Command::new("find")
+        .arg(src)
+        .args(["-exec", "touch", "-h", "-d", STAMP, "{}", "+"]));
+    attrs
+}
+
+/// A read-only loop mount, unmounted when dropped.
+struct Mount(PathBuf);
+
+impl Mount {
+    /// Mounts `img` on `mnt`, or prints why not and gives `None`.
+    fn new(img: &Path, mnt: &Path) -> Option<Mount> {
+        fs::create_dir_all(mnt).unwrap();
+        match Command::new("mount")
+            .args(["-o", "loop,ro"])
+            .arg(img)
+            .arg(mnt)
+            .output()
+        {
+            Ok(o) if o.status.success() => Some(Mount(mnt.to_path_buf())),
+            Ok(o) => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                println!(
+                    "skipping the kernel's read of {}: mount: {}",
+                    img.display(),
+                    err.trim()
+                );
+                None
+            }
+            Err(e) => {
+                println!("skipping the kernel's read: no mount: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let um = Command::new("umount").arg(&self.0).status();
+        if !std::thread::panicking() {
+            assert!(um.is_ok_and(|s| s.success()), "umount {}", self.0.display());
+        }
+    }
+}
+
+/// Populates a fresh image from archive `tar`; the image's path.
+fn populate_tar(dir: &TempDir, name: &str, tar: &Path, opts: PopulateOptions) -> PathBuf {
+    let fresh = mkfs(dir, &K1);
+    let img_path = dir.path(&format!("{name}.img"));
+    fs::rename(&fresh, &img_path).unwrap();
+    let mut img = open_rw(&img_path);
+    let mut pop = Populate::new(&mut img, "/", opts).unwrap();
+    let f = fs::File::open(tar).unwrap();
+    pop.add_tar(std::io::BufReader::new(f))
+        .unwrap_or_else(|e| panic!("{name}: add_tar: {e}"));
+    let r = pop.finish().unwrap();
+    assert!(r.files >= 5 && r.hard_links >= 2, "{name}: {r:?}");
+    drop(img);
+    assert_fsck_clean(&img_path, name);
+    img_path
+}
+
+/// Every tar format GNU tar writes, populated, checked by e2fsck and read
+/// back through the kernel equal to the source.
+#[test]
+fn gnu_tar_archives_read_back_equal_to_the_source() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("populate-tar");
+    let src = dir.path("src");
+    fs::create_dir(&src).unwrap();
+    let attrs = make_source(&src);
+    let have_zstd = try_run(Command::new("zstd").arg("--version"));
+    let cases: &[(&str, &[&str], bool)] = &[
+        ("gnu", &["--format=gnu"], false),
+        ("pax", &["--format=pax", "--xattrs", "--acls"], true),
+        (
+            "pax-gzip",
+            &["--format=pax", "--xattrs", "--acls", "--gzip"],
+            true,
+        ),
+        (
+            "pax-zstd",
+            &["--format=pax", "--xattrs", "--acls", "--zstd"],
+            true,
+        ),
+    ];
+    for &(name, args, pax) in cases {
+        if name.ends_with("zstd") && !have_zstd {
+            println!("skipping {name}: no zstd program");
+            continue;
+        }
+        let tar = dir.path(&format!("{name}.tar"));
+        run(Command::new("tar")
+            .args(args)
+            .args(["--sparse", "--numeric-owner", "-cf"])
+            .arg(&tar)
+            .arg("-C")
+            .arg(&src)
+            .arg("."));
+        let img = populate_tar(&dir, name, &tar, PopulateOptions::default());
+        let mnt = dir.path(&format!("mnt-{name}"));
+        let Some(_m) = Mount::new(&img, &mnt) else {
+            continue;
+        };
+        let c = Compare {
+            // GNU format keeps whole seconds and no xattrs.
+            nanos: pax,
+            xattrs: pax && attrs,
+            ..Compare::default()
+        };
+        let diff = tree::diff(&src, &mnt, c).unwrap();
+        assert!(
+            diff.is_empty(),
+            "{name}: the kernel reads:\n{}",
+            diff.join("\n")
+        );
+        // The sparse file stayed sparse: 5000 bytes need at most 5 KiB
+        // plus an extent block, not 2 MiB.
+        let st = fs::metadata(mnt.join("sparse")).unwrap();
+        assert!(
+            st.blocks() * 512 <= 8 << 10,
+            "{name}: sparse uses {} sectors",
+            st.blocks()
+        );
+    }
+}
+
+/// A tar populate and a directory populate of the same tree, both with
+/// the same clamp, read the same through the kernel.
+#[test]
+fn tar_and_directory_populates_with_a_clamp_read_the_same() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("populate-tar-clamp");
+    let src = dir.path("src");
+    fs::create_dir(&src).unwrap();
+    make_source(&src);
+    let tar = dir.path("src.tar");
+    run(Command::new("tar")
+        .args(["--format=pax", "--xattrs", "--acls", "--sparse", "-cf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("."));
+    let opts = PopulateOptions {
+        clamp: Some(CLAMP),
+        ..PopulateOptions::default()
+    };
+    let from_tar = populate_tar(&dir, "from-tar", &tar, opts);
+    let from_dir = {
+        let fresh = mkfs(&dir, &K1);
+        let p = dir.path("from-dir.img");
+        fs::rename(&fresh, &p).unwrap();
+        let mut img = open_rw(&p);
+        let mut pop = Populate::new(&mut img, "/", opts).unwrap();
+        pop.add_dir(&src).unwrap();
+        pop.finish().unwrap();
+        drop(img);
+        assert_fsck_clean(&p, "from-dir");
+        p
+    };
+    let (ma, mb) = (dir.path("mnt-a"), dir.path("mnt-b"));
+    let Some(_a) = Mount::new(&from_tar, &ma) else {
+        return;
+    };
+    let Some(_b) = Mount::new(&from_dir, &mb) else {
+        return;
+    };
+    let diff = tree::diff(&ma, &mb, Compare::default()).unwrap();
+    assert!(diff.is_empty(), "tar vs directory:\n{}", diff.join("\n"));
+    let st = fs::symlink_metadata(ma.join("dir/file")).unwrap();
+    assert_eq!((st.mtime(), st.mtime_nsec()), (CLAMP, 0), "the clamp");
+    assert_eq!((st.ctime(), st.atime()), (CLAMP, CLAMP), "the clamp");
+}
+
+/// A ustar header for `name` (type `kind`, `size` bytes), checksummed.
+fn ustar(name: &str, kind: u8, size: usize) -> Vec<u8> {
+    let mut h = vec![0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+    h[136..148].copy_from_slice(b"14533274460\0");
+    h[156] = kind;
+    h[257..265].copy_from_slice(b"ustar\x0000");
+    h[148..156].fill(b' ');
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+/// Populates `img_path` from `archive`, expecting a refusal; the error.
+fn refused(img_path: &Path, archive: &[u8]) -> Ext4Error {
+    let mut img = Image::open(img_path, OpenMode::ReadWrite).unwrap();
+    let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+    let e = pop.add_tar(archive).expect_err("a refusal");
+    assert!(pop.failed(), "{e}: the populate is not marked failed");
+    assert!(pop.finish().is_err(), "{e}: finish after a failure");
+    e
+}
+
+/// The blocks the image uses, as bytes: `bytes` with every block free in
+/// `img` zeroed (a failed populate may have written file data there; they
+/// stay free).
+fn used_blocks(img: &Path, mut bytes: Vec<u8>) -> Vec<u8> {
+    let img = Image::open(img, OpenMode::ReadOnly).unwrap();
+    let bs = img.info().block_size as usize;
+    for g in 0..img.info().group_count {
+        for (a, b) in img.free_extents(g).unwrap() {
+            bytes[a as usize * bs..(b as usize + 1) * bs].fill(0);
+        }
+    }
+    bytes
+}
+
+/// A `..` name and archives cut short are refused, the image as it was.
+#[test]
+fn bad_archives_are_refused_and_change_nothing() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("populate-tar-refused");
+    let img_path = mkfs(&dir, &K1);
+    let before = fs::read(&img_path).unwrap();
+
+    // `..` first: refused before anything is made, not a byte written.
+    let mut dotdot = ustar("a/../../escape", b'0', 0);
+    dotdot.resize(dotdot.len() + 1024, 0);
+    let check = |e: Ext4Error| match e {
+        Ext4Error::BadSource { entry, reason } => {
+            assert_eq!(entry, "a/../../escape");
+            assert!(reason.contains(".."), "{reason}");
+        }
+        e => panic!("`..`: {e:?}"),
+    };
+    check(refused(&img_path, &dotdot));
+    assert!(
+        fs::read(&img_path).unwrap() == before,
+        "`..`: the image changed"
+    );
+
+    // `..` after a file: the file's data went to free blocks, which stay
+    // free; no block the image uses changed.
+    let mut archive = ustar("ok", b'0', 3);
+    archive.extend_from_slice(&[b'x'; 3]);
+    archive.resize(1024, 0);
+    archive.extend(dotdot);
+    check(refused(&img_path, &archive));
+    let after = fs::read(&img_path).unwrap();
+    assert!(
+        used_blocks(&img_path, after) == used_blocks(&img_path, before.clone()),
+        "`..` after a file: a block the image uses changed"
+    );
+
+    // Cut inside a header, after a directory and a file.
+    let mut archive = ustar("d/", b'5', 0);
+    archive.extend(ustar("d/f", b'0', 5000));
+    archive.extend((0..5000u32).map(|i| (i % 200 + 1) as u8));
+    archive.resize(512 * 2 + 5120, 0);
+    archive.extend(ustar("d/g", b'0', 0));
+    let cut = &archive[..archive.len() - 100];
+    match refused(&img_path, cut) {
+        Ext4Error::BadSource { reason, .. } => assert!(reason.contains("header"), "{reason}"),
+        e => panic!("cut in a header: {e:?}"),
+    }
+    let after = fs::read(&img_path).unwrap();
+    assert!(
+        used_blocks(&img_path, after) == used_blocks(&img_path, before.clone()),
+        "cut in a header: a block the image uses changed"
+    );
+
+    // Cut inside a file's contents.
+    let cut = &archive[..512 * 2 + 3000];
+    match refused(&img_path, cut) {
+        Ext4Error::BadSource { entry, .. } => assert_eq!(entry, "d/f"),
+        e => panic!("cut in contents: {e:?}"),
+    }
+    let after = fs::read(&img_path).unwrap();
+    assert!(
+        used_blocks(&img_path, after) == used_blocks(&img_path, before.clone()),
+        "cut in contents: a block the image uses changed"
+    );
+    assert_fsck_clean(&img_path, "after the refusals");
+    let mut img = Image::open(&img_path, OpenMode::ReadOnly).unwrap();
+    assert!(img.lookup("/d").is_err(), "a refused populate left /d");
+    assert!(img.lookup("/ok").is_err(), "a refused populate left /ok");
+}
