@@ -66,14 +66,10 @@ impl Populate<'_> {
     /// image is as before [`Populate::new`]).
     pub fn add_tar(&mut self, r: impl Read) -> Result<(), Ext4Error> {
         let r = self.walk_tar(r);
-        if r.is_err() && self.failed.is_none() {
+        if r.is_err() {
             // The source failed between entries: roll back as `add` does
             // when an entry fails.
-            if self.owns_undo {
-                self.img.end_undo(false);
-                self.owns_undo = false;
-            }
-            self.failed = Some(false);
+            self.fail(false);
         }
         r
     }
