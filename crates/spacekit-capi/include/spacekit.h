@@ -336,6 +336,43 @@ typedef struct spacekit_ext4_export_report {
   bool owners_set;
 } spacekit_ext4_export_report;
 
+// How a populate rewrites what the source says (see
+// `spacekit_ext4_populate_dir`). All zeros: owners and times as the
+// source has them.
+typedef struct spacekit_ext4_populate_options {
+  // Every inode owned by `uid`:`gid` instead of the source's owners
+  // (`uid` = `gid` = 0 builds a root-owned image without root).
+  bool set_owner;
+  // The owner when `set_owner`.
+  uint32_t uid;
+  // The group when `set_owner`.
+  uint32_t gid;
+  // Clamp times at `clamp` (`SOURCE_DATE_EPOCH`, for a reproducible
+  // image): mtimes after it become it; atime, ctime and crtime equal the
+  // clamped mtime.
+  bool set_clamp;
+  // Seconds since the epoch, when `set_clamp`.
+  int64_t clamp;
+} spacekit_ext4_populate_options;
+
+// What a populate made.
+typedef struct spacekit_ext4_populate_report {
+  // Regular files created.
+  uint64_t files;
+  // Directories created.
+  uint64_t dirs;
+  // Symbolic links created.
+  uint64_t symlinks;
+  // Devices, FIFOs and sockets created.
+  uint64_t nodes;
+  // Names added as hard links.
+  uint64_t hard_links;
+  // Extended attributes (ACLs included) set.
+  uint64_t xattrs;
+  // Bytes of file contents (holes included).
+  uint64_t bytes;
+} spacekit_ext4_populate_report;
+
 // A callback of [`spacekit_rangetree_for_each`]: gets `ctx` and one entry;
 // returns 0 to go on, anything else to stop. It must not change or free
 // the tree (reading it is fine), nor leave the call other than by
@@ -1265,6 +1302,42 @@ enum spacekit_status spacekit_ext4_remove_xattr(struct spacekit_ext4 *img, uint3
 // `img` a live handle; `path` and `dest` NUL-terminated strings; `report`
 // NULL or valid for a write.
 enum spacekit_status spacekit_ext4_export_tree(struct spacekit_ext4 *img, const char *path, const char *dest, bool strict, bool xattrs, struct spacekit_ext4_export_report *report);
+
+// Builds everything under host directory `dir` into directory `at` of the
+// image (`"/"` for the root; it must exist), as `mke2fs -d` does: every
+// kind of inode (regular files sparse, directories, symlinks, devices,
+// FIFOs, sockets), permission bits with setuid/setgid/sticky, owners,
+// times to the nanosecond, hard links (one inode) and extended attributes
+// with ACLs. `dir`'s own mode, owner, times and xattrs go to `at`. Names
+// go in byte order, so the same tree gives the same image. `opts` (may be
+// NULL) rewrites owners and clamps times. One transaction: the image is
+// flushed once at the end, and on any error nothing is added (changes
+// not yet flushed before the call stay pending). `*report` (may be NULL)
+// gets the counts. On Unix `dir` is any byte string.
+//
+// Errors: as `spacekit_ext4_lookup` for `at`; `SPACEKIT_ERROR_EXISTS` for
+// a name already in the image (a directory onto a directory merges);
+// `SPACEKIT_ERROR_NO_SPACE` / `SPACEKIT_ERROR_NO_FREE_INODES` when the
+// image is too small; `SPACEKIT_ERROR_IO` from the host;
+// `SPACEKIT_ERROR_UNSUPPORTED` for a directory spacekit does not write
+// (casefolded, encrypted); `SPACEKIT_ERROR_READ_ONLY`.
+//
+// # Safety
+// `img` a live handle; `at` and `dir` NUL-terminated strings; `opts` NULL
+// or valid for a read; `report` NULL or valid for a write.
+enum spacekit_status spacekit_ext4_populate_dir(struct spacekit_ext4 *img, const char *at, const char *dir, const struct spacekit_ext4_populate_options *opts, struct spacekit_ext4_populate_report *report);
+
+// As `spacekit_ext4_populate_dir`, from the tar archive at host path
+// `tar` (plain, gzip or zstd; GNU and PAX headers, long names, hard
+// links, symlinks, devices, FIFOs, sparse entries, PAX xattrs and ACLs).
+//
+// Errors: as `spacekit_ext4_populate_dir`; `SPACEKIT_ERROR_CORRUPT` for a
+// damaged or truncated archive or an entry that cannot be made (a `..`
+// in a name).
+//
+// # Safety
+// As `spacekit_ext4_populate_dir`, `tar` a NUL-terminated string.
+enum spacekit_status spacekit_ext4_populate_tar(struct spacekit_ext4 *img, const char *at, const char *tar, const struct spacekit_ext4_populate_options *opts, struct spacekit_ext4_populate_report *report);
 
 // A static, NUL-terminated description of a status code. Unknown codes
 // give `"unknown spacekit status code"`. Never NULL; the string must not

@@ -28,7 +28,8 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
         Ext4Error::NotARegularFile { .. } => SPACEKIT_ERROR_NOT_A_REGULAR_FILE,
         Ext4Error::Exists { .. } => SPACEKIT_ERROR_EXISTS,
         Ext4Error::FileTooBig { .. } => SPACEKIT_ERROR_FILE_TOO_BIG,
-        Ext4Error::NoSpace { .. } => SPACEKIT_ERROR_NO_SPACE,
+        Ext4Error::NoSpace { .. } | Ext4Error::PopulateNoSpace { .. } => SPACEKIT_ERROR_NO_SPACE,
+        Ext4Error::BadSource { .. } => SPACEKIT_ERROR_CORRUPT,
         Ext4Error::NoFreeInodes => SPACEKIT_ERROR_NO_FREE_INODES,
         Ext4Error::BlockAlreadyFree { .. } | Ext4Error::InodeAlreadyFree { .. } => {
             SPACEKIT_ERROR_ALREADY_FREE

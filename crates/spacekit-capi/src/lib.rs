@@ -30,6 +30,8 @@ mod dirty;
 mod ext4;
 #[cfg(feature = "ext4")]
 mod ext4_files;
+#[cfg(feature = "ext4")]
+mod ext4_populate;
 mod ffi;
 mod rangetree;
 

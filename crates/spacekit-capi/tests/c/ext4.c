@@ -272,6 +272,42 @@ int main(int argc, char **argv) {
         EXPECT(spacekit_ext4_export_tree(img, NULL, out, false, true, NULL), SPACEKIT_ERROR_NULL_POINTER);
         EXPECT(spacekit_ext4_export_tree(img, "/", NULL, false, true, NULL), SPACEKIT_ERROR_NULL_POINTER);
         EXPECT(spacekit_ext4_export_tree(NULL, "/", out, false, true, NULL), SPACEKIT_ERROR_NULL_POINTER);
+
+        /* the exported tree built back in under /again, root-owned and
+           clamped (rdump's inverse, mke2fs -d into an existing image) */
+        {
+            spacekit_ext4_populate_options po;
+            spacekit_ext4_populate_report pr;
+            uint32_t again_f, again_f3;
+            memset(&po, 0, sizeof po);
+            memset(&pr, 0xEE, sizeof pr);
+            po.set_owner = true;
+            po.set_clamp = true;
+            po.clamp = 1000000000;
+            OK(spacekit_ext4_close(img));
+            OK(spacekit_ext4_open(argv[1], true, &img));
+            OK(spacekit_ext4_mkdir(img, "/again", 0755, NULL));
+            OK(spacekit_ext4_flush(img));
+            OK(spacekit_ext4_populate_dir(img, "/again", out, &po, &pr));
+            CHECK(pr.dirs == 2 && pr.files == 2 && pr.hard_links == 1 && pr.symlinks == 1);
+            CHECK(pr.nodes == 1 && pr.bytes == 5000 + sizeof text - 1);
+            OK(spacekit_ext4_lookup(img, "/again/dir/f", &again_f));
+            OK(spacekit_ext4_lookup(img, "/again/f3", &again_f3));
+            CHECK(again_f == again_f3);
+            OK(spacekit_ext4_read(img, again_f, 5000, back, sizeof back, &n));
+            CHECK(n == sizeof text - 1 && memcmp(back, text, n) == 0);
+            /* a second time every name is taken: nothing is added */
+            EXPECT(spacekit_ext4_populate_dir(img, "/again", out, &po, NULL), SPACEKIT_ERROR_EXISTS);
+            EXPECT(spacekit_ext4_populate_dir(img, "/nope", out, NULL, NULL), SPACEKIT_ERROR_NO_ENTRY);
+            EXPECT(spacekit_ext4_populate_dir(img, "/again", "/nonexistent/src", NULL, NULL),
+                   SPACEKIT_ERROR_IO);
+            EXPECT(spacekit_ext4_populate_tar(img, "/again", "/nonexistent.tar", NULL, NULL),
+                   SPACEKIT_ERROR_IO);
+            EXPECT(spacekit_ext4_populate_dir(img, NULL, out, NULL, NULL), SPACEKIT_ERROR_NULL_POINTER);
+            EXPECT(spacekit_ext4_populate_dir(NULL, "/", out, NULL, NULL), SPACEKIT_ERROR_NULL_POINTER);
+            OK(spacekit_ext4_verify(img, &mismatches));
+            CHECK(mismatches == 0);
+        }
     }
     OK(spacekit_ext4_close(img));
 
