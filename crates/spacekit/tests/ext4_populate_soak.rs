@@ -317,15 +317,20 @@ fn soak(seed: u64, kills: u64, split: bool) -> Result<Stats, String> {
         let _ = std::fs::remove_file(Image::redo_log_path(&case.work));
         let (lines, _) = run_child(&case.work, &src, Some(delay), split)?;
         check(case, &lines, &mut stats).map_err(|e| {
-            let keep = std::env::temp_dir().join(format!("spacekit-pop-soak-failed-{seed}-{kill}"));
-            let _ = std::fs::create_dir_all(&keep);
-            let _ = std::fs::copy(&case.work, keep.join("image"));
-            format!(
+            let mut msg = format!(
                 "populate soak failed: seed {seed} (SPACEKIT_SOAK_SEED={seed}), kill {kill} \
-                 after {delay:?}, config {}: {e}\nthe child's lines: {lines:?}\nimage kept in {}",
+                 after {delay:?}, config {}: {e}\nthe child's lines: {lines:?}",
                 case.cfg.name,
-                keep.display()
-            )
+            );
+            // (The self-test's broken child leaves nothing behind.)
+            if !split {
+                let keep =
+                    std::env::temp_dir().join(format!("spacekit-pop-soak-failed-{seed}-{kill}"));
+                let _ = std::fs::create_dir_all(&keep);
+                let _ = std::fs::copy(&case.work, keep.join("image"));
+                msg += &format!("\nimage kept in {}", keep.display());
+            }
+            msg
         })?;
         stats.kills += 1;
         if (kill + 1) % 100 == 0 {

@@ -78,9 +78,17 @@ fn populate(
     opts: PopulateOptions,
 ) -> Result<PopulateReport, Ext4Error> {
     let mut image = open_rw(img);
-    let mut pop = Populate::new(&mut image, at, opts)?;
-    pop.add_dir(src)?;
-    pop.finish()
+    let r = (|| {
+        let mut pop = Populate::new(&mut image, at, opts)?;
+        pop.add_dir(src)?;
+        pop.finish()
+    })();
+    if r.is_err() {
+        // A refused populate was rolled back: the image's next flush (a
+        // program goes on) writes nothing of it.
+        image.flush().unwrap();
+    }
+    r
 }
 
 /// The report counts what the generator made.
@@ -818,11 +826,20 @@ fn faulty_populate(
     let p = copy(base, dir, "faulty.img");
     let (mut img, faults) = open_faulty(&p);
     arm(&faults);
+    let mut added = false;
     let r = (|| {
         let mut pop = Populate::new(&mut img, "/", CLAMPED)?;
         pop.add_dir(src)?;
+        added = true;
         pop.finish()
     })();
+    if r.is_err() && !added {
+        // Refused before its flush, the populate is rolled back: the
+        // image's next flush (a program goes on) writes nothing of it.
+        faults.fail_write_after(usize::MAX);
+        faults.fail_read_at(None);
+        img.flush().unwrap();
+    }
     drop(img); // the crash: nothing more is written
     (p, r)
 }
