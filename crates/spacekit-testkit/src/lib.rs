@@ -13,6 +13,7 @@ pub mod checks;
 pub mod e2fs;
 #[cfg(feature = "ext4")]
 pub mod faults;
+pub mod gen_tree;
 pub mod rangetree_model;
 pub mod regressions;
 pub mod rng;

@@ -36,6 +36,10 @@
 //! * `export` — trees copied out to the host (`rdump`) and long listings
 //!   (`ls -l`), against the source tree of `mke2fs -d`, debugfs's `rdump`
 //!   and the kernel;
+//! * `populate` — host trees with every kind of entry built into images
+//!   (`Populate`), against the kernel's read (a loop mount) or debugfs and
+//!   e2fsck; reproducible images, `mke2fs -d`'s, `--at`, refusals that
+//!   change nothing, faults at every write step;
 //! * `xattr` — extended attributes (in the inode and the xattr block, POSIX
 //!   ACLs) set, replaced and removed, against debugfs, e2fsck and the
 //!   kernel's `getfattr` / `setfattr` / `setfacl` on a loop mount.
@@ -62,6 +66,7 @@ mod indexed;
 mod inodes;
 mod inodes_read;
 mod namespace;
+mod populate;
 mod populate_tar;
 mod read;
 mod refused;
