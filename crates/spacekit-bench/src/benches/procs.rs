@@ -135,10 +135,51 @@ pub fn run_cmd(cmd: &mut Command, what: &str) -> Result<Output, BenchError> {
     Ok(out)
 }
 
+/// A child's peak resident memory, from `wait4`'s `ru_maxrss`.
+///
+/// Linux counts in it the spawning process's own peak at the moment the
+/// child execs (`exec_mmap` keeps the old address space's high-water mark,
+/// and a spawned child starts on a copy of ours, or on ours itself with
+/// vfork). So the figure is the child's own peak when it is above this
+/// process's peak (`exact`), and only an upper bound of it otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peak {
+    /// Bytes.
+    pub bytes: u64,
+    /// Whether `bytes` is the child's own peak (else: at most that).
+    pub exact: bool,
+}
+
+impl Peak {
+    /// The larger of two.
+    pub fn max(self, other: Peak) -> Peak {
+        if other.bytes > self.bytes {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// This process's own peak resident memory in bytes.
+pub fn self_peak() -> u64 {
+    // SAFETY: `rusage` is a plain C struct of integers, for which all
+    // zero bytes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the call.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if r == 0 {
+        usage.ru_maxrss.max(0) as u64 * 1024
+    } else {
+        0
+    }
+}
+
 /// Runs `cmd` to its end (standard output discarded) and returns its peak
-/// resident memory in bytes (`ru_maxrss` of `wait4`: this process alone,
+/// resident memory ([`Peak`]: `ru_maxrss` of `wait4`, this process alone,
 /// not its children); fails unless it exits 0.
-pub fn run_peak(cmd: &mut Command, what: &str) -> Result<u64, BenchError> {
+pub fn run_peak(cmd: &mut Command, what: &str) -> Result<Peak, BenchError> {
+    let ours = self_peak();
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -178,7 +219,11 @@ pub fn run_peak(cmd: &mut Command, what: &str) -> Result<u64, BenchError> {
         )));
     }
     // ru_maxrss is in KiB on Linux.
-    Ok(usage.ru_maxrss.max(0) as u64 * 1024)
+    let bytes = usage.ru_maxrss.max(0) as u64 * 1024;
+    Ok(Peak {
+        bytes,
+        exact: bytes > ours,
+    })
 }
 
 /// `sync -f DIR` (`sync` is the path of the tool): the file system's dirty
@@ -274,7 +319,12 @@ mod tests {
             return;
         };
         let peak = run_peak(Command::new(&sh).args(["-c", "exit 0"]), "sh").unwrap();
-        assert!(peak > 0 && peak < 1 << 30, "{peak}");
+        assert!(peak.bytes > 0 && peak.bytes < 1 << 30, "{peak:?}");
+        // A child that takes more than this process ever did: exact.
+        let big = self_peak() + (64 << 20);
+        let script = format!("x=$(head -c {big} /dev/zero | tr '\\0' a); echo ${{#x}} >/dev/null");
+        let peak = run_peak(Command::new(&sh).args(["-c", &script]), "sh").unwrap();
+        assert!(peak.exact && peak.bytes >= big, "{peak:?}");
         let e = run_peak(
             Command::new(&sh).args(["-c", "echo nope >&2; exit 3"]),
             "sh",
