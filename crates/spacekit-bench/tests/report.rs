@@ -38,6 +38,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("dirty-mark", &["spacekit", "vm-memory"]),
     ("ext4-fallocate", &["before", "flip", "splice", "spacekit"]),
     ("ext4-write", &["debugfs", "spacekit", "limit"]),
+    (
+        "ext4-populate",
+        &["spacekit", "mke2fs-d", "genext2fs", "limit"],
+    ),
     ("migrate", &["before", "seed", "spacekit"]),
 ];
 
@@ -58,9 +62,10 @@ fn every_benchmark_has_its_charts_and_series_and_the_page_is_self_contained() {
     assert_eq!(reports.len(), BENCHES.len());
     for (bench, report) in &reports {
         let want = EXPECTED.iter().find(|e| e.0 == bench.name).unwrap().1;
-        // `migrate` needs /dev/kvm and `ext4-write` e2fsprogs; without
-        // them, they say so and draw nothing.
-        if matches!(bench.name, "migrate" | "ext4-write")
+        // `migrate` needs /dev/kvm, `ext4-write` e2fsprogs and
+        // `ext4-populate` e2fsprogs and genext2fs; without them, they say
+        // so and draw nothing.
+        if matches!(bench.name, "migrate" | "ext4-write" | "ext4-populate")
             && report.notes.iter().any(|n| n.starts_with("skipped:"))
         {
             println!("{}: {}", bench.name, report.notes[0]);

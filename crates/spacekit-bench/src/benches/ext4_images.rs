@@ -11,6 +11,7 @@ use std::process::Command;
 use spacekit::bitmap::{Bitmap, BitsMut};
 use spacekit::ext4::{Image, OpenMode};
 
+use super::procs::tool;
 use crate::context::{BenchError, Ctx};
 use crate::harness::progress;
 
@@ -27,19 +28,6 @@ pub struct Group {
 }
 
 const UUID: &str = "6a5e1c3e-2b7a-4d4f-9c1e-0123456789ab";
-
-/// The program `name` (`mkfs.ext4`, `debugfs`, `cp`), if installed: on
-/// `PATH`, or in the sbin and bin folders (e2fsprogs lives in sbin, often
-/// not on a user's `PATH`).
-pub fn tool(name: &str) -> Option<PathBuf> {
-    let dirs = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    dirs.into_iter()
-        .chain(["/sbin", "/usr/sbin", "/bin", "/usr/bin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
 
 /// mkfs.ext4, if installed.
 fn mkfs() -> Option<PathBuf> {

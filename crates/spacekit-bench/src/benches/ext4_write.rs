@@ -55,18 +55,20 @@
 use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Instant;
+use std::process::Command;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::ext4::dir::FT_DIR;
 use spacekit::ext4::{Ext4Error, Image, OpenMode};
 
-use super::ext4_images::tool;
+use super::procs::{
+    e2fsck, io_err, random_bytes, run_cmd, settle, skipped, time_rounds, Ext4Tools as Tools, Job,
+    Scratch,
+};
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};
-use crate::harness::{fmt_ns, median, progress, verify, Bars, Medians, Report, Row, Table};
+use crate::harness::{fmt_ns, progress, verify, Bars, Report, Row, Table};
 
 const NAME: &str = "ext4-write";
 
@@ -125,74 +127,8 @@ impl Sizes {
     }
 }
 
-/// The programs the benchmark runs.
-struct Tools {
-    mkfs: PathBuf,
-    debugfs: PathBuf,
-    e2fsck: PathBuf,
-    cp: PathBuf,
-    sync: PathBuf,
-    /// The `spacekit` binary, when this process is it.
-    spacekit: Option<PathBuf>,
-}
-
-impl Tools {
-    /// The tools, or the name of the first one missing.
-    fn find() -> Result<Tools, &'static str> {
-        let get = |n: &'static str| tool(n).ok_or(n);
-        let spacekit = std::env::current_exe()
-            .ok()
-            .filter(|p| p.file_stem().is_some_and(|s| s == "spacekit"));
-        Ok(Tools {
-            mkfs: get("mkfs.ext4")?,
-            debugfs: get("debugfs")?,
-            e2fsck: get("e2fsck")?,
-            cp: get("cp")?,
-            sync: get("sync")?,
-            spacekit,
-        })
-    }
-
-    /// How spacekit runs in the large case.
-    fn run_kind(&self) -> &'static str {
-        if self.spacekit.is_some() {
-            "process"
-        } else {
-            "in-process"
-        }
-    }
-}
-
-/// The scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> BenchError + '_ {
-    move |e| BenchError(format!("{}: {e}", path.display()))
-}
-
 fn ext4_err(path: &Path) -> impl Fn(Ext4Error) -> BenchError + '_ {
     move |e| BenchError(format!("{}: {e}", path.display()))
-}
-
-/// Runs `cmd` to its end; fails unless it exits 0.
-fn run_cmd(cmd: &mut Command, what: &str) -> Result<Output, BenchError> {
-    let out = cmd
-        .output()
-        .map_err(|e| BenchError(format!("cannot run {what}: {e}")))?;
-    if !out.status.success() {
-        return Err(BenchError(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(out)
 }
 
 /// Runs debugfs: it exits 0 even when a command fails, so anything on
@@ -230,21 +166,6 @@ fn make_image(t: &Tools, path: &Path, bytes: u64, inodes: Option<u64>) -> Result
     run_cmd(cmd.arg(path), "mkfs.ext4").map(drop)
 }
 
-/// `sync -f DIR`: the file system's dirty pages written back (untimed).
-fn settle(t: &Tools, dir: &Path) -> Result<(), BenchError> {
-    run_cmd(Command::new(&t.sync).arg("-f").arg(dir), "sync -f").map(drop)
-}
-
-/// `e2fsck -fn`'s exit code (0: clean).
-fn e2fsck(t: &Tools, img: &Path) -> Result<i32, BenchError> {
-    let out = Command::new(&t.e2fsck)
-        .arg("-fn")
-        .arg(img)
-        .output()
-        .map_err(|e| BenchError(format!("cannot run e2fsck: {e}")))?;
-    Ok(out.status.code().unwrap_or(-1))
-}
-
 /// Where host file `b` first differs from `a` (`None`: equal bytes).
 fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>, BenchError> {
     let mut ra = BufReader::new(File::open(a).map_err(io_err(a))?);
@@ -280,57 +201,6 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Pseudo-random bytes with no zero byte (no block of zeros a sparse copy
-/// could skip).
-fn random_bytes(rng: &mut SmallRng, buf: &mut [u8]) {
-    rng.fill(buf);
-    for b in buf.iter_mut() {
-        *b |= (*b == 0) as u8;
-    }
-}
-
-/// One timed job: an untimed setup, then the work timed.
-struct Job<'a> {
-    name: &'static str,
-    setup: Box<dyn FnMut() -> Result<(), BenchError> + 'a>,
-    work: Box<dyn FnMut() -> Result<(), BenchError> + 'a>,
-}
-
-impl<'a> Job<'a> {
-    fn new(
-        name: &'static str,
-        setup: impl FnMut() -> Result<(), BenchError> + 'a,
-        work: impl FnMut() -> Result<(), BenchError> + 'a,
-    ) -> Job<'a> {
-        Job {
-            name,
-            setup: Box::new(setup),
-            work: Box::new(work),
-        }
-    }
-}
-
-/// `reps` rounds, each running every job once in turn (setup untimed);
-/// the median time of each.
-fn time_rounds(reps: usize, what: &str, jobs: &mut [Job<'_>]) -> Result<Medians, BenchError> {
-    let mut samples = vec![Vec::with_capacity(reps); jobs.len()];
-    for round in 0..reps {
-        progress(NAME, &format!("{what}: round {} of {reps}", round + 1));
-        for (j, s) in jobs.iter_mut().zip(&mut samples) {
-            (j.setup)()?;
-            let t = Instant::now();
-            (j.work)()?;
-            s.push(t.elapsed().as_nanos() as f64);
-        }
-    }
-    let pairs: Vec<(&'static str, f64)> = jobs
-        .iter()
-        .zip(&mut samples)
-        .map(|(j, s)| (j.name, median(s)))
-        .collect();
-    Ok(Medians::from_pairs(&pairs))
-}
-
 /// `8 MiB`, `1 GiB`.
 fn size_label(bytes: u64) -> String {
     if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
@@ -342,22 +212,13 @@ fn size_label(bytes: u64) -> String {
 
 /// Runs the benchmark.
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
-    let mut report = Report::default();
     let tools = match Tools::find() {
         Ok(t) => t,
-        Err(missing) => {
-            println!("{NAME}: skipped: {missing} not found");
-            report.note(format!("skipped: {missing} not found"));
-            return Ok(report);
-        }
+        Err(missing) => return Ok(skipped(NAME, missing)),
     };
+    let mut report = Report::default();
     let s = Sizes::of(ctx.mode);
-    let scratch = Scratch(std::env::temp_dir().join(format!(
-        "spacekit-bench-ext4-write-{}-{}",
-        std::process::id(),
-        ctx.seed
-    )));
-    fs::create_dir_all(&scratch.0).map_err(io_err(&scratch.0))?;
+    let scratch = Scratch::new(NAME, ctx.seed)?;
     let mut bars = Bars::new(NAME);
     large(ctx, &tools, &s, &scratch.0, &mut report, &mut bars)?;
     small(ctx, &tools, &s, &scratch.0, &mut report, &mut bars)?;
@@ -500,7 +361,7 @@ fn large(
         Ok(LargeCheck {
             bytes: fs::metadata(out).map_err(io_err(out))?.len(),
             differs_at: first_difference(&src, out)?,
-            e2fsck_exit: e2fsck(t, img)?,
+            e2fsck_exit: e2fsck(&t.e2fsck, img)?,
         })
     };
     verify(
@@ -524,6 +385,7 @@ fn large(
 
     // Reads first, on the images just verified.
     let read = time_rounds(
+        NAME,
         s.reps,
         &format!("large-read ({label})"),
         &mut [
@@ -531,7 +393,7 @@ fn large(
                 "debugfs",
                 || {
                     let _ = fs::remove_file(&out_dfs);
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || debugfs_dump(t, &img_sk, &out_dfs),
             ),
@@ -539,7 +401,7 @@ fn large(
                 "spacekit",
                 || {
                     let _ = fs::remove_file(&out_sk);
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || spacekit_get(t, &img_dfs, &out_sk),
             ),
@@ -547,7 +409,7 @@ fn large(
                 "limit",
                 || {
                     let _ = fs::remove_file(&out_cp);
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || host_copy(t, &src, &out_cp, false),
             ),
@@ -557,6 +419,7 @@ fn large(
         let _ = fs::remove_file(p);
     }
     let write = time_rounds(
+        NAME,
         s.reps,
         &format!("large-write ({label})"),
         &mut [
@@ -564,7 +427,7 @@ fn large(
                 "debugfs",
                 || {
                     make_image(t, &img_dfs, image_bytes, None)?;
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || debugfs_write(t, &img_dfs, &src),
             ),
@@ -572,7 +435,7 @@ fn large(
                 "spacekit",
                 || {
                     make_image(t, &img_sk, image_bytes, None)?;
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || spacekit_write(t, &img_sk, &src),
             ),
@@ -580,7 +443,7 @@ fn large(
                 "limit",
                 || {
                     let _ = fs::remove_file(&out_cp);
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || host_copy(t, &src, &out_cp, true),
             ),
@@ -769,7 +632,7 @@ fn check_spacekit_tree(
         files_equal: 0,
         entries: host_entries(&out.join("t"))?,
         first_bad: None,
-        e2fsck_exit: e2fsck(t, img)?,
+        e2fsck_exit: e2fsck(&t.e2fsck, img)?,
     };
     for (d, name, host, _) in &tree.files {
         let got = out.join(&d[1..]).join(name);
@@ -793,7 +656,7 @@ fn check_debugfs_tree(t: &Tools, img: &Path, tree: &Tree) -> Result<SmallCheck, 
         files_equal: 0,
         entries: image_entries(&mut im, top).map_err(&err)?,
         first_bad: None,
-        e2fsck_exit: e2fsck(t, img)?,
+        e2fsck_exit: e2fsck(&t.e2fsck, img)?,
     };
     let mut buf = vec![0u8; (16 << 10) + 1];
     for (d, name, host, len) in &tree.files {
@@ -869,6 +732,7 @@ fn small(
     )?;
 
     let m = time_rounds(
+        NAME,
         s.reps,
         &format!("small ({files} files)"),
         &mut [
@@ -876,7 +740,7 @@ fn small(
                 "debugfs",
                 || {
                     make_image(t, &img_dfs, s.small_image, inodes)?;
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || debugfs_tree(&img_dfs),
             ),
@@ -884,7 +748,7 @@ fn small(
                 "spacekit",
                 || {
                     make_image(t, &img_sk, s.small_image, inodes)?;
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || spacekit_tree(&img_sk, &tree),
             ),
@@ -892,7 +756,7 @@ fn small(
                 "limit",
                 || {
                     let _ = fs::remove_dir_all(&copy);
-                    settle(t, dir)
+                    settle(&t.sync, dir)
                 },
                 || {
                     run_cmd(
@@ -969,14 +833,6 @@ mod tests {
         assert_eq!((q.big, q.files()), (8 << 20, 200));
         assert_eq!(size_label(d.big), "1 GiB");
         assert_eq!(size_label(q.big), "8 MiB");
-    }
-
-    #[test]
-    fn random_bytes_have_no_zero() {
-        let mut rng = SmallRng::seed_from_u64(7);
-        let mut buf = vec![0u8; 1 << 16];
-        random_bytes(&mut rng, &mut buf);
-        assert!(buf.iter().all(|&b| b != 0));
     }
 
     #[test]

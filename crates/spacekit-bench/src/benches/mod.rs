@@ -13,10 +13,12 @@ mod dirty_mark;
 mod ext4_fallocate;
 mod ext4_fill;
 mod ext4_images;
+mod ext4_populate;
 mod ext4_write;
 mod fork;
 mod membw;
 mod migrate;
+mod procs;
 mod rangetree;
 mod zero_area;
 
@@ -45,6 +47,7 @@ pub static BENCHES: &[Bench] = &[
     Bench { name: "buddy", run: buddy::run, about: "Single-page alloc_pages(0) / free_pages(p, 0) in ascending and random order, per page, vs buddy_system_allocator." },
     Bench { name: "ext4-fallocate", run: ext4_fallocate::run, about: "Seed 001: sequential fallocate of a file in 16-block requests (bitmap, extent leaf, inode, descriptor, superblock): full CRCs vs + flip_range vs + splice vs + free-space index, block sizes 1k to 64k." },
     Bench { name: "ext4-write", run: ext4_write::run, about: "A 1 GiB file into a fresh ext4 image and back out, and 10,000 small files in 100 directories: spacekit vs debugfs (whole processes) vs the host's cp, each checked by the other tool and e2fsck." },
+    Bench { name: "ext4-populate", run: ext4_populate::run, about: "A /usr/share-shaped tree of 10,000 files (and /usr/share itself with --full) into a fresh ext4 image: mkfs.ext4 + spacekit ext4 populate vs mke2fs -d vs genext2fs vs cp -a to tmpfs (whole processes), each checked by e2fsck and a loop-mount compare with the source." },
     Bench { name: "alloc", run: alloc::run, about: "Address-range allocation in steady state (free + allocate, first and last match, 1K to 1M live): spacekit's range tree vs vm-allocator." },
     Bench { name: "migrate", run: migrate::run, about: "Pre-copy live migration of a real KVM guest (4 GiB, uniform workload) over a Unix socket in Cloud Hypervisor's format; each round's table built by spacekit, the seed port and the before port from the same logs; downtime and zero differing pages." },
     Bench { name: "bitmaps", run: bitmaps::run, about: "Contiguous aligned allocation on 2^28 bits vs bitmap-allocator, next-zero iteration and counts vs fixedbitset." },
