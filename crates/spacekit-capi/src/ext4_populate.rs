@@ -7,7 +7,7 @@ use std::ffi::c_char;
 use spacekit_core::ext4::{Populate, PopulateOptions, PopulateReport};
 
 use crate::ext4::{ext4_err, host_path, path, spacekit_ext4};
-use crate::ffi::spacekit_status::{self, *};
+use crate::ffi::spacekit_status;
 use crate::ffi::{guard, handle_mut, put_opt};
 
 /// How a populate rewrites what the source says (see

@@ -213,8 +213,6 @@ pub use mode::OpenMode;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub use namespace::dir;
-#[cfg(not(any(test, feature = "testing")))]
-use namespace::dir;
 pub use namespace::{FileTimes, NodeKind, Timestamp};
 pub use populate::{Contents, Entry, EntryKind, Meta, Populate, PopulateOptions, PopulateReport};
 pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};

