@@ -29,10 +29,10 @@ use crate::ext4::namespace::{NodeKind, Timestamp};
 use crate::ext4::populate::{Contents, Entry, EntryKind, Meta, Populate};
 
 /// Files up to this size are read into memory by the walking thread.
-pub const IN_MEMORY: u64 = 1 << 20;
+pub const IN_MEMORY: u64 = 256 << 10;
 /// How many bytes of file contents the walking thread may hold ahead of
 /// the image.
-pub const BUDGET: u64 = 8 << 20;
+pub const BUDGET: u64 = 2 << 20;
 
 /// What the walking thread hands over.
 enum Kind {
@@ -227,13 +227,13 @@ const BATCH: usize = 64;
 
 impl Walker<'_> {
     /// Queues `item` for the consumer, handing the batch over when it is
-    /// full (or holds 1 MiB, or is an error); false when the consumer has
+    /// full (or holds a quarter of [`BUDGET`], or is an error); false when the consumer has
     /// gone.
     fn send(&mut self, item: Result<Item, Ext4Error>) -> bool {
         let last = item.is_err();
         self.batch_bytes += item.as_ref().map_or(0, |i| i.held);
         self.batch.push(item);
-        if last || self.batch.len() >= BATCH || self.batch_bytes >= 1 << 20 {
+        if last || self.batch.len() >= BATCH || self.batch_bytes >= BUDGET / 4 {
             return self.hand_over();
         }
         true
