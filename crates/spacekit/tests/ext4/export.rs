@@ -482,47 +482,6 @@ fn compare_with_debugfs(
     }
 }
 
-/// A read-only loop mount, unmounted when dropped (also when a check
-/// fails while it is mounted).
-struct Mount(PathBuf);
-
-impl Mount {
-    /// Mounts `img` on `mnt`, or says why not and gives `None`.
-    fn new(img: &Path, mnt: &Path) -> Option<Mount> {
-        fs::create_dir_all(mnt).unwrap();
-        let m = Command::new("mount")
-            .args(["-o", "loop,ro"])
-            .arg(img)
-            .arg(mnt)
-            .output();
-        match m {
-            Ok(o) if o.status.success() => Some(Mount(mnt.to_path_buf())),
-            Ok(o) => {
-                let err = String::from_utf8_lossy(&o.stderr);
-                println!(
-                    "skipping the kernel's side of {}: mount: {}",
-                    img.display(),
-                    err.trim()
-                );
-                None
-            }
-            Err(e) => {
-                println!("skipping the kernel's side: no mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let um = Command::new("umount").arg(&self.0).status();
-        if !std::thread::panicking() {
-            assert!(um.is_ok_and(|s| s.success()), "umount {}", self.0.display());
-        }
-    }
-}
-
 /// The kernel's view of `img` (a read-only loop mount) scanned, or `None`
 /// (with a notice) when the mount is not allowed.
 fn kernel_scan(img: &Path, mnt: &Path) -> Option<BTreeMap<PathBuf, Entry>> {

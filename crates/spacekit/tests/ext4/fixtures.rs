@@ -324,3 +324,45 @@ pub fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
     out.truncate(n);
     out
 }
+
+/// A read-only loop mount of an image (`mount -o loop,ro`), unmounted on
+/// drop: the kernel's read of what spacekit wrote.
+pub(crate) struct Mount(PathBuf);
+
+impl Mount {
+    /// Mounts `img` on `mnt` (made if missing), or prints one line saying
+    /// why not (not root, no loop device) and gives `None`.
+    pub(crate) fn new(img: &Path, mnt: &Path) -> Option<Mount> {
+        fs::create_dir_all(mnt).unwrap();
+        let m = Command::new("mount")
+            .args(["-o", "loop,ro"])
+            .arg(img)
+            .arg(mnt)
+            .output();
+        match m {
+            Ok(o) if o.status.success() => Some(Mount(mnt.to_path_buf())),
+            Ok(o) => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                println!(
+                    "skipping the kernel's read of {}: mount: {}",
+                    img.display(),
+                    err.trim()
+                );
+                None
+            }
+            Err(e) => {
+                println!("skipping the kernel's read: no mount: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let um = Command::new("umount").arg(&self.0).status();
+        if !std::thread::panicking() {
+            assert!(um.is_ok_and(|s| s.success()), "umount {}", self.0.display());
+        }
+    }
+}

@@ -101,45 +101,6 @@ fn check_report(r: &PopulateReport, m: &Made, what: &str) {
     assert!(r.xattrs >= 5, "{what}: {r:?}");
 }
 
-/// A read-only loop mount, unmounted when dropped.
-struct Mount(PathBuf);
-
-impl Mount {
-    /// Mounts `img` on `mnt`, or prints one line saying why not.
-    fn new(img: &Path, mnt: &Path) -> Option<Mount> {
-        fs::create_dir_all(mnt).unwrap();
-        match Command::new("mount")
-            .args(["-o", "loop,ro"])
-            .arg(img)
-            .arg(mnt)
-            .output()
-        {
-            Ok(o) if o.status.success() => Some(Mount(mnt.to_path_buf())),
-            Ok(o) => {
-                println!(
-                    "skipping the kernel's read of {}: mount: {}",
-                    img.display(),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                println!("skipping the kernel's read: no mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let um = Command::new("umount").arg(&self.0).status();
-        if !std::thread::panicking() {
-            assert!(um.is_ok_and(|s| s.success()), "umount {}", self.0.display());
-        }
-    }
-}
-
 /// `tree::diff(src, mount of img)`, or `None` when mounting is not
 /// allowed.
 fn kernel_diff(img: &Path, mnt: &Path, src: &Path, c: Compare) -> Option<Vec<String>> {

@@ -17,7 +17,7 @@ use std::process::Command;
 use spacekit::ext4::{Ext4Error, Image, OpenMode, Populate, PopulateOptions};
 use spacekit_testkit::tree::{self, Compare};
 
-use crate::fixtures::{mkfs, open_rw, TempDir, K1};
+use crate::fixtures::{mkfs, open_rw, Mount, TempDir, K1};
 use crate::oracles::assert_fsck_clean;
 
 /// The source's mtime, with nanoseconds (after the clamp below).
@@ -103,46 +103,6 @@ fn make_source(src: &Path) -> bool {
         .arg(src)
         .args(["-exec", "touch", "-h", "-d", STAMP, "{}", "+"]));
     attrs
-}
-
-/// A read-only loop mount, unmounted when dropped.
-struct Mount(PathBuf);
-
-impl Mount {
-    /// Mounts `img` on `mnt`, or prints why not and gives `None`.
-    fn new(img: &Path, mnt: &Path) -> Option<Mount> {
-        fs::create_dir_all(mnt).unwrap();
-        match Command::new("mount")
-            .args(["-o", "loop,ro"])
-            .arg(img)
-            .arg(mnt)
-            .output()
-        {
-            Ok(o) if o.status.success() => Some(Mount(mnt.to_path_buf())),
-            Ok(o) => {
-                let err = String::from_utf8_lossy(&o.stderr);
-                println!(
-                    "skipping the kernel's read of {}: mount: {}",
-                    img.display(),
-                    err.trim()
-                );
-                None
-            }
-            Err(e) => {
-                println!("skipping the kernel's read: no mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let um = Command::new("umount").arg(&self.0).status();
-        if !std::thread::panicking() {
-            assert!(um.is_ok_and(|s| s.success()), "umount {}", self.0.display());
-        }
-    }
 }
 
 /// Populates a fresh image from archive `tar`; the image's path.
