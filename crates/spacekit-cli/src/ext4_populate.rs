@@ -113,7 +113,7 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
             "image": c.image.display().to_string(), "at": a.at, "from": source,
             "entries": r.entries(), "files": r.files, "dirs": r.dirs, "symlinks": r.symlinks,
             "nodes": r.nodes, "hard_links": r.hard_links, "xattrs": r.xattrs, "bytes": r.bytes,
-            "seconds": secs}));
+            "seconds": secs, "peak_rss_bytes": peak_rss()}));
     } else if !a.quiet {
         eprintln!(
             "populate {} from {}: {} files, {} directories, {} symlinks, {} special files, {} hard links, {} xattrs, {} bytes in {:.2} s",
@@ -130,4 +130,14 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// This process's peak resident memory in bytes (`VmHWM` of
+/// `/proc/self/status`: the address space since `exec`, without what a
+/// spawning parent had), or `None` where there is no such file.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
