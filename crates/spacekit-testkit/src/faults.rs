@@ -30,9 +30,9 @@ impl Faults {
     /// The `n`th write step from now (counting from 0) fails with an I/O
     /// error, once. Write steps are the device's mutating calls, in a
     /// flush's order: the log's contents, the log's trailer, the log's sync
-    /// (file and directory), one write per changed block, the image's sync,
-    /// the log's removal. A failing write first writes half of its bytes, a
-    /// torn write.
+    /// (file and directory), one write per changed run of sectors, the
+    /// image's sync, the log's removal. A failing write first writes half
+    /// of its bytes (whole sectors), a torn write.
     pub fn fail_write_after(&self, n: usize) {
         self.state().write_in = Some(n);
     }
@@ -99,15 +99,16 @@ impl FaultyDevice {
         (img, faults)
     }
 
-    /// A write of `data` by `write`, or half of it then an error when this
-    /// step fails.
+    /// A write of `data` by `write`, or its first half (rounded down to
+    /// whole 512-byte sectors: a disk writes a sector whole or not at all)
+    /// then an error when this step fails.
     fn write(
         &mut self,
         data: &[u8],
         write: impl FnOnce(&mut dyn Device, &[u8]) -> io::Result<()>,
     ) -> io::Result<()> {
         if self.faults.write_step() {
-            write(&mut *self.inner, &data[..data.len() / 2])?;
+            write(&mut *self.inner, &data[..data.len() / 2 / 512 * 512])?;
             return Err(injected());
         }
         write(&mut *self.inner, data)

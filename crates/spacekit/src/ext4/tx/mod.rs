@@ -166,7 +166,7 @@ impl Image {
             data: std::borrow::Cow::Borrowed(&data[..]),
             ..Record::default()
         }));
-        redo::sum_before(&*self.dev, &mut records)?;
+        let records = redo::changed(&*self.dev, &records)?;
         let dev = &mut *self.dev;
         if self.data_unsynced {
             // File data first: the log must not commit extents whose bytes
@@ -174,6 +174,10 @@ impl Image {
             dev.sync().map_err(io("fsync file data"))?;
             self.data_unsynced = false;
             self.data_since_writeback = 0;
+        }
+        if records.is_empty() {
+            // Every block already holds its new bytes: no log needed.
+            return Ok(());
         }
         // The log: contents, then the trailer that makes it complete.
         redo::write(dev, &self.info.uuid, &records).map_err(io("write redo log"))?;

@@ -17,6 +17,10 @@
 //! end-4 4 magic "SKOK"
 //! ```
 //!
+//! A record is a run of 512-byte sectors that the flush changes: sectors
+//! of a changed block that already hold their new bytes are neither logged
+//! nor written (see [`changed`]).
+//!
 //! A log is *complete* when its length, both magics and the CRC agree; only
 //! a complete log is replayed. Because the image is written only after the
 //! log is complete and fsynced, an incomplete log means the image was not
@@ -59,24 +63,52 @@ pub(crate) struct Record<'a> {
     pub(crate) offset: u64,
     pub(crate) data: Cow<'a, [u8]>,
     /// The CRC-32C of each sector of the range as the image held it before
-    /// the flush (see [`sum_before`]); empty in a version 1 log.
+    /// the flush (see [`changed`]); empty in a version 1 log.
     pub(crate) before: Vec<u32>,
 }
 
-/// Fills in every record's `before` sums from what `dev` holds now (the
-/// flush calls this before it writes anything).
+/// What of `records` the flush must write: each record cut down to its
+/// runs of 512-byte sectors whose bytes differ from what `dev` holds now
+/// (a block where one inode or one bitmap word changed is one sector in
+/// the log and in place, not a whole block: less to write and sync, most
+/// of all with 64 KiB blocks), each with the `before` sums of its
+/// sectors. Sectors that hold their new bytes already need no write, and
+/// a crash cannot change them. Called before the flush writes anything.
 ///
 /// # Errors
 /// An I/O error reading the image.
-pub(crate) fn sum_before(dev: &dyn Device, records: &mut [Record<'_>]) -> Result<(), Ext4Error> {
-    let mut buf = Vec::new();
+pub(crate) fn changed<'r>(
+    dev: &dyn Device,
+    records: &'r [Record<'_>],
+) -> Result<Vec<Record<'r>>, Ext4Error> {
+    let mut out = Vec::new();
+    let mut now = Vec::new();
     for r in records {
-        buf.resize(r.data.len(), 0);
-        dev.read_at(r.offset, &mut buf)
+        let len = r.data.len();
+        now.resize(len, 0);
+        dev.read_at(r.offset, &mut now)
             .map_err(io("read image before the flush"))?;
-        r.before = buf.chunks(SECTOR).map(crc32c::checksum).collect();
+        let sector = |i: usize| i * SECTOR..((i + 1) * SECTOR).min(len);
+        let n = len.div_ceil(SECTOR);
+        let mut i = 0;
+        while i < n {
+            if r.data[sector(i)] == now[sector(i)] {
+                i += 1;
+                continue;
+            }
+            let first = i;
+            while i < n && r.data[sector(i)] != now[sector(i)] {
+                i += 1;
+            }
+            let (a, b) = (sector(first).start, sector(i - 1).end);
+            out.push(Record {
+                offset: r.offset + a as u64,
+                data: Cow::Borrowed(&r.data[a..b]),
+                before: now[a..b].chunks(SECTOR).map(crc32c::checksum).collect(),
+            });
+        }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Whether every sector a version 2 log covers holds its new bytes or its
