@@ -330,6 +330,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_the_changed_sectors_are_logged() {
+        let disk = vec![7u8; 8192];
+        let dev = crate::ext4::MemDevice::new(disk.clone());
+        // One 4 KiB block: sector 1 changed, sectors 3 and 4 changed (one
+        // run), the rest as on disk; a second block unchanged.
+        let mut new = disk[..4096].to_vec();
+        new[600] = 1;
+        new[3 * 512] = 2;
+        new[4 * 512 + 511] = 3;
+        let recs = vec![
+            Record {
+                offset: 0,
+                data: new.clone().into(),
+                before: Vec::new(),
+            },
+            Record {
+                offset: 4096,
+                data: disk[4096..].to_vec().into(),
+                before: Vec::new(),
+            },
+        ];
+        let got = changed(&dev, &recs).unwrap();
+        let runs: Vec<(u64, usize)> = got.iter().map(|r| (r.offset, r.data.len())).collect();
+        assert_eq!(runs, vec![(512, 512), (1536, 1024)]);
+        assert_eq!(&got[1].data[..], &new[1536..2560]);
+        let old = crc32c::checksum(&disk[..512]);
+        assert_eq!(got[0].before, vec![old]);
+        assert_eq!(got[1].before, vec![old, old]);
+    }
+
+    #[test]
     fn round_trip_and_every_truncation_rejected() {
         let recs = vec![
             Record {
