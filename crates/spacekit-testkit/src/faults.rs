@@ -177,16 +177,24 @@ mod tests {
     #[test]
     fn the_nth_write_step_fails_once_and_tears() {
         let faults = Faults::default();
-        let mut d = FaultyDevice::new(Box::new(MemDevice::new(vec![0; 64])), faults.clone());
+        let mut d = FaultyDevice::new(Box::new(MemDevice::new(vec![0; 8192])), faults.clone());
         faults.fail_write_after(2);
         d.write_at(0, &[1; 8]).unwrap();
         d.sync().unwrap();
-        assert!(d.write_at(8, &[2; 8]).is_err());
-        let mut b = [0u8; 16];
+        // Torn at whole sectors: 3 sectors tear after the first.
+        assert!(d.write_at(512, &[2; 1536]).is_err());
+        let mut b = vec![0u8; 2048];
         d.read_at(0, &mut b).unwrap();
-        assert_eq!(b, [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0]);
-        d.write_at(8, &[2; 8]).unwrap();
-        assert_eq!(faults.steps(), 4);
+        assert_eq!(&b[..8], &[1; 8]);
+        assert!(b[512..1024].iter().all(|&x| x == 2), "the first sector");
+        assert!(b[1024..].iter().all(|&x| x == 0), "nothing past it");
+        // Less than two sectors: nothing written.
+        faults.fail_write_after(0);
+        assert!(d.write_at(4096, &[3; 600]).is_err());
+        d.read_at(4096, &mut b[..600]).unwrap();
+        assert!(b[..600].iter().all(|&x| x == 0), "a torn short write");
+        d.write_at(512, &[2; 1536]).unwrap();
+        assert_eq!(faults.steps(), 5);
         faults.fail_read_at(Some(20));
         assert!(d.read_at(17, &mut [0; 4]).is_err());
         assert!(d.read_at(20, &mut [0; 1]).is_err());
