@@ -101,18 +101,8 @@ impl Image {
     /// would pass 64,999 links without `dir_nlink`.
     pub fn mkdir(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.atomically(|img| {
-            let (parent, name, ft, place) = img.plan_new(path, S_IFDIR)?;
-            let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
-            let ino = img.alloc_inode(Some(pg), true)?;
-            let mut root = [0u8; ROOT_SIZE];
-            extent::init_root(&mut root);
-            img.init_inode(ino, S_IFDIR | (mode & 0o7777), 2, EXTENTS_FL, &root)?;
-            let generation = img.inode(ino)?.generation;
-            let seed = img.seed_of(ino, generation);
-            let b = img.first_dir_block(ino, parent, seed)?;
-            img.put_data_block(ino, &mut root, seed, b)?;
-            img.add_links(parent, 1)?;
-            img.put_entry(parent, name, ino, ft, place)?;
+            let (parent, name, _, _) = img.plan_new(path, S_IFDIR)?;
+            let ino = img.pop_extents(parent, name, S_IFDIR | (mode & 0o7777))?;
             img.touch(parent, true)?;
             Ok(ino)
         })
@@ -159,35 +149,9 @@ impl Image {
     /// As [`Image::create`]; [`Ext4Error::InvalidArgument`] (`what:
     /// "target"`) for an empty or too long target or one holding a NUL.
     pub fn symlink(&mut self, path: &str, target: &[u8]) -> Result<u32, Ext4Error> {
-        let bs = self.info.block_size as usize;
-        if target.is_empty() || target.len() >= bs.min(4096) || target.contains(&0) {
-            return Err(invalid(
-                "target",
-                target.len() as u64,
-                "1 byte up to a block (at most 4095), without NUL",
-            ));
-        }
         self.atomically(|img| {
-            let (parent, name, ft, place) = img.plan_new(path, S_IFLNK)?;
-            let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
-            let ino = img.alloc_inode(Some(pg), false)?;
-            let mut root = [0u8; ROOT_SIZE];
-            if target.len() < ROOT_SIZE {
-                root[..target.len()].copy_from_slice(target);
-                img.init_inode(ino, S_IFLNK | 0o777, 1, 0, &root)?;
-                img.write_file_fields(ino, target.len() as u64, 0, &root)?;
-            } else {
-                extent::init_root(&mut root);
-                img.init_inode(ino, S_IFLNK | 0o777, 1, EXTENTS_FL, &root)?;
-                let generation = img.inode(ino)?.generation;
-                let seed = img.seed_of(ino, generation);
-                let mut b = std::vec![0u8; bs];
-                b[..target.len()].copy_from_slice(target);
-                img.put_data_block(ino, &mut root, seed, b)?;
-                let blocks = img.inode(ino)?.blocks;
-                img.write_file_fields(ino, target.len() as u64, blocks, &root)?;
-            }
-            img.put_entry(parent, name, ino, ft, place)?;
+            let (parent, name, _, _) = img.plan_new(path, S_IFLNK)?;
+            let ino = img.pop_symlink(parent, name, target, 0o777)?;
             img.touch(parent, true)?;
             Ok(ino)
         })
@@ -426,13 +390,10 @@ impl Image {
     /// As [`Image::create`]; [`Ext4Error::InvalidArgument`] for a major
     /// past 4095 or a minor past 2^20 - 1.
     pub fn mknod(&mut self, path: &str, kind: NodeKind, mode: u16) -> Result<u32, Ext4Error> {
-        let (ifmt, block) = node_block(kind)?;
+        let (ifmt, _) = node_block(kind)?;
         self.atomically(|img| {
-            let (parent, name, ft, place) = img.plan_new(path, ifmt)?;
-            let (pg, _) = img.info.group_of_inode(parent).unwrap_or_default();
-            let ino = img.alloc_inode(Some(pg), false)?;
-            img.init_inode(ino, ifmt | (mode & 0o7777), 1, 0, &block)?;
-            img.put_entry(parent, name, ino, ft, place)?;
+            let (parent, name, _, _) = img.plan_new(path, ifmt)?;
+            let ino = img.pop_mknod(parent, name, kind, mode)?;
             img.touch(parent, true)?;
             Ok(ino)
         })

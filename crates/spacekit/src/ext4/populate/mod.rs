@@ -11,6 +11,10 @@ use std::string::String;
 use std::vec::Vec;
 
 use crate::ext4::error::{invalid, Ext4Error};
+use crate::ext4::flags::S_IFREG;
+
+/// Directory type bits.
+const S_IFDIR: u16 = 0x4000;
 use crate::ext4::image::Image;
 use crate::ext4::namespace::{NodeKind, Timestamp};
 
@@ -392,24 +396,28 @@ impl<'i> Populate<'i> {
         }
         let ino = match entry.kind {
             EntryKind::Dir => {
-                let ino = self.img.pop_mkdir(parent, name, &meta)?;
+                let ino = self
+                    .img
+                    .pop_extents(parent, name, S_IFDIR | (meta.perm & 0o7777))?;
                 self.fresh.insert(ino);
                 self.report.dirs += 1;
                 ino
             }
             EntryKind::File(c) => {
-                let ino = self.img.pop_file(parent, name, &meta)?;
+                let ino = self
+                    .img
+                    .pop_extents(parent, name, S_IFREG | (meta.perm & 0o7777))?;
                 self.report.bytes += self.img.pop_contents(ino, c)?;
                 self.report.files += 1;
                 ino
             }
             EntryKind::Symlink(t) => {
                 self.report.symlinks += 1;
-                self.img.pop_symlink(parent, name, &t, &meta)?
+                self.img.pop_symlink(parent, name, &t, meta.perm)?
             }
             EntryKind::Node(kind) => {
                 self.report.nodes += 1;
-                self.img.pop_mknod(parent, name, kind, &meta)?
+                self.img.pop_mknod(parent, name, kind, meta.perm)?
             }
             EntryKind::HardLink(target) => {
                 let &ino = self.made.get(&target).ok_or_else(|| {
@@ -514,7 +522,9 @@ impl<'i> Populate<'i> {
                     xattrs: Vec::new(),
                     ..like.clone()
                 };
-                let ino = self.img.pop_mkdir(parent, name, &meta)?;
+                let ino = self
+                    .img
+                    .pop_extents(parent, name, S_IFDIR | (meta.perm & 0o7777))?;
                 self.img.stamp(ino, &meta)?;
                 self.fresh.insert(ino);
                 self.named(parent, name, ino);

@@ -1,5 +1,6 @@
-//! The populate's operations: each kind of inode made under a parent
-//! directory given by inode (no path walk), without touching the parent's
+//! Each kind of inode made under a parent directory given by inode (no
+//! path walk; the populate's operations, and the path API's after its
+//! checks), without touching the parent's
 //! times (the entries' own times are set by [`Image::stamp`]), inside the
 //! populate's one undo.
 
@@ -8,7 +9,7 @@ use std::string::String;
 use std::vec::Vec;
 
 use crate::ext4::error::{invalid, io as io_err, Ext4Error};
-use crate::ext4::flags::{S_IFMT, S_IFREG};
+use crate::ext4::flags::S_IFMT;
 use crate::ext4::image::Image;
 use crate::ext4::inode::extent::{self, ROOT_SIZE};
 use crate::ext4::inode::off;
@@ -52,39 +53,27 @@ impl Image {
         Ok(ino)
     }
 
-    /// A new directory (`.` and `..`, the parent's links + 1).
-    pub(super) fn pop_mkdir(
+    /// A new directory (`.` and `..`, the parent's links + 1) or empty
+    /// regular file, by type and bits `mode`.
+    pub(crate) fn pop_extents(
         &mut self,
         parent: u32,
         name: &[u8],
-        meta: &Meta,
+        mode: u16,
     ) -> Result<u32, Ext4Error> {
         let mut root = [0u8; ROOT_SIZE];
         extent::init_root(&mut root);
-        let mode = S_IFDIR | (meta.perm & 0o7777);
-        self.pop_new(parent, name, mode, 2, EXTENTS_FL, &root)
-    }
-
-    /// A new empty regular file.
-    pub(super) fn pop_file(
-        &mut self,
-        parent: u32,
-        name: &[u8],
-        meta: &Meta,
-    ) -> Result<u32, Ext4Error> {
-        let mut root = [0u8; ROOT_SIZE];
-        extent::init_root(&mut root);
-        let mode = S_IFREG | (meta.perm & 0o7777);
-        self.pop_new(parent, name, mode, 1, EXTENTS_FL, &root)
+        let links = if mode & S_IFMT == S_IFDIR { 2 } else { 1 };
+        self.pop_new(parent, name, mode, links, EXTENTS_FL, &root)
     }
 
     /// A new symlink: in `i_block` up to 59 bytes, else one data block.
-    pub(super) fn pop_symlink(
+    pub(crate) fn pop_symlink(
         &mut self,
         parent: u32,
         name: &[u8],
         target: &[u8],
-        meta: &Meta,
+        perm: u16,
     ) -> Result<u32, Ext4Error> {
         let bs = self.info.block_size as usize;
         if target.is_empty() || target.len() >= bs.min(4096) || target.contains(&0) {
@@ -94,7 +83,7 @@ impl Image {
                 "1 byte up to a block (at most 4095), without NUL",
             ));
         }
-        let mode = S_IFLNK | (meta.perm & 0o7777);
+        let mode = S_IFLNK | (perm & 0o7777);
         let mut root = [0u8; ROOT_SIZE];
         if target.len() < ROOT_SIZE {
             root[..target.len()].copy_from_slice(target);
@@ -115,15 +104,15 @@ impl Image {
     }
 
     /// A new device, FIFO or socket.
-    pub(super) fn pop_mknod(
+    pub(crate) fn pop_mknod(
         &mut self,
         parent: u32,
         name: &[u8],
         kind: NodeKind,
-        meta: &Meta,
+        perm: u16,
     ) -> Result<u32, Ext4Error> {
         let (ifmt, block) = node_block(kind)?;
-        self.pop_new(parent, name, ifmt | (meta.perm & 0o7777), 1, 0, &block)
+        self.pop_new(parent, name, ifmt | (perm & 0o7777), 1, 0, &block)
     }
 
     /// Another name for `ino` (not a directory): its links + 1.
