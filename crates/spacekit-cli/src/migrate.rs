@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use clap::{error::ErrorKind, Args};
 use serde_json::json;
-use spacekit::kvm::{self, DirtyMode, Guest, GuestConfig, MigrateConfig, Workload};
+use spacekit::kvm::converge::{AutoConverge, TimeoutAction};
+use spacekit::kvm::{
+    self, DirtyMode, Guest, GuestConfig, KvmError, MigrateConfig, MigrationReport, Workload,
+};
 use spacekit::migration::receive_on_unix_socket;
 
 use crate::maps::parse_size;
@@ -20,12 +23,14 @@ use crate::maps::parse_size;
     after_long_help = "Starts a guest on /dev/kvm whose vCPUs write one byte to pages \
     chosen by the workload and migrates its memory while it runs: round 0 sends all of it; each \
     later round harvests KVM's dirty log (or ring) and the VMM's own log, builds the table of \
-    dirty ranges and sends them over a Unix socket in Cloud Hypervisor's protocol. Below \
-    --stop-below, or after --rounds, the vCPUs are paused, the last round is sent and every \
-    page's CRC-32C is compared, unless the receiver is a plain Cloud Hypervisor one (the output \
-    says so). Without --to, a receiver child (`spacekit migrate --receive`) is started.\n\n\
-    Exit status: 0 success; 1 failure (the migration, a page that differs, a --listen path in \
-    use); 2 bad arguments, refused before anything starts (--size not a multiple of 2 MiB, ...)."
+    dirty ranges and sends them over a Unix socket in Cloud Hypervisor's protocol. With \
+    --downtime, once the dirty bytes can be sent within the target at the bandwidth measured so \
+    far (without it, below --stop-below), the vCPUs are paused and the last round is sent; after \
+    --rounds or --timeout, --on-timeout forces that round or abandons. --auto-converge throttles \
+    the dirtiest vCPUs when the guest dirties faster than the link sends. Every page's CRC-32C is \
+    then compared, unless the receiver is a plain Cloud Hypervisor one (the output says so). Without --to, a receiver child (`spacekit migrate --receive`) is started.\n\n\
+    Exit status: 0 success; 1 failure (the migration, not converged with --on-timeout abandon, \
+    a page that differs, a --listen path in use); 2 bad arguments, refused before anything starts (--size not a multiple of 2 MiB, ...)."
 )]
 pub struct MigrateArgs {
     /// Guest memory (a multiple of 2 MiB; K/M/G suffixes).
@@ -47,9 +52,32 @@ pub struct MigrateArgs {
     /// Most pre-copy rounds after round 0.
     #[arg(long, default_value_t = 8)]
     rounds: u32,
-    /// Pause the guest once a round's dirty bytes fall below this.
+    /// Pause the guest once a round's dirty bytes fall below this (without
+    /// --downtime).
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     stop_below: u64,
+    /// Downtime target in milliseconds: pause once the dirty bytes can be
+    /// sent within it at the bandwidth measured so far (instead of
+    /// --stop-below).
+    #[arg(long, value_name = "MS")]
+    downtime: Option<u64>,
+    /// Give up converging after this many seconds of pre-copy (as after
+    /// --rounds); --on-timeout says how.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// When --timeout or --rounds comes first: `force` (pause and send what
+    /// is dirty, however long) or `abandon` (send Abandon and fail, exit 1).
+    #[arg(long, default_value = "force", value_name = "ACTION")]
+    on_timeout: TimeoutAction,
+    /// Throttle the vCPUs (the dirtiest first, from the ring) when the guest
+    /// dirties memory faster than the link sends it: 20% of their time,
+    /// then 10% more per round, up to 99%; released at the end.
+    #[arg(long)]
+    auto_converge: bool,
+    /// Hold the sender to this many bytes per second, like a link of that
+    /// speed (K/M/G suffixes; default: as fast as the socket goes).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    bandwidth: Option<u64>,
     /// Host-side (DMA-like) writes per second through vm-memory.
     #[arg(long, default_value_t = 1000)]
     dma: u64,
@@ -103,8 +131,20 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         stop_below_bytes: a.stop_below,
         dma_writes_per_sec: a.dma,
         round_gap: Duration::from_millis(a.gap_ms),
+        downtime: a.downtime.map(Duration::from_millis),
+        timeout: a.timeout.map(Duration::from_secs_f64),
+        on_timeout: a.on_timeout,
+        auto_converge: a.auto_converge.then(AutoConverge::default),
+        bandwidth: a.bandwidth,
         ..MigrateConfig::default()
     };
+    if a.timeout.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+        clap::Error::raw(
+            ErrorKind::ValueValidation,
+            "--timeout: seconds, 0 or more\n",
+        )
+        .exit();
+    }
     let tty = io::stderr().is_terminal();
     let result = kvm::migrate(&guest, &mut stream, &mcfg, |r, _| {
         if tty {
@@ -117,33 +157,26 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     }
     drop(stream); // or a receiver child still reading it never exits
     let child_msg = child.map(finish_child).unwrap_or_default();
-    let report = result.map_err(|e| format!("{e}{child_msg}"))?;
+    let (report, failure) = match result {
+        Ok(r) => (r, None),
+        // Not converged: the rounds are still worth printing.
+        Err(KvmError::NotConverged { report }) => {
+            let msg = KvmError::NotConverged {
+                report: report.clone(),
+            }
+            .to_string();
+            (*report, Some(format!("{msg}{child_msg}")))
+        }
+        Err(e) => return Err(format!("{e}{child_msg}")),
+    };
     guest.stop().map_err(|e| e.to_string())?;
-    let ns = |d: Duration| d.as_nanos() as f64;
     if a.json {
-        let rounds: Vec<_> = report
-            .rounds
-            .iter()
-            .map(|r| {
-                json!({
-                    "round": r.round, "last": r.last, "dirty_pages": r.dirty_pages,
-                    "kvm_pages": r.kvm_pages, "vmm_pages": r.vmm_pages, "ranges": r.ranges,
-                    "harvest_ns": ns(r.harvest), "build_ns": ns(r.build),
-                    "bytes_sent": r.bytes_sent, "send_ns": ns(r.send),
-                })
-            })
-            .collect();
-        let out = json!({
-            "guest_bytes": a.size, "rounds": rounds, "downtime_ns": ns(report.downtime),
-            "precopy_ns": ns(report.precopy), "guest_writes": report.guest_writes,
-            "guest_writes_per_sec": report.guest_write_rate(),
-            "dirty_pages_per_sec": report.dirty_page_rate(), "dma_writes": report.dma_writes,
-            "requested_writes_per_sec": a.rate, "rate_reached": report.rate_reached(),
-            "pages_checked": report.pages_checked, "differing_pages": report.differing_pages,
-        });
-        println!("{out:#}");
+        println!("{:#}", report_json(a, &report, failure.is_none()));
     } else {
         println!("{report}");
+    }
+    if let Some(f) = failure {
+        return Err(f);
     }
     match report.differing_pages.first() {
         None => Ok(()),
@@ -152,6 +185,38 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
             report.differing_pages.len()
         )),
     }
+}
+
+/// The `--json` object.
+fn report_json(a: &MigrateArgs, report: &MigrationReport, completed: bool) -> serde_json::Value {
+    let ns = |d: Duration| d.as_nanos() as f64;
+    let rounds: Vec<_> = report
+        .rounds
+        .iter()
+        .map(|r| {
+            json!({
+                "round": r.round, "last": r.last, "dirty_pages": r.dirty_pages,
+                "kvm_pages": r.kvm_pages, "vmm_pages": r.vmm_pages, "ranges": r.ranges,
+                "harvest_ns": ns(r.harvest), "build_ns": ns(r.build),
+                "bytes_sent": r.bytes_sent, "send_ns": ns(r.send),
+                "dirty_pages_per_sec": r.dirty_pages_per_sec,
+                "vcpu_dirty_pages": r.vcpu_dirty_pages, "throttle_percent": r.throttle,
+                "bandwidth_bytes_per_sec": r.bandwidth,
+                "predicted_ns": r.predicted.map(ns),
+            })
+        })
+        .collect();
+    json!({
+        "guest_bytes": a.size, "rounds": rounds, "downtime_ns": ns(report.downtime),
+        "downtime_target_ns": report.downtime_target.map(ns),
+        "converged": report.converged, "completed": completed,
+        "max_throttle_percent": report.max_throttle,
+        "precopy_ns": ns(report.precopy), "guest_writes": report.guest_writes,
+        "guest_writes_per_sec": report.guest_write_rate(),
+        "dirty_pages_per_sec": report.dirty_page_rate(), "dma_writes": report.dma_writes,
+        "requested_writes_per_sec": a.rate, "rate_reached": report.rate_reached(),
+        "pages_checked": report.pages_checked, "differing_pages": report.differing_pages,
+    })
 }
 
 /// The stream to the receiver: `--to`, or a child started on a fresh socket.

@@ -196,3 +196,52 @@ fn listen_replaces_a_stale_socket() {
         "the receiver removes its socket after accepting"
     );
 }
+
+/// `--downtime` with `--on-timeout abandon` and a link too slow to ever fit
+/// a 1 ms target: exit 1, the JSON still lists the rounds, `completed` and
+/// `converged` false; with `--auto-converge` and a reachable target the
+/// JSON has the per-round dirty rate, throttle and bandwidth, and
+/// `downtime_ns` and `differing_pages`.
+#[test]
+fn downtime_target_abandon_and_auto_converge() {
+    if !kvm_or_skip("downtime_target_abandon_and_auto_converge") {
+        return;
+    }
+    let base = [
+        "--size=16M",
+        "--workload=hot",
+        "--rate=20000",
+        "--bandwidth=8M",
+        "--dma=0",
+        "--json",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--downtime=1", "--rounds=2", "--on-timeout=abandon"]);
+    let (code, out, err) = run_bounded(&args, Duration::from_secs(120));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("did not converge"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["completed"], false);
+    assert_eq!(v["converged"], false);
+    assert_eq!(v["rounds"].as_array().unwrap().len(), 4);
+
+    let mut args = base.to_vec();
+    args.extend(["--downtime=50", "--rounds=80", "--auto-converge"]);
+    let (code, out, err) = run_bounded(&args, Duration::from_secs(240));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["completed"], true);
+    assert_eq!(v["converged"], true, "{out}");
+    assert_eq!(v["differing_pages"].as_array().unwrap().len(), 0);
+    assert!(v["downtime_ns"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["downtime_target_ns"].as_f64(), Some(50e6));
+    let r1 = &v["rounds"][1];
+    for k in [
+        "dirty_pages_per_sec",
+        "throttle_percent",
+        "bandwidth_bytes_per_sec",
+        "vcpu_dirty_pages",
+    ] {
+        assert!(!r1[k].is_null(), "round 1 has {k}: {r1}");
+    }
+}

@@ -55,6 +55,14 @@ pub enum KvmError {
     Dirty(crate::dirty::DirtyError),
     /// The migration stream or its receiver failed.
     Migration(crate::migration::MigrationError),
+    /// The migration did not converge on its downtime target before its
+    /// timeout or last allowed round, and was abandoned (the receiver was
+    /// sent `Abandon`; the source guest runs on). The report holds every
+    /// round sent.
+    NotConverged {
+        /// The rounds so far (`differing_pages` empty: nothing was compared).
+        report: std::boxed::Box<super::report::MigrationReport>,
+    },
 }
 
 impl fmt::Display for KvmError {
@@ -82,6 +90,17 @@ impl fmt::Display for KvmError {
             ),
             KvmError::Dirty(e) => write!(f, "dirty log: {e}"),
             KvmError::Migration(e) => write!(f, "migration: {e}"),
+            KvmError::NotConverged { report } => {
+                let last = report.rounds.last();
+                write!(
+                    f,
+                    "the migration did not converge: after {} rounds and {:.2?}, {} pages were \
+                     still dirty; abandoned",
+                    report.rounds.len(),
+                    report.precopy,
+                    last.map_or(0, |r| r.dirty_pages)
+                )
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The VM, its memory and its vCPU threads.
 
 use std::format;
+use std::os::unix::thread::JoinHandleExt;
 use std::string::ToString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,6 +17,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use super::error::{ioctl_err, KvmError};
 use super::layout::{self, param, Layout, GUEST_CODE, MAX_VCPUS, PAGE};
 use super::ring::RingSet;
+use super::throttle::Throttle;
 use crate::dirty::{DirtyBitmap, VmmBitmap};
 
 /// Guest memory as the VMM sees it: vm-memory's mmap backend with spacekit's
@@ -211,6 +213,7 @@ pub(crate) struct Shared {
     vmm: Arc<DirtyBitmap>,
     cmd_gpa: u64,
     ring: Option<Arc<RingSet>>,
+    throttle: Arc<Throttle>,
 }
 
 // SAFETY: `cmd` points into the guest memory mapping, which the `Guest` owns
@@ -405,6 +408,7 @@ impl Guest {
             vmm: Arc::clone(&vmm_log),
             cmd_gpa: layout.params + param::CMD,
             ring,
+            throttle: Arc::new(Throttle::new(config.vcpus)),
         });
         // The guest exists before its vCPU threads: if a spawn fails, its
         // `Drop` stops and joins the threads already started before the
@@ -436,6 +440,7 @@ impl Guest {
                 .map_err(|e| KvmError::BadConfig {
                     reason: format!("cannot start a vCPU thread: {e}"),
                 })?;
+            guest.shared.throttle.add_thread(handle.as_pthread_t());
             guest.threads.push(handle);
         }
         Ok(guest)
@@ -513,6 +518,48 @@ impl Guest {
         self.shared.cv.notify_all();
     }
 
+    /// Throttles vCPU `vcpu` to run at most `100 - percent` percent of the
+    /// time: once every [`throttle::PERIOD`](super::throttle::PERIOD) it is
+    /// kicked out of the guest and kept out for `percent` of the period
+    /// (clamped to [`throttle::MAX_PERCENT`](super::throttle::MAX_PERCENT));
+    /// 0 lets it run freely. A VMM's auto-converge uses this when the guest
+    /// dirties memory faster than the migration link sends it.
+    ///
+    /// # Errors
+    /// [`KvmError::BadConfig`] for a vCPU the guest does not have, or when
+    /// the kick signal's handler cannot be installed.
+    pub fn set_throttle(&self, vcpu: u32, percent: u32) -> Result<(), KvmError> {
+        if vcpu >= self.config.vcpus {
+            return Err(KvmError::BadConfig {
+                reason: format!("vCPU {vcpu} (the guest has {})", self.config.vcpus),
+            });
+        }
+        if Throttle::set(&self.shared.throttle, vcpu, percent) {
+            Ok(())
+        } else {
+            Err(KvmError::BadConfig {
+                reason: "cannot install the vCPU kick signal's handler".to_string(),
+            })
+        }
+    }
+
+    /// Every vCPU's throttle, in percent (vCPU order).
+    pub fn throttles(&self) -> Vec<u32> {
+        self.shared.throttle.all()
+    }
+
+    /// Lets every vCPU run freely again.
+    pub fn release_throttle(&self) {
+        self.shared.throttle.release();
+    }
+
+    /// In ring mode, the pages each vCPU's ring reported since the last
+    /// call (with repeats; vCPU order); `None` with a dirty log, which does
+    /// not say which vCPU wrote a page.
+    pub fn take_ring_counts(&self) -> Option<Vec<u64>> {
+        self.shared.ring.as_ref().map(|r| r.take_counts())
+    }
+
     /// Waits until every vCPU has made its `max_writes` writes (only
     /// meaningful with a quota) or `timeout` passes; returns whether they
     /// all did.
@@ -547,6 +594,9 @@ impl Guest {
     }
 
     fn stop_threads(&mut self) -> Result<(), KvmError> {
+        // The kicking thread first: it signals vCPU threads by id, which
+        // must not have been joined.
+        self.shared.throttle.halt();
         {
             let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.stop = true;
@@ -733,15 +783,25 @@ fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), 
                     });
                 }
             }
-            Ok(VcpuExit::Intr) => {}
+            Ok(VcpuExit::Intr) => throttled(shared, i),
             Ok(other) => {
                 return Err(KvmError::UnexpectedExit {
                     vcpu: i,
                     exit: format!("{other:?}"),
                 })
             }
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
+            Err(e) if e.errno() == libc::EINTR => throttled(shared, i),
+            Err(e) if e.errno() == libc::EAGAIN => {}
             Err(e) => return Err(ioctl_err("KVM_RUN", e)),
         }
+    }
+}
+
+/// A vCPU kicked out of the guest: stays out for its throttle's share of the
+/// period (nothing when it is not throttled).
+fn throttled(shared: &Shared, i: u32) {
+    let d = shared.throttle.sleep_for(i);
+    if !d.is_zero() {
+        std::thread::sleep(d);
     }
 }

@@ -5,14 +5,20 @@
 //! the test guest), the memory rounds, `State`, `Complete`. Round 0 sends all
 //! of memory; every later round harvests the logs
 //! ([`DirtyTracker::harvest`]), builds the table of dirty ranges
-//! ([`DirtyTracker::build`]) and sends the ranges with their bytes. When a
-//! round's dirty bytes fall below the threshold, or after the last round
-//! allowed, the vCPUs and the host's DMA writer are paused and the last round
-//! is sent; then, if the receiver accepted spacekit's page-hash extension,
-//! the destination's CRC-32C of every page is compared with the source's (a
-//! plain Cloud Hypervisor receiver does not offer it, and the report says
-//! the pages were not compared). The downtime is the time from the pause to
-//! the last round's acknowledgement.
+//! ([`DirtyTracker::build`]) and decides ([`Converger`]): with a downtime
+//! target, once the round's dirty bytes can be sent within it at the
+//! bandwidth measured so far (without one, once they fall below a
+//! threshold), the vCPUs and the host's DMA writer are paused, the pages
+//! dirtied since the harvest are harvested too, and both are sent as the
+//! last round; otherwise the round is sent and, with auto-converge, the
+//! dirtiest vCPUs are throttled when the guest dirties faster than the link
+//! sends. A timeout (or the last allowed round) either forces the last round
+//! or abandons the migration ([`TimeoutAction`]). Then, if the receiver
+//! accepted spacekit's page-hash extension, the destination's CRC-32C of
+//! every page is compared with the source's (a plain Cloud Hypervisor
+//! receiver does not offer it, and the report says the pages were not
+//! compared). The downtime is the time from the pause to the last round's
+//! acknowledgement.
 //!
 //! A host thread can write into guest memory through vm-memory while the
 //! guest runs (as a virtio device's DMA does); those writes are logged in
@@ -26,8 +32,12 @@ use std::vec::Vec;
 
 use vm_memory::{Bytes, GuestAddress};
 
+use super::converge::{
+    union_into, AutoConverge, Converger, Decision, LimitedStream, TimeoutAction,
+};
 use super::error::KvmError;
 use super::guest::{Guest, GuestMem};
+pub use super::report::{MigrationReport, RoundReport};
 use super::tracker::DirtyTracker;
 use crate::dirty::MemoryRangeTable;
 use crate::migration::{diff_pages, hash_pages, Extensions, MemorySource, MigrationError, Sender};
@@ -81,6 +91,21 @@ pub struct MigrateConfig {
     /// The `State` payload (the VMM's device state; `None`: a small JSON
     /// object with the guest's write count at the pause).
     pub vm_state: Option<Vec<u8>>,
+    /// The downtime target: pause once the dirty bytes can be sent within
+    /// it at the bandwidth measured so far (`None`: the `stop_below_bytes`
+    /// rule).
+    pub downtime: Option<Duration>,
+    /// Give up converging after this long in pre-copy (as after the last
+    /// allowed round); `on_timeout` says how.
+    pub timeout: Option<Duration>,
+    /// What happens when the timeout or the last allowed round comes first.
+    pub on_timeout: TimeoutAction,
+    /// Throttle the vCPUs when the guest dirties memory faster than the link
+    /// sends it (`None`: never).
+    pub auto_converge: Option<AutoConverge>,
+    /// Hold the stream to this many bytes per second, like a link of that
+    /// speed (`None`: as fast as the stream goes).
+    pub bandwidth: Option<u64>,
 }
 
 impl Default for MigrateConfig {
@@ -92,135 +117,11 @@ impl Default for MigrateConfig {
             round_gap: Duration::from_millis(20),
             vm_config: None,
             vm_state: None,
-        }
-    }
-}
-
-/// One round's numbers.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoundReport {
-    /// 0 for the full copy, then 1, 2, ...
-    pub round: u32,
-    /// Whether the vCPUs were paused (the last round).
-    pub last: bool,
-    /// Dirty pages in the table (after the OR of the logs).
-    pub dirty_pages: u64,
-    /// Pages KVM reported (ring entries, with repeats, in ring mode).
-    pub kvm_pages: u64,
-    /// Pages the VMM's log reported.
-    pub vmm_pages: u64,
-    /// Ranges in the table.
-    pub ranges: u64,
-    /// Harvest time (ioctls, ring walk, VMM log swap).
-    pub harvest: Duration,
-    /// Time to build the table from the harvested logs.
-    pub build: Duration,
-    /// Bytes of memory sent.
-    pub bytes_sent: u64,
-    /// Time to send them and get the acknowledgement.
-    pub send: Duration,
-}
-
-/// A whole migration's numbers.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct MigrationReport {
-    /// Every round, round 0 first.
-    pub rounds: Vec<RoundReport>,
-    /// From the pause to the last round's acknowledgement.
-    pub downtime: Duration,
-    /// Whether the pages were compared: the receiver accepted spacekit's
-    /// page-hash extension (a plain Cloud Hypervisor receiver does not).
-    pub pages_checked: bool,
-    /// Pages whose CRC-32C differs between source and destination (must be
-    /// empty; empty too when `pages_checked` is false).
-    pub differing_pages: Vec<u64>,
-    /// Guest writes during pre-copy (all vCPUs).
-    pub guest_writes: u64,
-    /// Host (DMA) writes during pre-copy.
-    pub dma_writes: u64,
-    /// Pre-copy wall time (round 0 start to the pause).
-    pub precopy: Duration,
-    /// The guest's target write rate (its `writes_per_sec`; 0 = unpaced).
-    pub requested_write_rate: u64,
-}
-
-impl MigrationReport {
-    /// The guest's write rate during pre-copy, in writes per second.
-    pub fn guest_write_rate(&self) -> f64 {
-        self.guest_writes as f64 / self.precopy.as_secs_f64().max(1e-9)
-    }
-
-    /// Whether a paced guest reached at least 90% of its target write rate
-    /// during pre-copy (always true when unpaced). A guest whose every
-    /// write to a logged page exits to KVM may not reach it.
-    pub fn rate_reached(&self) -> bool {
-        self.guest_write_rate() >= 0.9 * self.requested_write_rate as f64
-    }
-
-    /// Pages dirtied per second during pre-copy (the rounds after round 0,
-    /// pages in their tables over the pre-copy time).
-    pub fn dirty_page_rate(&self) -> f64 {
-        let pages: u64 = self
-            .rounds
-            .iter()
-            .filter(|r| r.round > 0 && !r.last)
-            .map(|r| r.dirty_pages)
-            .sum();
-        pages as f64 / self.precopy.as_secs_f64().max(1e-9)
-    }
-}
-
-impl core::fmt::Display for MigrationReport {
-    /// One line per round (dirty pages, ranges, KVM and VMM pages, harvest,
-    /// table build, bytes sent, send time), then the downtime, the rates and
-    /// the pages that differ.
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        writeln!(
-            f,
-            "{:<12} {:>11} {:>9} {:>9} {:>8} {:>11} {:>11} {:>11} {:>11}",
-            "round", "dirty pages", "ranges", "kvm", "vmm", "harvest", "build", "sent", "send"
-        )?;
-        for r in &self.rounds {
-            let round = std::format!("{}{}", r.round, if r.last { " (paused)" } else { "" });
-            let mib = std::format!("{:.1} MiB", r.bytes_sent as f64 / f64::from(1 << 20));
-            writeln!(
-                f,
-                "{round:<12} {:>11} {:>9} {:>9} {:>8} {:>11.1?} {:>11.1?} {mib:>11} {:>11.1?}",
-                r.dirty_pages, r.ranges, r.kvm_pages, r.vmm_pages, r.harvest, r.build, r.send
-            )?;
-        }
-        writeln!(
-            f,
-            "downtime {:.2?} (pause to the last round's acknowledgement); the guest made {:.0} \
-             writes/s ({:.0} dirty pages/s) over {:.2?} of pre-copy; {} host DMA writes",
-            self.downtime,
-            self.guest_write_rate(),
-            self.dirty_page_rate(),
-            self.precopy,
-            self.dma_writes
-        )?;
-        if !self.rate_reached() {
-            writeln!(
-                f,
-                "the guest made {:.0} writes/s, short of the {} asked ({:.0}%): its vCPUs could \
-                 not write faster on this host; the migration ran at the rate reached",
-                self.guest_write_rate(),
-                self.requested_write_rate,
-                100.0 * self.guest_write_rate() / self.requested_write_rate as f64
-            )?;
-        }
-        if self.pages_checked {
-            write!(
-                f,
-                "{} pages differ between source and destination",
-                self.differing_pages.len()
-            )
-        } else {
-            write!(
-                f,
-                "pages not compared: the receiver did not accept spacekit's page-hash check \
-                 (a plain Cloud Hypervisor peer)"
-            )
+            downtime: None,
+            timeout: None,
+            on_timeout: TimeoutAction::Force,
+            auto_converge: None,
+            bandwidth: None,
         }
     }
 }
@@ -316,9 +217,29 @@ pub fn migrate<S: Read + Write + ?Sized>(
     config: &MigrateConfig,
     on_round: impl FnMut(&RoundReport, &DirtyTracker),
 ) -> Result<MigrationReport, KvmError> {
+    match config.bandwidth {
+        Some(bps) => migrate_on(
+            guest,
+            &mut LimitedStream::new(stream, bps),
+            config,
+            on_round,
+        ),
+        None => migrate_on(guest, stream, config, on_round),
+    }
+}
+
+fn migrate_on<S: Read + Write + ?Sized>(
+    guest: &Guest,
+    stream: &mut S,
+    config: &MigrateConfig,
+    on_round: impl FnMut(&RoundReport, &DirtyTracker),
+) -> Result<MigrationReport, KvmError> {
     let mut sender = Sender::new();
     sender.start(stream)?;
-    match run(guest, stream, config, &mut sender, on_round) {
+    let result = run(guest, stream, config, &mut sender, on_round);
+    // The throttle ends with the migration, whatever its outcome.
+    guest.release_throttle();
+    match result {
         Ok(report) => Ok(report),
         Err(e) => {
             let stream_failed = matches!(
@@ -358,8 +279,10 @@ fn run<S: Read + Write + ?Sized>(
     let source = GuestSource::new(guest);
     let mut tracker = DirtyTracker::new(guest);
     let mut table = MemoryRangeTable::new();
+    let mut table2 = MemoryRangeTable::new();
     let mut report = MigrationReport {
         requested_write_rate: guest.config().writes_per_sec,
+        downtime_target: config.downtime,
         ..MigrationReport::default()
     };
     match &config.vm_config {
@@ -368,10 +291,18 @@ fn run<S: Read + Write + ?Sized>(
     }
     let writes0 = guest.writes();
     let t0 = Instant::now();
+    let mut conv = Converger::new(
+        config.downtime,
+        config.stop_below_bytes,
+        config.max_rounds,
+        config.timeout,
+        config.auto_converge,
+    );
     let mut dma = DmaWriter::start(guest, config.dma_writes_per_sec, guest.config().seed);
     // Round 0: everything, with the logs emptied just before the copy, so
     // round 1 holds exactly what changed during and after it.
     tracker.reset(guest)?;
+    let _ = guest.take_ring_counts();
     table.clear();
     table.push(crate::dirty::MemoryRange {
         gpa: 0,
@@ -379,7 +310,7 @@ fn run<S: Read + Write + ?Sized>(
     });
     let t = Instant::now();
     let stats = sender.send_memory(stream, &table, &source)?;
-    let r0 = RoundReport {
+    let mut r0 = RoundReport {
         round: 0,
         dirty_pages: guest.layout().pages(),
         ranges: 1,
@@ -387,55 +318,104 @@ fn run<S: Read + Write + ?Sized>(
         send: t.elapsed(),
         ..RoundReport::default()
     };
+    conv.record_send(r0.bytes_sent, r0.send);
+    r0.bandwidth = conv.bandwidth().unwrap_or(0.0);
+    r0.throttle = guest.throttles();
     on_round(&r0, &tracker);
     report.rounds.push(r0);
 
+    let mut last_harvest = Instant::now();
+    let mut union = MemoryRangeTable::new();
     let mut round = 1;
     loop {
-        let last = round > config.max_rounds
-            || report.rounds.last().is_some_and(|r| {
-                r.round > 0 && r.dirty_pages * super::layout::PAGE < config.stop_below_bytes
-            });
-        let mut pause_at = None;
-        if last {
-            report.dma_writes = dma.stop();
-            let t = Instant::now();
-            guest.pause();
-            report.precopy = t0.elapsed();
-            report.guest_writes = guest.writes().saturating_sub(writes0);
-            pause_at = Some(t);
-        } else if !config.round_gap.is_zero() {
+        if !config.round_gap.is_zero() {
             std::thread::sleep(config.round_gap);
         }
+        let throttle = guest.throttles();
         let h = tracker.harvest(guest)?;
         let t = Instant::now();
         tracker.build(&mut table)?;
         let build = t.elapsed();
+        let interval = last_harvest.elapsed();
+        last_harvest = Instant::now();
+        let dirty_bytes = table.total_bytes();
         let mut rr = RoundReport {
             round,
-            last,
-            dirty_pages: table.total_bytes() / super::layout::PAGE,
+            dirty_pages: dirty_bytes / super::layout::PAGE,
             kvm_pages: h.kvm_pages,
             vmm_pages: h.vmm_pages,
             ranges: table.len() as u64,
             harvest: h.time,
             build,
+            dirty_pages_per_sec: (dirty_bytes / super::layout::PAGE) as f64
+                / interval.as_secs_f64().max(1e-9),
+            vcpu_dirty_pages: guest.take_ring_counts().unwrap_or_default(),
+            throttle,
+            predicted: config
+                .downtime
+                .and_then(|_| conv.predict(dirty_bytes, h.time + build)),
             ..RoundReport::default()
         };
+        let decision = conv.decide(round, dirty_bytes, h.time + build);
+        if decision == Decision::TimedOut && config.on_timeout == TimeoutAction::Abandon {
+            report.precopy = t0.elapsed();
+            report.dma_writes = dma.stop();
+            report.guest_writes = guest.writes().saturating_sub(writes0);
+            report.rounds.push(rr);
+            sender.abandon(stream)?;
+            return Err(KvmError::NotConverged {
+                report: std::boxed::Box::new(report),
+            });
+        }
+        if decision != Decision::Continue {
+            // The last round: pause, harvest what was dirtied since, and
+            // send it with what was just harvested.
+            report.converged = decision == Decision::Converged;
+            report.dma_writes = dma.stop();
+            let p = Instant::now();
+            guest.pause();
+            report.precopy = t0.elapsed();
+            report.guest_writes = guest.writes().saturating_sub(writes0);
+            let h2 = tracker.harvest(guest)?;
+            let t = Instant::now();
+            tracker.build(&mut union)?;
+            union_into(&union, &table, &mut table2);
+            rr.build += t.elapsed();
+            rr.harvest += h2.time;
+            rr.kvm_pages += h2.kvm_pages;
+            rr.vmm_pages += h2.vmm_pages;
+            rr.dirty_pages = table2.total_bytes() / super::layout::PAGE;
+            rr.ranges = table2.len() as u64;
+            rr.last = true;
+            let t = Instant::now();
+            let stats = sender.send_memory(stream, &table2, &source)?;
+            rr.bytes_sent = stats.bytes;
+            rr.send = t.elapsed();
+            report.downtime = p.elapsed();
+            conv.record_send(rr.bytes_sent, rr.send);
+            rr.bandwidth = conv.bandwidth().unwrap_or(0.0);
+            on_round(&rr, &tracker);
+            report.rounds.push(rr);
+            break;
+        }
         let t = Instant::now();
         let stats = sender.send_memory(stream, &table, &source)?;
         rr.bytes_sent = stats.bytes;
         rr.send = t.elapsed();
-        if let Some(p) = pause_at {
-            report.downtime = p.elapsed();
+        conv.record_send(rr.bytes_sent, rr.send);
+        rr.bandwidth = conv.bandwidth().unwrap_or(0.0);
+        let rate = rr.dirty_pages_per_sec * super::layout::PAGE as f64;
+        let counts = (!rr.vcpu_dirty_pages.is_empty()).then_some(&rr.vcpu_dirty_pages[..]);
+        if let Some(next) = conv.throttle_step(rate, counts, &rr.throttle) {
+            for (v, &p) in next.iter().enumerate() {
+                guest.set_throttle(v as u32, p)?;
+                report.max_throttle = report.max_throttle.max(p);
+            }
         }
-        // After the send and the downtime's end: a caller's own work here
-        // (timing other builders) delays the next round, never the copy.
+        // After the send: a caller's own work here (timing other builders)
+        // delays the next round, never the copy.
         on_round(&rr, &tracker);
         report.rounds.push(rr);
-        if pause_at.is_some() {
-            break;
-        }
         round += 1;
     }
     if sender.extensions().contains(Extensions::PAGE_HASHES) {

@@ -22,11 +22,14 @@
 //! `KVM_RESET_DIRTY_RINGS`) are declared with `vmm-sys-util`'s ioctl macros
 //! from `kvm-bindings`' structures and `KVMIO`.
 
+pub mod converge;
 mod error;
 mod guest;
 pub mod layout;
 pub mod migrate;
+mod report;
 mod ring;
+pub mod throttle;
 mod tracker;
 
 pub use error::KvmError;

@@ -37,6 +37,8 @@ struct RingInner {
     /// A ring was found completely full: entries may have been overwritten,
     /// so the pages they named are unknown.
     overflowed: bool,
+    /// Entries collected per ring since the last `take_counts`.
+    counts: Vec<u64>,
 }
 
 /// The vCPUs' dirty rings, mapped from their fds.
@@ -90,6 +92,7 @@ impl RingSet {
         Ok(RingSet {
             inner: Mutex::new(RingInner {
                 fetch: std::vec![0; rings.len()],
+                counts: std::vec![0; rings.len()],
                 pending: Vec::new(),
                 overflowed: false,
             }),
@@ -109,7 +112,12 @@ impl RingSet {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let inner = &mut *inner;
         let mut taken = 0;
-        for (ring, fetch) in self.rings.iter().zip(inner.fetch.iter_mut()) {
+        for ((ring, fetch), count) in self
+            .rings
+            .iter()
+            .zip(inner.fetch.iter_mut())
+            .zip(inner.counts.iter_mut())
+        {
             let mut this = 0u32;
             loop {
                 let idx = (*fetch & (ring.entries - 1)) as usize;
@@ -132,6 +140,7 @@ impl RingSet {
                 *fetch = fetch.wrapping_add(1);
                 taken += 1;
                 this += 1;
+                *count += 1;
             }
             // KVM stops a vCPU a few dozen entries short of the end (its
             // soft limit); a ring found full to the last entry has been
@@ -194,6 +203,14 @@ impl RingSet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .overflowed = true;
+    }
+
+    /// Entries each ring gave since the last call (ring = vCPU order), and
+    /// zeroes the counts.
+    pub(crate) fn take_counts(&self) -> Vec<u64> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let n = inner.counts.len();
+        core::mem::replace(&mut inner.counts, std::vec![0; n])
     }
 
     /// Collects, then hands every pending page to `out` (cleared first).
@@ -264,6 +281,7 @@ mod tests {
                 .collect(),
             inner: Mutex::new(RingInner {
                 fetch: std::vec![0; rings],
+                counts: std::vec![0; rings],
                 pending: Vec::new(),
                 overflowed: false,
             }),
@@ -318,6 +336,22 @@ mod tests {
         set.full_exit_with(&ok, 0, at_entry).unwrap();
         assert_eq!(set.fetched(0), 6);
         assert!(!set.inner.lock().unwrap().overflowed);
+    }
+
+    /// Each ring's entries are counted for its vCPU, and taking the counts
+    /// zeroes them.
+    #[test]
+    fn counts_are_per_ring() {
+        let (set, mut mem) = fake(2, 16);
+        for i in 0..5 {
+            push(&mut mem[0], i, i as u64);
+        }
+        for i in 0..2 {
+            push(&mut mem[1], i, 100 + i as u64);
+        }
+        set.collect_with(&ok).unwrap();
+        assert_eq!(set.take_counts(), std::vec![5, 2]);
+        assert_eq!(set.take_counts(), std::vec![0, 0]);
     }
 
     /// Full, nothing to collect, and nobody collected since the vCPU
