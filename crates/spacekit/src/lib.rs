@@ -31,6 +31,10 @@
 //!   with the VMM's own log into one table, and a pre-copy live migration.
 //! * [`migration`] — Cloud Hypervisor's live-migration stream: sender,
 //!   validating receiver, and spacekit's page-hash check.
+//! * [`snapshot`] — Firecracker-style memory snapshots: a full snapshot as
+//!   a sparse file at guest-physical offsets (zero pages are holes), diffs
+//!   of the dirty ranges with their own table, and merging, CRC-checked
+//!   and tied to their base.
 //! * `ext4` (feature `ext4`) — ext4 images on disk: superblock and group
 //!   descriptors, every checksum as e2fsprogs computes it, free extents, and
 //!   crash-safe block and inode allocation through a redo log.
@@ -92,6 +96,9 @@ pub mod kvm;
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub mod migration;
 pub mod rangetree;
+#[cfg(all(feature = "std", unix))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "std", unix))))]
+pub mod snapshot;
 #[cfg(test)]
 mod test_rng;
 
