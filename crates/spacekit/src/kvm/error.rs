@@ -55,6 +55,8 @@ pub enum KvmError {
     Dirty(crate::dirty::DirtyError),
     /// The migration stream or its receiver failed.
     Migration(crate::migration::MigrationError),
+    /// A snapshot file could not be written or read.
+    Snapshot(crate::snapshot::SnapshotError),
     /// The migration did not converge on its downtime target before its
     /// timeout or last allowed round, and was abandoned (the receiver was
     /// sent `Abandon`; the source guest runs on). The report holds every
@@ -90,6 +92,7 @@ impl fmt::Display for KvmError {
             ),
             KvmError::Dirty(e) => write!(f, "dirty log: {e}"),
             KvmError::Migration(e) => write!(f, "migration: {e}"),
+            KvmError::Snapshot(e) => write!(f, "snapshot: {e}"),
             KvmError::NotConverged { report } => {
                 let last = report.rounds.last();
                 write!(

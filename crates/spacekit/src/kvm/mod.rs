@@ -29,6 +29,7 @@ pub mod layout;
 pub mod migrate;
 mod report;
 mod ring;
+pub mod snapshot;
 pub mod throttle;
 mod tracker;
 
