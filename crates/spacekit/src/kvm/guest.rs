@@ -498,6 +498,8 @@ impl Guest {
     /// memory is then stable until [`Guest::resume`].
     pub fn pause(&self) {
         self.shared.set_cmd(1);
+        // A throttled vCPU asleep outside the guest comes back now.
+        self.shared.throttle.wake_all();
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.waiting < self.config.vcpus && !self.all_finished() {
             st = self
@@ -746,6 +748,8 @@ const PORT_PAUSED: u16 = 0x10;
 const PORT_QUOTA: u16 = 0x11;
 
 fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), KvmError> {
+    // Since the last throttle sleep (see `throttle`).
+    let mut ran_from = std::time::Instant::now();
     loop {
         // How far this vCPU's ring had been read when it entered the guest:
         // a full exit with nothing left to collect is an overflow only if
@@ -783,25 +787,23 @@ fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), 
                     });
                 }
             }
-            Ok(VcpuExit::Intr) => throttled(shared, i),
+            Ok(VcpuExit::Intr) => throttled(shared, i, &mut ran_from),
             Ok(other) => {
                 return Err(KvmError::UnexpectedExit {
                     vcpu: i,
                     exit: format!("{other:?}"),
                 })
             }
-            Err(e) if e.errno() == libc::EINTR => throttled(shared, i),
+            Err(e) if e.errno() == libc::EINTR => throttled(shared, i, &mut ran_from),
             Err(e) if e.errno() == libc::EAGAIN => {}
             Err(e) => return Err(ioctl_err("KVM_RUN", e)),
         }
     }
 }
 
-/// A vCPU kicked out of the guest: stays out for its throttle's share of the
-/// period (nothing when it is not throttled).
-fn throttled(shared: &Shared, i: u32) {
-    let d = shared.throttle.sleep_for(i);
-    if !d.is_zero() {
-        std::thread::sleep(d);
-    }
+/// A vCPU kicked out of the guest after running since `*ran_from`: stays
+/// out for its throttle's share (nothing when it is not throttled).
+fn throttled(shared: &Shared, i: u32, ran_from: &mut std::time::Instant) {
+    shared.throttle.nap(i, ran_from.elapsed());
+    *ran_from = std::time::Instant::now();
 }

@@ -4,16 +4,22 @@
 //! (QEMU calls this auto-converge: a vCPU sleeps for a percentage of each
 //! 10 ms slice).
 //!
-//! The host kicks a vCPU out of `KVM_RUN` with a real-time signal whose
-//! handler does nothing: `KVM_RUN` returns `EINTR`, the vCPU thread looks at
-//! its throttle and sleeps before it goes back in. A kick that lands while
-//! the thread is outside `KVM_RUN` is lost, which costs at most one period
-//! at full speed; the next period's kick takes it out again.
+//! The host kicks a throttled vCPU out of `KVM_RUN` every period with a
+//! real-time signal whose handler does nothing: `KVM_RUN` returns `EINTR`,
+//! and the vCPU thread sleeps for `ran * p / (100 - p)`, where `ran` is how
+//! long it ran since its last sleep and `p` its throttle in percent, so it
+//! runs `100 - p` percent of the time whatever the phase of the kicks (at
+//! 99% it sleeps 99 times as long as it ran, as QEMU's throttle sleeps 99
+//! time slices). A kick that lands while the thread is asleep or outside
+//! `KVM_RUN` is lost and harmless: its run time still counts at the next.
+//! A pause or a release wakes a sleeping vCPU at once, so throttling never
+//! delays a pause.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Condvar, Mutex, Once};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 /// How often a throttled vCPU is kicked out of the guest.
@@ -53,6 +59,11 @@ pub(crate) struct Throttle {
     threads: Mutex<Vec<libc::pthread_t>>,
     ticker: Mutex<Option<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
+    /// Bumped by every [`Throttle::wake_all`]; a sleeping vCPU wakes when
+    /// it changes.
+    wakes: AtomicU64,
+    nap_lock: Mutex<()>,
+    nap_cv: Condvar,
 }
 
 impl Throttle {
@@ -62,6 +73,9 @@ impl Throttle {
             threads: Mutex::new(Vec::new()),
             ticker: Mutex::new(None),
             stop: Arc::new(AtomicBool::new(false)),
+            wakes: AtomicU64::new(0),
+            nap_lock: Mutex::new(()),
+            nap_cv: Condvar::new(),
         }
     }
 
@@ -88,9 +102,42 @@ impl Throttle {
             .collect()
     }
 
-    /// How long vCPU `i` stays out of the guest after a kick.
-    pub(crate) fn sleep_for(&self, i: u32) -> Duration {
-        PERIOD * self.get(i) / 100
+    /// How long vCPU `i`, kicked after running `ran`, stays out of the
+    /// guest: `ran * p / (100 - p)`, with `ran` counted as at most two
+    /// periods (a vCPU unthrottled until now was not kicked before).
+    pub(crate) fn nap_for(&self, i: u32, ran: Duration) -> Duration {
+        let p = self.get(i).min(MAX_PERCENT);
+        ran.min(PERIOD * 2) * p / (100 - p)
+    }
+
+    /// Keeps vCPU `i` out of the guest for [`Throttle::nap_for`], or until a
+    /// [`Throttle::wake_all`] or its throttle drops to 0.
+    pub(crate) fn nap(&self, i: u32, ran: Duration) {
+        let d = self.nap_for(i, ran);
+        if d.is_zero() {
+            return;
+        }
+        let end = Instant::now() + d;
+        let gen = self.wakes.load(Ordering::Acquire);
+        let mut g = self.nap_lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            if now >= end || self.wakes.load(Ordering::Acquire) != gen || self.get(i) == 0 {
+                return;
+            }
+            g = self
+                .nap_cv
+                .wait_timeout(g, end - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Wakes every sleeping vCPU (a pause, a release, a stop).
+    pub(crate) fn wake_all(&self) {
+        let _g = self.nap_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.wakes.fetch_add(1, Ordering::AcqRel);
+        self.nap_cv.notify_all();
     }
 
     /// Sets vCPU `i`'s throttle (clamped to [`MAX_PERCENT`]); starts the
@@ -149,10 +196,50 @@ impl Throttle {
         self.release();
     }
 
-    /// Zeroes every throttle (the kicking thread idles).
+    /// Zeroes every throttle (the kicking thread idles) and wakes the
+    /// sleeping vCPUs.
     pub(crate) fn release(&self) {
         for p in &self.percent {
             p.store(0, Ordering::Relaxed);
         }
+        self.wake_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(p: u32) -> Throttle {
+        let t = Throttle::new(1);
+        t.percent[0].store(p, Ordering::Relaxed);
+        t
+    }
+
+    #[test]
+    fn a_vcpu_sleeps_its_share_of_what_it_ran() {
+        let ms = Duration::from_millis;
+        assert_eq!(with(0).nap_for(0, ms(5)), Duration::ZERO);
+        assert_eq!(with(50).nap_for(0, ms(5)), ms(5));
+        assert_eq!(with(90).nap_for(0, ms(10)), ms(90));
+        assert_eq!(with(99).nap_for(0, ms(10)), ms(990));
+        // A vCPU kicked for the first time after running freely for a
+        // second counts two periods, not the second.
+        assert_eq!(with(50).nap_for(0, ms(1000)), ms(20));
+        // No such vCPU: not throttled.
+        assert_eq!(with(50).nap_for(3, ms(5)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_wake_ends_a_nap_at_once() {
+        let t = Arc::new(with(99));
+        let t2 = Arc::clone(&t);
+        let start = Instant::now();
+        let h = std::thread::spawn(move || t2.nap(0, Duration::from_millis(20)));
+        std::thread::sleep(Duration::from_millis(50));
+        t.wake_all();
+        h.join().unwrap();
+        // The nap was 1.98 s; the wake came after 50 ms.
+        assert!(start.elapsed() < Duration::from_millis(1900));
     }
 }
