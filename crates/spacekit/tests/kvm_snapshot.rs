@@ -7,7 +7,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use spacekit::kvm::snapshot::{differing_pages, Snapshotter};
+use spacekit::kvm::snapshot::{differing_pages, restore, Snapshotter};
 use spacekit::kvm::{DirtyMode, Guest, GuestConfig, Workload};
 
 fn kvm_or_skip(test: &str) -> bool {
@@ -37,7 +37,7 @@ fn chain(dirty: DirtyMode) {
     .expect("guest starts");
     std::thread::sleep(Duration::from_millis(100));
     let full = dir.join("full");
-    let (mut snap, r) = Snapshotter::full(&guest, &full).unwrap();
+    let (mut snap, r) = Snapshotter::full(&guest, &full, false).unwrap();
     assert_eq!(r.pages, (64 << 20) / 4096);
     // Mostly zero pages: the file holds far less than the memory.
     let meta = std::fs::metadata(&full).unwrap();
@@ -78,4 +78,80 @@ fn a_full_snapshot_and_three_diffs_merge_to_the_guest_memory() {
     }
     chain(DirtyMode::Log);
     chain(DirtyMode::Ring { entries: 65536 });
+}
+
+/// The chain across guests, as across processes: a guest snapshotted in
+/// full and stopped; a second restored from it, run, and snapshotted as a
+/// diff; a third restored from both, run, and snapshotted as a diff. The
+/// three files merged equal the third guest's memory.
+#[test]
+fn a_chain_across_restored_guests_merges_to_the_last_memory() {
+    if !kvm_or_skip("a_chain_across_restored_guests_merges_to_the_last_memory") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("spacekit-kvm-restore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = GuestConfig {
+        mem_size: 32 << 20,
+        workload: Workload::Uniform,
+        writes_per_sec: 20_000,
+        seed: 7,
+        ..GuestConfig::default()
+    };
+    let guest = Guest::start(cfg.clone()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut files = vec![dir.join("full")];
+    Snapshotter::full(&guest, &files[0], false).unwrap();
+    guest.stop().unwrap();
+    for i in 1..=2u64 {
+        // A different seed: the restored guest writes other pages; the
+        // second restored guest idles (it never writes its parameter page,
+        // whose workload field the loader changed: only the VMM log has it).
+        let cfg = GuestConfig {
+            seed: 7 + i,
+            workload: if i == 2 {
+                Workload::Idle
+            } else {
+                Workload::Uniform
+            },
+            ..cfg.clone()
+        };
+        let (guest, base) = restore(cfg, &files).unwrap();
+        // The restored memory is the chain's.
+        guest.pause();
+        let merged = dir.join("restored");
+        if files.len() == 1 {
+            std::fs::copy(&files[0], &merged).unwrap();
+        } else {
+            spacekit::snapshot::merge(&files[0], &files[1..], &merged).unwrap();
+        }
+        let before = differing_pages(&guest, &merged).unwrap();
+        // Only the loader's first pages (its parameter page) may differ.
+        assert!(before.iter().all(|&p| p < 64), "{before:?}");
+        guest.resume();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut chain = Snapshotter::continue_from(&guest, base);
+        let p = dir.join(format!("diff{i}"));
+        let r = chain.diff(&guest, &p, true).unwrap();
+        assert!(r.pages > 0);
+        files.push(p);
+        spacekit::snapshot::merge(&files[0], &files[1..], &merged).unwrap();
+        let d = differing_pages(&guest, &merged).unwrap();
+        assert!(
+            d.is_empty(),
+            "diff {i}: {} pages differ: {:?}",
+            d.len(),
+            &d[..d.len().min(8)]
+        );
+        guest.resume();
+        guest.stop().unwrap();
+    }
+    // A chain out of order is refused, and the size must match.
+    assert!(restore(cfg.clone(), &[files[0].clone(), files[2].clone()]).is_err());
+    let small = GuestConfig {
+        mem_size: 16 << 20,
+        ..cfg
+    };
+    assert!(restore(small, &files[..1]).is_err());
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -234,6 +234,9 @@ impl Shared {
     }
 }
 
+/// What [`Guest::restore`] calls to fill the guest's memory.
+pub type Fill<'a> = dyn FnMut(&GuestMem) -> Result<(), KvmError> + 'a;
+
 /// A running VM whose vCPUs dirty its memory.
 pub struct Guest {
     config: GuestConfig,
@@ -265,6 +268,24 @@ impl Guest {
     /// [`KvmError::MissingCapability`] for a dirty mode the kernel lacks;
     /// [`KvmError::Ioctl`] for any other KVM failure.
     pub fn start(config: GuestConfig) -> Result<Guest, KvmError> {
+        Guest::build(config, None)
+    }
+
+    /// [`Guest::start`] on memory restored by `fill` (which writes the
+    /// snapshot's bytes through vm-memory) before the vCPUs start: the
+    /// loader then writes its page tables, code and parameter page over
+    /// it (the workload, rate and seed are `config`'s; each vCPU's pacing
+    /// deadline restarts), and those first pages are left marked in the VMM
+    /// log, so the first harvest (a diff against the snapshot) holds them
+    /// with whatever the guest writes after it starts.
+    ///
+    /// # Errors
+    /// As [`Guest::start`], and what `fill` returns.
+    pub fn restore(config: GuestConfig, fill: &mut Fill<'_>) -> Result<Guest, KvmError> {
+        Guest::build(config, Some(fill))
+    }
+
+    fn build(config: GuestConfig, fill: Option<&mut Fill<'_>>) -> Result<Guest, KvmError> {
         config.check()?;
         let layout = Layout::new(config.mem_size).ok_or_else(|| KvmError::BadConfig {
             reason: format!("memory size {}", config.mem_size),
@@ -360,6 +381,10 @@ impl Guest {
         unsafe { vm.set_user_memory_region(region) }
             .map_err(|e| ioctl_err("KVM_SET_USER_MEMORY_REGION", e))?;
 
+        let restored = fill.is_some();
+        if let Some(fill) = fill {
+            fill(&memory)?;
+        }
         load(&memory, &layout, &config)?;
         // The loader's writes went through vm-memory and marked the VMM log;
         // they are part of round 0, not of any later round.
@@ -398,6 +423,21 @@ impl Guest {
             vmm_log.reset_range(0, config.mem_size)?;
         }
 
+        if restored {
+            let map = |e: vm_memory::GuestMemoryError| KvmError::Map {
+                size: config.mem_size,
+                reason: e.to_string(),
+            };
+            for i in 0..config.vcpus {
+                memory
+                    .write_obj(0u64, GuestAddress(layout.slot(i) + param::SLOT_DEADLINE))
+                    .map_err(map)?;
+            }
+            vmm_log.reset_range(0, config.mem_size)?;
+            // Page tables, code and parameters: the loader's, not the
+            // snapshot's.
+            vmm_log.mark(0, layout.first_page * PAGE)?;
+        }
         let vm = Arc::new(vm);
         let shared = Arc::new(Shared {
             state: Mutex::new(RunState::default()),

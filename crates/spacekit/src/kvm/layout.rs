@@ -54,6 +54,7 @@ pub(crate) mod param {
     /// Slot offsets, relative to the slot.
     pub const SLOT_WRITES: u64 = 0;
     pub const SLOT_RNG: u64 = 8;
+    pub const SLOT_DEADLINE: u64 = 24;
     pub const SLOT_BYTES: u64 = 64;
 }
 
