@@ -105,8 +105,8 @@ fn a_chain_across_restored_guests_merges_to_the_last_memory() {
     guest.stop().unwrap();
     for i in 1..=2u64 {
         // A different seed: the restored guest writes other pages; the
-        // second restored guest idles (it never writes its parameter page,
-        // whose workload field the loader changed: only the VMM log has it).
+        // second restored guest idles (its parameter page, whose workload
+        // field the loader changed, reaches the diff through the VMM log).
         let cfg = GuestConfig {
             seed: 7 + i,
             workload: if i == 2 {
