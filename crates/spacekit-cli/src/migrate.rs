@@ -17,6 +17,9 @@ use spacekit::migration::receive_on_unix_socket;
 
 use crate::maps::parse_size;
 
+#[path = "migrate_snapshot.rs"]
+mod to_file;
+
 /// Arguments of `spacekit migrate`.
 #[derive(Args, Debug)]
 #[command(
@@ -97,6 +100,20 @@ pub struct MigrateArgs {
     /// The receiver's Unix socket path.
     #[arg(long, value_name = "SOCKET")]
     listen: Option<PathBuf>,
+    /// Write the guest's memory to this snapshot file instead of migrating
+    /// it (after --run-ms): a full snapshot (a sparse file at guest-physical
+    /// offsets), or with --diff-from a diff. The snapshot is then compared
+    /// with the paused guest's memory, page by page.
+    #[arg(long, value_name = "SNAP", conflicts_with_all = ["to", "receive"])]
+    to_file: Option<PathBuf>,
+    /// Start the guest from this snapshot chain (a full snapshot, then its
+    /// diffs in order: repeat the flag) and write --to-file as a diff of
+    /// what it dirtied since, against the last.
+    #[arg(long, value_name = "SNAP", requires = "to_file")]
+    diff_from: Vec<PathBuf>,
+    /// With --to-file: milliseconds the guest runs before the snapshot.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    run_ms: u64,
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -123,6 +140,10 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     };
     if let Err(e) = cfg.check() {
         clap::Error::raw(ErrorKind::ValueValidation, format!("{e}\n")).exit(); // status 2
+    }
+    if let Some(out) = &a.to_file {
+        let run = Duration::from_millis(a.run_ms);
+        return to_file::run(cfg, out, &a.diff_from, run, a.json);
     }
     let guest = Guest::start(cfg).map_err(|e| e.to_string())?;
     let (mut stream, child) = connect(a)?;

@@ -245,3 +245,57 @@ fn downtime_target_abandon_and_auto_converge() {
         assert!(!r1[k].is_null(), "round 1 has {k}: {r1}");
     }
 }
+
+/// `--to-file` writes a full snapshot; `--diff-from` restores a guest from
+/// the chain and writes a diff; each is checked against the paused guest's
+/// memory (`differing_pages` empty); `spacekit snapshot merge`-style chains
+/// in the wrong order and a size that does not match exit 1.
+#[test]
+fn snapshots_to_files_chain_across_runs() {
+    if !kvm_or_skip("snapshots_to_files_chain_across_runs") {
+        return;
+    }
+    let dir = tmp("snap");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n).to_string_lossy().into_owned();
+    let (full, d1, d2) = (p("full"), p("d1"), p("d2"));
+    let base = ["--size=32M", "--rate=20000", "--run-ms=100", "--json"];
+    let mut runs: Vec<Vec<String>> = Vec::new();
+    runs.push(vec![format!("--to-file={full}")]);
+    runs.push(vec![
+        format!("--diff-from={full}"),
+        format!("--to-file={d1}"),
+        "--seed=2".into(),
+    ]);
+    runs.push(vec![
+        format!("--diff-from={full}"),
+        format!("--diff-from={d1}"),
+        format!("--to-file={d2}"),
+        "--mode=ring".into(),
+        "--vcpus=2".into(),
+    ]);
+    for (i, extra) in runs.iter().enumerate() {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(extra.iter().map(String::as_str));
+        let (code, out, err) = run_bounded(&args, Duration::from_secs(120));
+        assert_eq!(code, Some(0), "run {i}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["differing_pages"].as_array().unwrap().len(), 0, "{v}");
+        assert_eq!(v["kind"], if i == 0 { "full" } else { "diff" });
+        assert!(v["pages"].as_u64().unwrap() > 0);
+        if i == 0 {
+            // Sparse: most of the 32 MiB is zero pages.
+            assert!(v["allocated_bytes"].as_u64().unwrap() < 16 << 20, "{v}");
+        }
+    }
+    // A diff is not a chain's start; the sizes must match.
+    let bad = format!("--diff-from={d1}");
+    let to = format!("--to-file={}", p("x"));
+    let (code, _, err) = run_bounded(&["--size=32M", &bad, &to], Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{err}");
+    let good = format!("--diff-from={full}");
+    let (code, _, err) = run_bounded(&["--size=16M", &good, &to], Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("snapshot holds"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

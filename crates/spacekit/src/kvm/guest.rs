@@ -275,7 +275,8 @@ impl Guest {
     /// snapshot's bytes through vm-memory) before the vCPUs start: the
     /// loader then writes its page tables, code and parameter page over
     /// it (the workload, rate and seed are `config`'s; each vCPU's pacing
-    /// deadline restarts), and those first pages are left marked in the VMM
+    /// deadline restarts, and the pause the snapshot was taken in is
+    /// lifted), and those first pages are left marked in the VMM
     /// log, so the first harvest (a diff against the snapshot) holds them
     /// with whatever the guest writes after it starts.
     ///
@@ -433,6 +434,10 @@ impl Guest {
                     .write_obj(0u64, GuestAddress(layout.slot(i) + param::SLOT_DEADLINE))
                     .map_err(map)?;
             }
+            // A snapshot is taken paused: its `cmd` says so. Run.
+            memory
+                .write_obj(0u32, GuestAddress(layout.params + param::CMD))
+                .map_err(map)?;
             vmm_log.reset_range(0, config.mem_size)?;
             // Page tables, code and parameters: the loader's, not the
             // snapshot's.
