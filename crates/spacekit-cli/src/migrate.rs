@@ -17,7 +17,6 @@ use spacekit::migration::receive_on_unix_socket;
 
 use crate::maps::parse_size;
 
-#[path = "migrate_snapshot.rs"]
 mod to_file;
 
 /// Arguments of `spacekit migrate`.
