@@ -261,7 +261,11 @@ fn the_cli_is_a_thin_shell() {
         // 25 lines of arguments and output); their logic is the library's.
         // It grew to 1900 with `ext4 populate` (its options, the progress
         // line and the summary; the walk, tar reading and building are the
-        // library's `ext4::Populate`).
+        // library's `ext4::Populate`). It grew to 2300 with migration that
+        // converges (its options and per-round JSON), snapshots to files
+        // and `spacekit snapshot` (arguments and output; the policy,
+        // throttle, writers and merge are the library's `kvm::converge`,
+        // `kvm::snapshot` and `snapshot`).
         lines += code(p).lines().filter(|l| !l.trim().is_empty()).count();
         // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
         let c = code(p);
@@ -272,8 +276,8 @@ fn the_cli_is_a_thin_shell() {
         assert!(!keyword, "{} holds unsafe code", p.display());
     }
     assert!(
-        lines <= 1900,
-        "the CLI's src/ has {lines} lines of code (at most 1900)"
+        lines <= 2300,
+        "the CLI's src/ has {lines} lines of code (at most 2300)"
     );
 }
 
