@@ -31,7 +31,8 @@ pub struct Harvest {
     pub kvm_pages: u64,
     /// Pages the VMM's own log had.
     pub vmm_pages: u64,
-    /// Time to harvest (ioctls, ring walk, the VMM log's swap).
+    /// Time to harvest (ioctls, ring walk, the VMM log's swap); from
+    /// [`DirtyTracker::harvest_build`], the harvest and the table together.
     pub time: Duration,
 }
 
@@ -42,7 +43,14 @@ pub struct DirtyTracker {
     geometry: Geometry,
     pages: u64,
     kvm: Vec<u64>,
+    /// The VMM side of the last harvest, dense (what `vmm_log` shows).
     vmm: Vec<u64>,
+    /// The words of `vmm` the last one-pass harvest wrote, as `(index,
+    /// word)`: the only nonzero words of `vmm` when `vmm_sparse`.
+    taken: Vec<(usize, u64)>,
+    /// Whether `vmm` is nonzero only at the words in `taken` (after
+    /// `harvest_build`); after `harvest` any word may be.
+    vmm_sparse: bool,
     ring_pages: Vec<u64>,
     /// Whether `ring_pages` holds this round's pages and the VMM log is clean
     /// (the ring fast path applies).
@@ -60,6 +68,8 @@ impl DirtyTracker {
             pages,
             kvm: std::vec![0; words],
             vmm: std::vec![0; words],
+            taken: Vec::new(),
+            vmm_sparse: false,
             ring_pages: Vec::new(),
             ring_only: false,
         }
@@ -91,11 +101,83 @@ impl DirtyTracker {
             }
         };
         guest.vmm_log().harvest_into(&mut self.vmm)?;
+        self.vmm_sparse = false;
         let vmm_pages = count(&self.vmm);
         self.ring_only = matches!(self.mode, DirtyMode::Ring { .. }) && vmm_pages == 0;
         Ok(Harvest {
             kvm_pages,
             vmm_pages,
+            time: t.elapsed(),
+        })
+    }
+
+    /// Harvests the round's logs and builds its table (the OR of both logs,
+    /// written into `table`, cleared first): [`DirtyTracker::harvest`] then
+    /// [`DirtyTracker::build`], with the same table, counts and logs
+    /// afterwards, but for KVM's log (log and clear modes) the VMM's log is
+    /// harvested, ORed with KVM's and turned into ranges in one pass over
+    /// the words ([`DirtyBitmap::harvest_or_into_table`]), after KVM's
+    /// ioctl (`KVM_GET_DIRTY_LOG`, and `KVM_CLEAR_DIRTY_LOG` in clear
+    /// mode). With rings it is `harvest` then `build` (the ring's own fast
+    /// path: its pages sorted into ranges when the VMM log is clean).
+    ///
+    /// [`DirtyTracker::kvm_log`] and [`DirtyTracker::vmm_log`] still show
+    /// the round's logs afterwards. The VMM side is kept at a cost of
+    /// O(dirty VMM words), not a pass: the pass records each word it takes
+    /// (`(index, word)`), and the tracker's dense copy is patched from that
+    /// list, zeroing the previous round's words and writing this round's.
+    /// [`Harvest::time`] covers the whole call.
+    ///
+    /// [`DirtyBitmap::harvest_or_into_table`]: crate::dirty::DirtyBitmap::harvest_or_into_table
+    ///
+    /// # Errors
+    /// [`KvmError::Ioctl`] when KVM refuses a call; [`KvmError::Dirty`] if a
+    /// ring entry lies outside the slot.
+    pub fn harvest_build(
+        &mut self,
+        guest: &Guest,
+        table: &mut MemoryRangeTable,
+    ) -> Result<Harvest, KvmError> {
+        let t = Instant::now();
+        match self.mode {
+            DirtyMode::Log => self.get_log(guest.vm())?,
+            DirtyMode::ClearLog => {
+                self.get_log(guest.vm())?;
+                self.clear_log(guest.vm())?;
+            }
+            DirtyMode::Ring { .. } => {
+                let h = self.harvest(guest)?;
+                self.build(table)?;
+                return Ok(Harvest {
+                    time: t.elapsed(),
+                    ..h
+                });
+            }
+        }
+        table.clear();
+        // The dense copy's words from the last round go back to zero
+        // before `taken` is refilled (all of it after a plain `harvest`).
+        if self.vmm_sparse {
+            for &(i, _) in &self.taken {
+                self.vmm[i] = 0;
+            }
+        } else {
+            self.vmm.fill(0);
+        }
+        let counts = guest.vmm_log().harvest_or_into_table(
+            &self.kvm,
+            self.geometry,
+            table,
+            Some(&mut self.taken),
+        )?;
+        for &(i, w) in &self.taken {
+            self.vmm[i] = w;
+        }
+        self.vmm_sparse = true;
+        self.ring_only = false;
+        Ok(Harvest {
+            kvm_pages: counts.other_pages,
+            vmm_pages: counts.pages,
             time: t.elapsed(),
         })
     }
