@@ -9,24 +9,36 @@
 //! writes it into its own guest-sized buffer; after the paused last round
 //! the destination's CRC-32C of every page is compared with the source's.
 //!
-//! Each round, after it is sent (outside the downtime), the table is built
-//! from the round's two logs (KVM's and the VMM's) by:
-//! * `spacekit`: `MemoryRangeTable::extend_from(Scan::new(kvm).or(vmm))`
-//!   into a reused table (the OR is never built);
-//! * `seed`: Cloud Hypervisor after seed 004: the OR of the two logs into a
-//!   reused buffer (Cloud Hypervisor collects it into a fresh `Vec`), then
-//!   the seed's set-bit iterator and coalesce (`baselines::dirty_log::seed`);
-//! * `before`: the same OR, then the per-bit loop (`baselines::dirty_log::before`).
+//! Each round's two logs (KVM's and the VMM's, from the tracker after the
+//! round is sent) are copied, and after the migration (so the timing
+//! neither makes the next round larger nor competes with the guest) each
+//! variant re-runs the round's harvest plus table on them: the VMM log is
+//! swapped to zero, ORed with KVM's log, and the ranges built:
+//! * `spacekit`: `DirtyBitmap::harvest_or_into_table`, the three in one
+//!   pass over the words, keeping the words it took, into a reused table;
+//! * `seed`: Cloud Hypervisor after seed 004: vm-memory's own
+//!   `AtomicBitmap::get_and_reset` (a `SeqCst` `fetch_and(0)` on every word,
+//!   into a new `Vec`), the `zip` with KVM's words ORed, straight into the
+//!   seed's set-bit iterator and coalesce (`baselines::dirty_log::seed_words`);
+//! * `before`: the same harvest, the OR collected into a new `Vec` (Cloud
+//!   Hypervisor before the seed), then the per-bit loop
+//!   (`baselines::dirty_log::before`).
 //!
-//! All three must give the same ranges; each is timed round-robin, 5 to
-//! 101 times (more for small rounds), and the median kept. Without `/dev/kvm` the benchmark prints why and
-//! returns no rows.
+//! Before every sample, untimed and the same for each variant, the
+//! variant's VMM log is set to the round's VMM words (through its own
+//! marking call), 64 MiB are streamed to evict the logs from every cache
+//! level (the previous round's send streams the guest's memory through
+//! them), and KVM's buffer is written (as `KVM_GET_DIRTY_LOG` writes it just
+//! before the harvest). Every sample's table must equal
+//! `Scan::new(kvm).or(vmm)`'s and its harvest return exactly the VMM words;
+//! the median of 21 round-robin samples per variant (5 with `--quick`) is
+//! kept. Without `/dev/kvm` the benchmark prints why and returns no rows.
 //!
 //! JSON rows: `case` = `round`, `variant` (`spacekit`, `seed`, `before`),
-//! `round`, `dirty_pages`, `ranges`, `median_ns` (table build); and one
-//! `case` = `migration` row (`variant` `spacekit`) with `downtime_ns`,
-//! `guest_writes_per_sec`, `dirty_pages_per_sec`, `differing_pages`,
-//! `rounds`.
+//! `round`, `dirty_pages`, `kvm_pages`, `vmm_pages`, `ranges`, `last`,
+//! `median_ns` (harvest plus table); and one `case` = `migration` row
+//! (`variant` `spacekit`) with `downtime_ns`, `guest_writes_per_sec`,
+//! `dirty_pages_per_sec`, `differing_pages`, `rounds`.
 
 use std::num::NonZeroUsize;
 use std::os::unix::net::UnixStream;
