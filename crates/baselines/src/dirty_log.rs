@@ -139,8 +139,22 @@ where
 /// The seed's conversion: set-bit positions, one-page ranges, coalesce,
 /// map to memory ranges.
 pub fn seed(bitmap: &[u64], start_addr: u64, page_size: u64, out: &mut Vec<MemoryRange>) {
+    seed_words(bitmap.iter().copied(), start_addr, page_size, out);
+}
+
+/// [`seed`] over any iterator of words: after the seed, Cloud
+/// Hypervisor's `MemoryRangeTable::from_dirty_bitmap` takes anything that
+/// iterates over `u64`s, and its memory manager's `dirty_log` passes the
+/// `zip` of KVM's log and the VMM's `get_and_reset()` words, ORed, without
+/// collecting them (the seed's last commit).
+pub fn seed_words(
+    words: impl IntoIterator<Item = u64>,
+    start_addr: u64,
+    page_size: u64,
+    out: &mut Vec<MemoryRange>,
+) {
     out.clear();
-    let pages = BitposIterator::new(bitmap.iter().copied()).map(|p| p..p + 1);
+    let pages = BitposIterator::new(words.into_iter()).map(|p| p..p + 1);
     let runs = coalesce(pages, |a, b| {
         if a.end == b.start {
             Ok(a.start..b.end)

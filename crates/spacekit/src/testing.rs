@@ -17,7 +17,7 @@ pub trait Validate {
 }
 
 /// The dirty scanner's hooks: force a backend or small parallel blocks.
-pub use crate::dirty::hooks::{ranges_or_with, ranges_with, scan_with, ScanOpts};
+pub use crate::dirty::hooks::{harvest_or_with, ranges_or_with, ranges_with, scan_with, ScanOpts};
 
 /// The free-space index's check against the bitmap it indexes.
 pub use crate::freespace::hooks::validate_index;

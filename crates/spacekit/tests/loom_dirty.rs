@@ -28,6 +28,10 @@
 //! * the harvest's acquire pairs with the mark's release: data written
 //!   before a mark is visible to whoever harvests (or `is_dirty`s) it,
 //!   checked by loom's `UnsafeCell` race detector;
+//! * the same for the one-pass harvest (`harvest_or_into_table`, which
+//!   loads each word plainly and swaps only a word seen dirty, then builds
+//!   the table from the words it took), whose table is always the ranges of
+//!   exactly the words it took;
 //! * a deliberately broken harvest (a load, then a store of 0, instead of a
 //!   swap) fails the first model with a lost mark: the
 //!   `broken_harvest_loses_a_mark` test expects that failure.
@@ -45,7 +49,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use spacekit::dirty::{DirtyBitmap, Geometry};
+use spacekit::dirty::{DirtyBitmap, Geometry, MemoryRangeTable};
 
 const PAGE: u64 = 4096;
 
@@ -55,6 +59,29 @@ type Harvest = fn(&DirtyBitmap, &mut [u64]);
 /// The library's harvest.
 fn harvest_into(log: &DirtyBitmap, out: &mut [u64]) {
     log.harvest_into(out).unwrap();
+}
+
+/// The library's one-pass harvest (`harvest_or_into_table`, with a clean
+/// KVM log), its taken words written back densely; the table it builds
+/// must be the ranges of exactly those words.
+fn one_pass(log: &DirtyBitmap, out: &mut [u64]) {
+    let kvm = vec![0u64; log.words()];
+    let mut table = MemoryRangeTable::new();
+    let mut taken = Vec::new();
+    let counts = log
+        .harvest_or_into_table(&kvm, log.geometry(), &mut table, Some(&mut taken))
+        .unwrap();
+    out.fill(0);
+    for &(i, w) in &taken {
+        out[i] = w;
+    }
+    assert_eq!(counts.words, taken.len());
+    let want: Vec<_> = log.geometry().ranges(out).unwrap().collect();
+    assert_eq!(
+        table.ranges(),
+        want,
+        "the table is not the taken words' ranges"
+    );
 }
 
 /// The library's harvest, through `take`.
@@ -218,6 +245,13 @@ fn mark_before_harvest_is_never_lost() {
 }
 
 #[test]
+fn mark_before_one_pass_harvest_is_never_lost() {
+    static SEEN: Seen = Seen::new();
+    loom::model(|| mark_vs_harvest(one_pass, &SEEN, None));
+    SEEN.report("one-pass harvest");
+}
+
+#[test]
 fn mark_before_take_is_never_lost() {
     static SEEN: Seen = Seen::new();
     loom::model(|| mark_vs_harvest(take, &SEEN, None));
@@ -283,8 +317,23 @@ fn broken_harvest_loses_a_mark() {
 /// harvests again.
 #[test]
 fn three_threads_two_words() {
-    static SEEN: Seen = Seen::new();
-    loom::model(|| {
+    three_threads_two_words_with(harvest_into, "three threads, two words");
+}
+
+#[test]
+fn three_threads_two_words_one_pass() {
+    three_threads_two_words_with(one_pass, "one-pass harvest: three threads, two words");
+}
+
+fn three_threads_two_words_with(harvest: Harvest, what: &'static str) {
+    static SEEN_H: Seen = Seen::new();
+    static SEEN_O: Seen = Seen::new();
+    let seen: &'static Seen = if what.starts_with("one-pass") {
+        &SEEN_O
+    } else {
+        &SEEN_H
+    };
+    loom::model(move || {
         let log = log_of(2);
         let published = Arc::new(AtomicBool::new(false));
         let a = {
@@ -302,7 +351,7 @@ fn three_threads_two_words() {
             })
         };
         let before = published.load(Ordering::Acquire);
-        let h1 = harvested(&log, harvest_into);
+        let h1 = harvested(&log, harvest);
         if before {
             assert!(
                 has(&h1, 63) && has(&h1, 64),
@@ -312,22 +361,22 @@ fn three_threads_two_words() {
         }
         a.join().unwrap();
         b.join().unwrap();
-        let h2 = harvested(&log, harvest_into);
+        let h2 = harvested(&log, harvest);
         for p in [5, 63, 64, 70] {
             exactly_once(p, &h1, &h2);
         }
         assert_clean(&log);
-        SEEN.executions.fetch_add(1, StdRelaxed);
-        SEEN.after_publish
+        seen.executions.fetch_add(1, StdRelaxed);
+        seen.after_publish
             .fetch_add(usize::from(before), StdRelaxed);
         let counter = if has(&h1, 70) {
-            &SEEN.caught
+            &seen.caught
         } else {
-            &SEEN.deferred
+            &seen.deferred
         };
         counter.fetch_add(1, StdRelaxed);
     });
-    SEEN.report("three threads, two words");
+    seen.report(what);
 }
 
 /// Nine words: the harvest checks words 0..8 with one batch of relaxed
@@ -337,7 +386,19 @@ fn three_threads_two_words() {
 #[test]
 fn batched_loads_nine_words() {
     static SEEN: Seen = Seen::new();
-    loom::model(|| {
+    nine_words(harvest_into, &SEEN, "nine words");
+}
+
+/// The one-pass harvest on the same nine words (one batch of its 64-word
+/// test, shorter than a batch).
+#[test]
+fn one_pass_nine_words() {
+    static SEEN: Seen = Seen::new();
+    nine_words(one_pass, &SEEN, "one-pass harvest: nine words");
+}
+
+fn nine_words(harvest: Harvest, seen: &'static Seen, what: &str) {
+    loom::model(move || {
         let log = log_of(9);
         let published = Arc::new(AtomicBool::new(false));
         let marker = {
@@ -349,7 +410,7 @@ fn batched_loads_nine_words() {
             })
         };
         let before = published.load(Ordering::Acquire);
-        let h1 = harvested(&log, harvest_into);
+        let h1 = harvested(&log, harvest);
         if before {
             assert!(
                 has(&h1, 449),
@@ -357,21 +418,21 @@ fn batched_loads_nine_words() {
             );
         }
         marker.join().unwrap();
-        let h2 = harvested(&log, harvest_into);
+        let h2 = harvested(&log, harvest);
         exactly_once(449, &h1, &h2);
         exactly_once(515, &h1, &h2);
         assert_clean(&log);
-        SEEN.executions.fetch_add(1, StdRelaxed);
-        SEEN.after_publish
+        seen.executions.fetch_add(1, StdRelaxed);
+        seen.after_publish
             .fetch_add(usize::from(before), StdRelaxed);
         let counter = if has(&h1, 515) {
-            &SEEN.caught
+            &seen.caught
         } else {
-            &SEEN.deferred
+            &seen.deferred
         };
         counter.fetch_add(1, StdRelaxed);
     });
-    SEEN.report("nine words");
+    seen.report(what);
 }
 
 /// `reset_range` against marks and a harvest, on one word. Before the

@@ -43,6 +43,9 @@ use alloc::vec::Vec;
 
 use super::error::DirtyError;
 use super::geometry::Geometry;
+use super::harvest::{self, HarvestCounts};
+use super::table::MemoryRangeTable;
+use crate::arch::Level;
 // core's atomics, or loom's under `--cfg loom` (tests/loom_dirty.rs).
 use super::sync::{AtomicU64, Ordering};
 
@@ -293,6 +296,98 @@ impl DirtyBitmap {
         }
         dirty += take_words(o, w, &v);
         Ok(dirty)
+    }
+
+    /// Harvests the log and builds the round's table in one pass: each
+    /// dirty word of the log is swapped to zero, ORed with the same word of
+    /// `other` (KVM's log for the same pages) and its runs of dirty pages
+    /// appended to `table` as ranges placed by `geometry` (normally
+    /// [`DirtyBitmap::geometry`], or the same page size from the region's
+    /// guest address). The ranges are those of
+    /// [`Scan::new(other, geometry).or(harvested)`](super::Scan::or) after a
+    /// [`DirtyBitmap::harvest_into`], and the log is left as that harvest
+    /// leaves it; but the log's words are read once, a clean word costs a
+    /// plain load and is never written (a batch of 64 clean words in both
+    /// logs is skipped after one test), and no harvested copy is written
+    /// unless asked for.
+    ///
+    /// `taken`, when given, is cleared and receives `(word index, word)` for
+    /// every word taken from the log, in order: the harvested log in sparse
+    /// form, for a caller that keeps it (one push per dirty word, where a
+    /// dense copy writes every word).
+    ///
+    /// Like [`MemoryRangeTable::extend_from`](super::MemoryRangeTable::extend_from),
+    /// the table is appended to (call [`MemoryRangeTable::clear`] first to
+    /// refill it) and a first range that continues its last one is joined to
+    /// it.
+    ///
+    /// Corresponds to what Cloud Hypervisor's `MemoryManager::dirty_log`
+    /// does per region with vm-memory's `AtomicBitmap::get_and_reset` (a
+    /// `SeqCst` `fetch_and(0)` on every word, into a new `Vec`), the `zip`
+    /// of KVM's and the VMM's words and `MemoryRangeTable::from_dirty_bitmap`,
+    /// three passes fused into one. The swap of only the words a plain load
+    /// saw dirty is the loop of Linux's `kvm_get_dirty_log_protect`; why it
+    /// loses no concurrent [`DirtyBitmap::mark`] is argued in `harvest.rs`
+    /// and model-checked in `tests/loom_dirty.rs`.
+    ///
+    /// ```
+    /// use spacekit::dirty::{DirtyBitmap, Geometry, MemoryRange, MemoryRangeTable};
+    ///
+    /// let g = Geometry::new(0, 4096)?;
+    /// let log = DirtyBitmap::new(g, 128 * 4096)?;
+    /// log.mark(2 * 4096, 2 * 4096)?;                   // pages 2-3, VMM writes
+    /// let kvm = [0b0001_0011u64, 1];                   // pages 0-1, 4 and 64
+    /// let mut table = MemoryRangeTable::new();
+    /// let mut taken = Vec::new();
+    /// let counts = log.harvest_or_into_table(&kvm, g, &mut table, Some(&mut taken))?;
+    /// assert_eq!(table.ranges(), [
+    ///     MemoryRange { gpa: 0, length: 5 * 4096 },
+    ///     MemoryRange { gpa: 64 * 4096, length: 4096 },
+    /// ]);
+    /// assert_eq!((counts.words, counts.pages, counts.other_pages), (1, 2, 4));
+    /// assert_eq!(taken, [(0, 0b1100)]);
+    /// assert!(!log.is_dirty(2 * 4096)?);               // harvested
+    /// # Ok::<(), spacekit::dirty::DirtyError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`DirtyError::LengthMismatch`] unless `other.len() == self.words()`;
+    /// [`DirtyError::OutOfRange`] if the log's last page would end past
+    /// 2^64 when placed by `geometry`. Nothing is harvested then.
+    pub fn harvest_or_into_table(
+        &self,
+        other: &[u64],
+        geometry: Geometry,
+        table: &mut MemoryRangeTable,
+        taken: Option<&mut Vec<(usize, u64)>>,
+    ) -> Result<HarvestCounts, DirtyError> {
+        self.harvest_or_at(other, geometry, table, taken, Level::detect())
+    }
+
+    /// [`DirtyBitmap::harvest_or_into_table`] at `level`.
+    pub(crate) fn harvest_or_at(
+        &self,
+        other: &[u64],
+        geometry: Geometry,
+        table: &mut MemoryRangeTable,
+        taken: Option<&mut Vec<(usize, u64)>>,
+        level: Level,
+    ) -> Result<HarvestCounts, DirtyError> {
+        if other.len() != self.words.len() {
+            return Err(DirtyError::LengthMismatch {
+                expected: self.words.len(),
+                found: other.len(),
+            });
+        }
+        geometry.check_span(self.words.len())?;
+        let mut taken = taken;
+        if let Some(t) = taken.as_deref_mut() {
+            t.clear();
+        }
+        let (shift, base) = (geometry.page_shift(), geometry.base());
+        Ok(table.extend_with(|out| {
+            harvest::harvest_or(&self.words, other, level, out, shift, base, taken)
+        }))
     }
 
     /// The atomic words themselves, under `--cfg loom` only: the hook

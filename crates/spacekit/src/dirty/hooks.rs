@@ -5,11 +5,16 @@
 
 pub use super::opts::ScanOpts;
 
+use alloc::vec::Vec;
+
+use super::atomic::DirtyBitmap;
 use super::builder::Scan;
 use super::error::DirtyError;
 use super::geometry::Geometry;
+use super::harvest::HarvestCounts;
 use super::iter::{DirtyRanges, DirtyRangesOr, RangeIter};
 use super::scan::{One, Or};
+use super::table::MemoryRangeTable;
 
 /// `scan` run with explicit [`ScanOpts`] (the table it fills is the same).
 pub fn scan_with(scan: Scan<'_>, opts: ScanOpts) -> Scan<'_> {
@@ -43,4 +48,19 @@ pub fn ranges_or_with<'a>(
         geometry,
         opts,
     )?))
+}
+
+/// [`DirtyBitmap::harvest_or_into_table`] at the level of `opts`.
+///
+/// # Errors
+/// As [`DirtyBitmap::harvest_or_into_table`].
+pub fn harvest_or_with(
+    log: &DirtyBitmap,
+    other: &[u64],
+    geometry: Geometry,
+    table: &mut MemoryRangeTable,
+    taken: Option<&mut Vec<(usize, u64)>>,
+    opts: ScanOpts,
+) -> Result<HarvestCounts, DirtyError> {
+    log.harvest_or_at(other, geometry, table, taken, opts.level())
 }

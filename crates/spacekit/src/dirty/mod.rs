@@ -19,7 +19,9 @@
 //!   reusing the table's allocation;
 //! * [`MemoryRangeTable`] speaks Cloud Hypervisor's wire format;
 //! * [`DirtyBitmap`] is the atomic log itself, and documents its memory
-//!   orderings; `VmmBitmap` (feature `vm-memory`) is the same log behind
+//!   orderings; [`DirtyBitmap::harvest_or_into_table`] harvests it, ORs
+//!   KVM's log in and builds the table in one pass over the words (a
+//!   migration round's harvest and table); `VmmBitmap` (feature `vm-memory`) is the same log behind
 //!   rust-vmm's `vm_memory::bitmap::Bitmap` traits, for
 //!   `GuestMemoryMmap<VmmBitmap>`;
 //! * [`ranges_from_pages`] (and [`ranges_from_pages_with_scratch`], which
@@ -59,6 +61,7 @@ mod atomic;
 mod builder;
 mod error;
 mod geometry;
+mod harvest;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod hooks;
 mod iter;
@@ -75,6 +78,7 @@ pub use atomic::DirtyBitmap;
 pub use builder::Scan;
 pub use error::DirtyError;
 pub use geometry::Geometry;
+pub use harvest::HarvestCounts;
 pub use iter::{DirtyRanges, DirtyRangesOr};
 pub use memory_range::MemoryRange;
 pub use ring::{ranges_from_pages, ranges_from_pages_with_scratch, scatter_pages};

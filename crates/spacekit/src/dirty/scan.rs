@@ -53,7 +53,7 @@ use super::memory_range::MemoryRange;
 pub(crate) const BUF: usize = 1024;
 
 /// Words per batch.
-const BATCH: usize = 64;
+pub(super) const BATCH: usize = 64;
 
 /// After a batch without edges ending before word `i`: the first word of
 /// `[i, end)` that differs from the stretch (every bit equal to `carry`),
@@ -393,7 +393,7 @@ unsafe fn emit_marked<W: Words, const U: usize>(
 
 /// Ranges a batch of the table builder may start (32 per word), plus the
 /// unconditional writes past the last one and the open run carried in.
-const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
+pub(super) const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
 
 /// The table builder's scan over words `[i, end)`: stage 1 as the edge
 /// scanner's, then each marked word writes its run starts and ends straight
@@ -538,7 +538,7 @@ impl<W: Words> RangeScan<W> {
 /// # Safety
 /// `p` must be valid for reads and writes of `n` initialised ranges.
 #[inline(always)]
-unsafe fn finish(p: *mut MemoryRange, n: usize, shift: u32, base: u64) {
+pub(super) unsafe fn finish(p: *mut MemoryRange, n: usize, shift: u32, base: u64) {
     // SAFETY: the caller guarantees `n` initialised ranges at `p`.
     let ranges = unsafe { core::slice::from_raw_parts_mut(p, n) };
     for r in ranges {

@@ -129,6 +129,19 @@ impl MemoryRangeTable {
         }
     }
 
+    /// Appends ranges with `fill` (which pushes them in ascending order to
+    /// the table's vector) and joins the first new range to the table's last
+    /// one when they touch, as [`MemoryRangeTable::extend_from`] does at its
+    /// seam. The one-pass harvest's way into a table.
+    pub(super) fn extend_with<R>(&mut self, fill: impl FnOnce(&mut Vec<MemoryRange>) -> R) -> R {
+        let old = self.data.len();
+        let r = fill(&mut self.data);
+        if old > 0 && old < self.data.len() && joinable(&self.data[old - 1], &self.data[old], 0) {
+            self.merge_from(old - 1, 0);
+        }
+        r
+    }
+
     /// Appends the maximal runs of `src` as ranges (no gap merging).
     fn extend_words<W: Words>(
         &mut self,

@@ -1,0 +1,268 @@
+//! The one-pass harvest: a VMM's atomic log taken (each dirty word swapped
+//! to zero), ORed with a hypervisor's log (KVM's) and turned into ranges,
+//! all in one pass over the words.
+//!
+//! The two-step way reads every word of the VMM log to take it
+//! ([`DirtyBitmap::harvest_into`](super::DirtyBitmap::harvest_into)),
+//! writes the taken words to a buffer, then reads that buffer and KVM's log
+//! again to build the table ([`Scan::or`](super::Scan::or)). Here each batch
+//! of 64 words (eight cache lines of each log) is:
+//!
+//! 0. tested: the log's words with plain (`Relaxed`) loads ORed together,
+//!    KVM's nonzero words found a vector at a time
+//!    ([`generic::nonzero_mask`]); a batch where both
+//!    are zero and no run is open is skipped, nothing written (not even the
+//!    log's lines, which stay clean in the cache);
+//! 1. taken: when the plain loads saw any dirty word, each log word seen
+//!    dirty is swapped to zero (`swap(0, Acquire)`) into a batch-sized
+//!    buffer that is otherwise zero;
+//! 2. emitted: each nonzero word of the OR (and a clean word after one
+//!    whose top bit is set, where a run ends) writes its run starts and
+//!    ends straight into the table (`generic::emit_word`, as the table
+//!    builder does) and adds its KVM word's pages to the count; the batch's
+//!    complete ranges become addresses while in cache. In a migration
+//!    round most words are clean, so the per-word work is on the few dirty
+//!    ones (the table builder's vector edge masks cost every word).
+//!
+//! # Why a load before the swap loses nothing
+//!
+//! A word whose plain load reads 0 is not swapped. A `mark` is a
+//! `fetch_or` on the word; it is either before the load in the word's
+//! modification order (then the load reads it, as every later value
+//! includes its bits: only a harvest's swap or `reset_range` clears them,
+//! and this harvest is the only one running) and the word is swapped, or
+//! after it, and then its bits stay in the word, untouched by this
+//! harvest, for the next one. The swap itself is one read-modify-write, so
+//! a mark is either in the value it returns (taken now) or after it in the
+//! word (taken next time): never in between, never lost. A word read
+//! nonzero may hold more bits by the time of its swap (marks that came in
+//! between): they are taken now. `tests/loom_dirty.rs` checks this over
+//! every interleaving, including a deliberately broken harvest that stores
+//! 0 after the load instead of swapping.
+
+use alloc::vec::Vec;
+
+use crate::arch::{self, Job, Level, Vector};
+
+use super::arch::generic;
+use super::memory_range::{range_of, MemoryRange};
+use super::scan::{finish, BATCH, BATCH_ROOM};
+use super::sync::{AtomicU64, Ordering};
+
+/// What a one-pass harvest
+/// ([`DirtyBitmap::harvest_or_into_table`](super::DirtyBitmap::harvest_or_into_table))
+/// took from the log and counted in the other bitmap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HarvestCounts {
+    /// Words of the log taken (seen dirty and swapped to zero).
+    pub words: usize,
+    /// Pages the log had: the set bits of the words taken.
+    pub pages: u64,
+    /// Pages of the other bitmap (KVM's): its set bits.
+    pub other_pages: u64,
+}
+
+/// The one-pass harvest of `words` ORed with `other` (of the same length,
+/// which the caller checked) into `out`, at `level`; each word taken is
+/// also pushed to `taken` (as `(index, word)`) when given.
+pub(super) fn harvest_or(
+    words: &[AtomicU64],
+    other: &[u64],
+    level: Level,
+    out: &mut Vec<MemoryRange>,
+    shift: u32,
+    base: u64,
+    taken: Option<&mut Vec<(usize, u64)>>,
+) -> HarvestCounts {
+    debug_assert_eq!(words.len(), other.len());
+    arch::run(
+        level,
+        HarvestOr {
+            words,
+            other,
+            out,
+            shift,
+            base,
+            taken,
+        },
+    )
+}
+
+/// The job of [`harvest_or`].
+struct HarvestOr<'a> {
+    words: &'a [AtomicU64],
+    other: &'a [u64],
+    out: &'a mut Vec<MemoryRange>,
+    shift: u32,
+    base: u64,
+    taken: Option<&'a mut Vec<(usize, u64)>>,
+}
+
+impl Job for HarvestOr<'_> {
+    type Output = HarvestCounts;
+
+    #[inline(always)]
+    fn run<V: Vector>(self) -> HarvestCounts {
+        let HarvestOr {
+            words,
+            other,
+            out,
+            shift,
+            base,
+            mut taken,
+        } = self;
+        let n = words.len().min(other.len());
+        let mut counts = HarvestCounts::default();
+        // The words taken from the log in the current batch, at their
+        // place in it; zero elsewhere (and zeroed again after a batch that
+        // took any).
+        let mut took = [0u64; BATCH];
+        // The start (a bit position) of the run still open at word `i`.
+        let mut open: Option<u64> = None;
+        let mut i = 0;
+        while i < n {
+            let m = BATCH.min(n - i);
+            let (ws, os) = (&words[i..i + m], &other[i..i + m]);
+            // Stage 0: a clean batch is only read.
+            let seen = ws.iter().fold(0, |acc, w| acc | w.load(Ordering::Relaxed));
+            let nonzero = generic::nonzero_mask::<V>(os);
+            if seen == 0 && nonzero == 0 {
+                if let Some(s) = open.take() {
+                    // A run open into the batch ends at its first page.
+                    out.push(range_of(s, i as u64 * 64, shift, base));
+                }
+                i += m;
+                continue;
+            }
+            // Stage 1: take the log's dirty words. A batch without any
+            // (KVM's pages only, the common case) skips this loop.
+            let mut took_mask = 0u64;
+            if seen != 0 {
+                for (j, (w, t)) in ws.iter().zip(&mut took).enumerate() {
+                    // Swap only a word seen dirty (see the module docs):
+                    // clean words are not written.
+                    if w.load(Ordering::Relaxed) != 0 {
+                        let v = w.swap(0, Ordering::Acquire);
+                        if v != 0 {
+                            *t = v;
+                            took_mask |= 1 << j;
+                            counts.words += 1;
+                            counts.pages += u64::from(v.count_ones());
+                            if let Some(tk) = taken.as_deref_mut() {
+                                tk.push((i + j, v));
+                            }
+                        }
+                    }
+                }
+            }
+            // The words that may have edges: the nonzero ones, and the
+            // first when a run is open into the batch (the word after one
+            // whose top bit is set joins them as the emission reaches it).
+            let carry = u64::from(open.is_some());
+            let mask = nonzero | took_mask | carry;
+            // Stage 2: the marked words' starts and ends, into the table.
+            out.reserve(BATCH_ROOM);
+            let len = out.len();
+            let p = out.spare_capacity_mut().as_mut_ptr().cast::<MemoryRange>();
+            let (mut ns, mut ne) = (0usize, 0usize);
+            if let Some(s) = open {
+                // SAFETY: `reserve` made room for `BATCH_ROOM` ranges past
+                // `len`; slot 0 is the first.
+                unsafe { core::ptr::addr_of_mut!((*p).gpa).write(s) };
+                ns = 1;
+            }
+            // As the table builder: two unconditional writes of each kind
+            // per word, four once more than 5/8 of the words are marked.
+            let dense = mask.count_ones() as usize * 8 > m * 5;
+            let batch = Batch {
+                took: &took,
+                other: os,
+                carry,
+                first: i,
+            };
+            // SAFETY: the batch begins at `ns <= 1` and `ne == 0`; its words
+            // add at most 32 starts and 32 ends each plus the unconditional
+            // writes, `BATCH_ROOM - 1` in all, within what `reserve` gave.
+            counts.other_pages += unsafe {
+                if dense {
+                    batch.emit::<4>(mask, p, &mut ns, &mut ne)
+                } else {
+                    batch.emit::<2>(mask, p, &mut ns, &mut ne)
+                }
+            };
+            // SAFETY: ranges `..ne` had their start and end written (an end
+            // follows its start), all within the reserved room.
+            unsafe { finish(p, ne, shift, base) };
+            open = if ns > ne {
+                // SAFETY: range `ne`'s start was written (`ne < ns`).
+                Some(unsafe { core::ptr::addr_of!((*p.add(ne)).gpa).read() })
+            } else {
+                None
+            };
+            // SAFETY: ranges `len..len + ne` are initialised (above).
+            unsafe { out.set_len(len + ne) };
+            if seen != 0 {
+                took = [0; BATCH];
+            }
+            i += m;
+        }
+        if let Some(s) = open {
+            // The last run is still open at the end of the bitmap.
+            out.push(range_of(s, n as u64 * 64, shift, base));
+        }
+        counts
+    }
+}
+
+/// One batch's words: the OR of the words taken from the log (`took`, zero
+/// where none was) and KVM's (`other`), from word `first` of the logs;
+/// `carry` is the bit below its first word.
+struct Batch<'a> {
+    took: &'a [u64; BATCH],
+    other: &'a [u64],
+    carry: u64,
+    first: usize,
+}
+
+impl Batch<'_> {
+    /// `generic::emit_word` for each word whose bit is set in `mask` (word
+    /// indices below `other.len()`), and for each word after one whose top
+    /// bit is set (a run ends at its first page, or goes on through it);
+    /// returns the set bits of KVM's words among them (`mask` must cover
+    /// every nonzero one).
+    ///
+    /// # Safety
+    /// `out` must be valid for writes of ranges `..*ns.max(*ne) + BATCH_ROOM`
+    /// when the batch began.
+    #[inline(always)]
+    unsafe fn emit<const U: usize>(
+        &self,
+        mut mask: u64,
+        out: *mut MemoryRange,
+        ns: &mut usize,
+        ne: &mut usize,
+    ) -> u64 {
+        let m = self.other.len();
+        let mut pages = 0u64;
+        while mask != 0 {
+            let t = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let o = self.other[t];
+            pages += u64::from(o.count_ones());
+            let w = self.took[t] | o;
+            let below = if t == 0 {
+                self.carry
+            } else {
+                (self.took[t - 1] | self.other[t - 1]) >> 63
+            };
+            let e = w ^ ((w << 1) | below);
+            if w >> 63 != 0 && t + 1 < m {
+                mask |= 1 << (t + 1);
+            }
+            // SAFETY: the caller's guarantee; a word adds at most 32 starts
+            // and 32 ends, 64 words at most.
+            unsafe { generic::emit_word::<U>((self.first + t) as u64 * 64, w, e, out, ns, ne) };
+        }
+        pages
+    }
+}
