@@ -247,6 +247,9 @@ pub fn ch_send<S: Read + Write>(
     expect_ok(s, "Complete")
 }
 
+/// A request header as received: command, its 6 bytes, length.
+pub type Header = (u16, [u8; 6], u64);
+
 /// Serves one extra connection as Cloud Hypervisor's receive worker does:
 /// the role (only 1, pre-copy memory, is served), then `Memory` requests
 /// into `memory` until the sender closes the connection between two
@@ -255,7 +258,7 @@ pub fn ch_send<S: Read + Write>(
 pub fn ch_receive_extra<S: Read + Write>(
     s: &mut S,
     memory: &std::sync::Mutex<Vec<u8>>,
-) -> Result<(u64, Vec<(u16, [u8; 6], u64)>), String> {
+) -> Result<(u64, Vec<Header>), String> {
     let mut role = [0u8; 2];
     s.read_exact(&mut role)
         .map_err(|e| format!("reading the role: {e}"))?;

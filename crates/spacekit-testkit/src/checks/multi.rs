@@ -83,7 +83,7 @@ fn memory_request(input: &mut Input, lo: u64, hi: u64, sparse_ok: bool) -> (Vec<
         let mut at = 0;
         while at < l {
             let k = (l - at).min(PAGE);
-            if sparse && page_no % 64 == 0 {
+            if sparse && page_no.is_multiple_of(64) {
                 let in_group = (pages - page_no).min(64);
                 mask = input.u64();
                 if input.below(16) != 0 && in_group < 64 {
@@ -150,7 +150,7 @@ fn model_request(s: &[u8], mem: &mut [u8], sparse_ok: bool) -> Option<(u64, u64,
             let k = (l - at).min(PAGE) as usize;
             let dst = &mut mem[(g + at) as usize..(g + at) as usize + k];
             if sparse {
-                if p % 64 == 0 {
+                if p.is_multiple_of(64) {
                     if s.len() < pos + 8 {
                         return None;
                     }
