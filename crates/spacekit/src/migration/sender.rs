@@ -272,13 +272,16 @@ impl Sender {
     /// receiver (and spacekit's [`Receiver::serve_connections`]) expect
     /// first. Then pass it to [`Sender::send_memory_parallel`].
     ///
-    /// [`MEMORY_CONNECTION_ROLE`]: super::MEMORY_CONNECTION_ROLE
-    /// [`Receiver::serve_connections`]: super::Receiver::serve_connections
+    /// [`MEMORY_CONNECTION_ROLE`]: super::connections::MEMORY_CONNECTION_ROLE
+    /// [`Receiver::serve_connections`]: super::receiver::Receiver::serve_connections
     ///
     /// # Errors
     /// [`MigrationError::Io`].
     pub fn attach<S: Write + ?Sized>(&mut self, stream: &mut S) -> Result<(), MigrationError> {
-        write_all(stream, &super::MEMORY_CONNECTION_ROLE.to_le_bytes())?;
+        write_all(
+            stream,
+            &super::connections::MEMORY_CONNECTION_ROLE.to_le_bytes(),
+        )?;
         stream.flush().map_err(|e| MigrationError::io(&e))
     }
 
