@@ -21,6 +21,13 @@
 //!   table and split there), `State`, then `Complete`, and checks only each
 //!   answer's status.
 //!
+//! * extra connections (its multi-connection migration): an extra
+//!   connection to the receiver's listener begins with a `u16` connection
+//!   role (1: pre-copy memory; 2: post-copy faults; 0 invalid), then
+//!   carries only `Memory` requests, each answered, until the sender closes
+//!   it between two requests; the receiver writes them into guest memory
+//!   concurrently with the main connection.
+//!
 //! Used by `tests/ch_peer.rs` and by the CLI's migrate tests.
 
 use std::io::{Read, Write};
@@ -237,5 +244,110 @@ pub fn ch_send<S: Read + Write>(
     s.write_all(state).map_err(|e| e.to_string())?;
     expect_ok(s, "State")?;
     request(s, if paused { 8 } else { 5 }, 0)?;
+    expect_ok(s, "Complete")
+}
+
+/// A request header as received: command, its 6 bytes, length.
+pub type Header = (u16, [u8; 6], u64);
+
+/// Serves one extra connection as Cloud Hypervisor's receive worker does:
+/// the role (only 1, pre-copy memory, is served), then `Memory` requests
+/// into `memory` until the sender closes the connection between two
+/// requests. Returns the `Memory` requests served and every header seen,
+/// or why it dropped the connection.
+pub fn ch_receive_extra<S: Read + Write>(
+    s: &mut S,
+    memory: &std::sync::Mutex<Vec<u8>>,
+) -> Result<(u64, Vec<Header>), String> {
+    let mut role = [0u8; 2];
+    s.read_exact(&mut role)
+        .map_err(|e| format!("reading the role: {e}"))?;
+    if u16::from_le_bytes(role) != 1 {
+        return Err(format!("role {}", u16::from_le_bytes(role)));
+    }
+    let mut headers = Vec::new();
+    let mut requests = 0;
+    loop {
+        let mut h = [0u8; 16];
+        match s.read(&mut h[..1]) {
+            Ok(0) => return Ok((requests, headers)),
+            Ok(_) => {}
+            Err(e) => return Err(format!("reading a request: {e}")),
+        }
+        s.read_exact(&mut h[1..])
+            .map_err(|e| format!("reading a request: {e}"))?;
+        let command = u16::from_le_bytes([h[0], h[1]]);
+        let length = u64_at(&h[8..]);
+        headers.push((command, h[2..8].try_into().unwrap(), length));
+        if command != 4 || !length.is_multiple_of(16) {
+            return Err(format!("command {command:#x} on a memory connection"));
+        }
+        let mut table = vec![0u8; length as usize];
+        s.read_exact(&mut table)
+            .map_err(|e| format!("reading a table: {e}"))?;
+        for e in table.chunks_exact(16) {
+            let (gpa, len) = (u64_at(&e[..8]), u64_at(&e[8..]));
+            let mut data = vec![0u8; len as usize];
+            s.read_exact(&mut data)
+                .map_err(|e| format!("reading memory: {e}"))?;
+            let mut m = memory.lock().unwrap();
+            let end = gpa.checked_add(len).filter(|&e| e <= m.len() as u64);
+            let Some(end) = end else {
+                let _ = answer(s, 2);
+                return Err("range outside memory".into());
+            };
+            m[gpa as usize..end as usize].copy_from_slice(&data);
+        }
+        requests += 1;
+        answer(s, 1)?;
+    }
+}
+
+/// Sends `parts` on an extra connection as Cloud Hypervisor's send worker
+/// does: the role 1, then one `Memory` request per part, each waiting for
+/// its answer.
+pub fn ch_send_extra<S: Read + Write>(
+    s: &mut S,
+    source: &[u8],
+    parts: &[Vec<(u64, u64)>],
+) -> Result<(), String> {
+    s.write_all(&1u16.to_le_bytes())
+        .map_err(|e| e.to_string())?;
+    for part in parts {
+        request(s, 4, part.len() as u64 * 16)?;
+        let mut table = Vec::new();
+        for (gpa, len) in part {
+            table.extend_from_slice(&gpa.to_le_bytes());
+            table.extend_from_slice(&len.to_le_bytes());
+        }
+        s.write_all(&table).map_err(|e| e.to_string())?;
+        for (gpa, len) in part {
+            s.write_all(&source[*gpa as usize..(*gpa + *len) as usize])
+                .map_err(|e| e.to_string())?;
+        }
+        expect_ok(s, "Memory")?;
+    }
+    Ok(())
+}
+
+/// Sends a migration's control requests as Cloud Hypervisor's sender does
+/// with several connections: `Start`, `Config`, then `between` (which sends
+/// the memory on extra connections), then `State` and `Complete`.
+pub fn ch_send_control<S: Read + Write>(
+    s: &mut S,
+    config: &[u8],
+    state: &[u8],
+    between: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    request(s, 1, 0)?;
+    expect_ok(s, "Start")?;
+    request(s, 2, config.len() as u64)?;
+    s.write_all(config).map_err(|e| e.to_string())?;
+    expect_ok(s, "Config")?;
+    between()?;
+    request(s, 3, state.len() as u64)?;
+    s.write_all(state).map_err(|e| e.to_string())?;
+    expect_ok(s, "State")?;
+    request(s, 5, 0)?;
     expect_ok(s, "Complete")
 }

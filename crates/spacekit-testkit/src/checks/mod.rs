@@ -13,6 +13,7 @@ pub mod ext4;
 pub mod freespace;
 pub mod input;
 pub mod maps;
+pub mod multi;
 #[cfg(feature = "tar")]
 pub mod populate_tar;
 pub mod rangetree;
@@ -32,6 +33,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("dirty", dirty::run),
     ("migration_wire", wire::run),
     ("migration_session", session::run),
+    ("migration_multi", multi::run),
     ("proc_maps", maps::run),
     ("rangetree", rangetree::run),
     ("buddy", buddy::run),

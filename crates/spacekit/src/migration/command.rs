@@ -3,9 +3,9 @@
 
 /// What a [`Request`](super::Request) asks for: Cloud Hypervisor's
 /// `vm_migration::protocol::Command` (1 to 9; 0 is its `Invalid`, which no
-/// peer sends), plus one spacekit extension ([`Command::PageHashes`])
-/// numbered outside Cloud Hypervisor's range and only ever sent after both
-/// sides agreed on it ([`Extensions`]).
+/// peer sends), plus two spacekit extensions ([`Command::PageHashes`],
+/// [`Command::SparseMemory`]) numbered outside Cloud Hypervisor's range and
+/// only ever sent after both sides agreed on them ([`Extensions`]).
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -51,6 +51,25 @@ pub enum Command {
     /// know the value and drops the connection without an answer, which is
     /// why it is negotiated first.
     PageHashes = 0x5348,
+    /// **spacekit's own extension, not part of Cloud Hypervisor's
+    /// protocol** (value `0x535a`, "SZ"), sent instead of
+    /// [`Command::Memory`] only when the receiver accepted
+    /// [`Extensions::ZERO_PAGES`] in its answer to `Start`: a memory request
+    /// whose all-zero pages travel without payload. The header and table are
+    /// `Memory`'s (`length` is the table's byte length, a multiple of 16;
+    /// the table's 16-byte `{gpa, length}` entries follow). The contents
+    /// that follow are cut into *pages*: each range, in table order, into
+    /// 4096-byte pieces from its `gpa` (its last piece may be shorter).
+    /// The pages, counted across ranges in table order, form groups of 64
+    /// (the last group may be shorter). Each group is a little-endian `u64`
+    /// *zero mask* — bit `i` set: page `i` of the group is all zero bytes
+    /// and is not sent; bits at or above the group's page count are 0 —
+    /// then the bytes of each page of the group whose bit is clear, in
+    /// order. The receiver writes zeros to the pages whose bit is set (it
+    /// may not assume its memory is zero) and the received bytes to the
+    /// others, and answers as for `Memory`. A table with no contents (no
+    /// ranges, or only empty ones) has no groups.
+    SparseMemory = 0x535a,
 }
 
 impl Command {
@@ -90,8 +109,8 @@ pub enum ReceiveState {
     Established,
     /// `Start` accepted; waiting for `Config`.
     Started,
-    /// `Config` accepted; `Memory` (and page hashes, if negotiated) until
-    /// `State`.
+    /// `Config` accepted; `Memory` (and the negotiated extensions' requests)
+    /// until `State`.
     Configured,
     /// `State` accepted; waiting for `Complete` or `CompletePaused`.
     StateReceived,
@@ -141,8 +160,11 @@ impl Extensions {
     pub const NONE: Extensions = Extensions(0);
     /// [`Command::PageHashes`]: the destination's CRC-32C of every page.
     pub const PAGE_HASHES: Extensions = Extensions(1);
+    /// [`Command::SparseMemory`]: all-zero 4 KiB pages are sent as bits of
+    /// a mask, without their bytes.
+    pub const ZERO_PAGES: Extensions = Extensions(2);
     /// Every extension this version of spacekit knows.
-    pub const ALL: Extensions = Extensions(1);
+    pub const ALL: Extensions = Extensions(3);
 
     /// The set of `bits`, keeping only the extensions spacekit knows.
     pub fn from_bits(bits: u16) -> Extensions {
@@ -167,6 +189,16 @@ impl Extensions {
     /// The extensions in both sets.
     pub fn intersection(self, other: Extensions) -> Extensions {
         Extensions(self.0 & other.0)
+    }
+
+    /// The extensions in either set.
+    pub fn union(self, other: Extensions) -> Extensions {
+        Extensions(self.0 | other.0)
+    }
+
+    /// The extensions of `self` that are not in `other`.
+    pub fn difference(self, other: Extensions) -> Extensions {
+        Extensions(self.0 & !other.0)
     }
 }
 

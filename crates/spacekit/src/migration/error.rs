@@ -179,6 +179,44 @@ pub enum MigrationError {
         /// Pages in the second list.
         remote: usize,
     },
+    /// A [`Command::SparseMemory`] zero mask with bits set at or above its
+    /// group's page count.
+    BadZeroMask {
+        /// The mask as received.
+        mask: u64,
+        /// Pages in its group.
+        pages: u32,
+    },
+    /// [`Sender::send_memory_parallel`](super::Sender::send_memory_parallel)
+    /// was given no stream.
+    NoConnections,
+    /// A request other than `Memory` (or a negotiated `SparseMemory`) on an
+    /// extra memory connection, which carries nothing else (as in Cloud
+    /// Hypervisor's multi-connection migration).
+    NotOnExtraConnection {
+        /// The request's command.
+        command: Command,
+    },
+    /// A memory request on an extra connection before the main connection
+    /// accepted `Config`, or after it accepted `State`.
+    MemoryClosed,
+    /// `State` arrived on the main connection while memory requests were
+    /// still in progress on extra connections: the sender did not wait for
+    /// their answers, so the memory is not known to be whole.
+    MemoryInFlight {
+        /// Requests in progress.
+        requests: usize,
+    },
+    /// An extra memory connection failed; the migration fails with it.
+    Connection {
+        /// The connection's number, from 1 in the order accepted.
+        index: usize,
+        /// What went wrong on it.
+        error: std::boxed::Box<MigrationError>,
+    },
+    /// The migration ended on its main connection (completed or failed)
+    /// while an extra connection was still in use.
+    Stopped,
 }
 
 impl MigrationError {
@@ -293,6 +331,32 @@ impl fmt::Display for MigrationError {
             MigrationError::PageCountMismatch { local, remote } => write!(
                 f,
                 "page hash lists of different lengths: {local} and {remote} pages"
+            ),
+            MigrationError::BadZeroMask { mask, pages } => write!(
+                f,
+                "zero mask {mask:#x} has bits past its group of {pages} pages"
+            ),
+            MigrationError::NoConnections => {
+                write!(f, "no connection to send memory on")
+            }
+            MigrationError::NotOnExtraConnection { command } => write!(
+                f,
+                "{command:?} request on an extra connection, which carries memory only"
+            ),
+            MigrationError::MemoryClosed => write!(
+                f,
+                "memory request on an extra connection before Config or after State"
+            ),
+            MigrationError::MemoryInFlight { requests } => write!(
+                f,
+                "State arrived with {requests} memory request(s) still in progress on extra connections"
+            ),
+            MigrationError::Connection { index, error } => {
+                write!(f, "extra migration connection {index} failed: {error}")
+            }
+            MigrationError::Stopped => write!(
+                f,
+                "the migration ended on its main connection while this connection was in use"
             ),
         }
     }

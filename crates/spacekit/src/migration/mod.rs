@@ -40,32 +40,70 @@
 //! migration), and drains the payload of every request it refuses before
 //! answering with the error.
 //!
-//! **spacekit's extension** ([`Extensions`]): one request outside Cloud
-//! Hypervisor's numbering, [`Command::PageHashes`] (`0x5348`), which asks
-//! the receiver for the CRC-32C of each page of its memory so the sender can
-//! check after the final round that destination and source agree
-//! ([`hash_pages`], [`diff_pages`]). It is offered in `Start` header bytes
-//! Cloud Hypervisor ignores and used only when the receiver accepted it in
-//! the padding of its answer, which Cloud Hypervisor leaves zero: against a
-//! plain Cloud Hypervisor peer the sender speaks the plain protocol and the
-//! page check is not available ([`MigrationError::NotNegotiated`]).
+//! **spacekit's extensions** ([`Extensions`]): two requests outside
+//! Cloud Hypervisor's numbering, each offered in `Start` header bytes Cloud
+//! Hypervisor ignores and used only when the receiver accepted it in the
+//! padding of its answer, which Cloud Hypervisor leaves zero — so against a
+//! plain Cloud Hypervisor peer the sender speaks the plain protocol:
+//!
+//! * [`Command::PageHashes`] (`0x5348`, [`Extensions::PAGE_HASHES`]) asks
+//!   the receiver for the CRC-32C of each page of its memory so the sender
+//!   can check after the final round that destination and source agree
+//!   ([`hash_pages`], [`diff_pages`]); not negotiated, the page check is not
+//!   available ([`MigrationError::NotNegotiated`]);
+//! * [`Command::SparseMemory`] (`0x535a`, [`Extensions::ZERO_PAGES`]) is a
+//!   `Memory` request whose all-zero 4 KiB pages travel as one bit of a
+//!   per-64-pages zero mask instead of 4096 bytes (the layout is on
+//!   [`Command::SparseMemory`]); [`Sender::send_memory`] tests each page as
+//!   it copies it out (a SIMD test at the level `crate::arch` detected)
+//!   and [`SendStats`] reports the bytes sent as payload and the bytes
+//!   skipped as zero. The receiver writes the zeros (it never assumes its
+//!   memory is zero).
+//!
+//! **Several connections** ([`Sender::attach`],
+//! [`Sender::send_memory_parallel`], [`Receiver::serve_connections`],
+//! [`Listener`]): Cloud Hypervisor's own scheme, so nothing is negotiated —
+//! extra connections to the receiver's listener begin with a two-byte
+//! connection role ([`MEMORY_CONNECTION_ROLE`]) and then carry only memory
+//! requests, in parallel with each other and the main connection, which
+//! keeps `Start`, `Config`, `State` and `Complete`. A round is cut into
+//! parts of about equal bytes, one request per connection; the last round
+//! (the VM paused) goes on the main connection. The receiver writes each
+//! request where its table says, on one thread per connection, never two
+//! at once on the same bytes, and refuses `State` while memory is still in
+//! progress elsewhere. Extensions accepted on the main connection hold on
+//! its extra connections.
+//!
+//! **Interruptions**: a peer that dies or a connection that closes ends
+//! the migration with a typed error on the survivor (a stream that ends or
+//! fails: [`MigrationError::Truncated`], [`MigrationError::Io`]; an extra
+//! connection's failure: [`MigrationError::Connection`]), never with
+//! success, and [`Receiver::summary`] counts only memory requests that
+//! arrived whole.
 
 mod command;
+mod connections;
 mod error;
+mod inbound;
 mod receiver;
 mod sender;
+#[doc(hidden)]
+pub mod session;
 mod source;
 #[cfg(unix)]
 mod unix;
 mod wire;
+mod zero;
 
 pub use command::{version_supported, Command, Extensions, ReceiveState, Status, PROTOCOL_VERSION};
+pub use connections::{Listener, MEMORY_CONNECTION_ROLE};
 pub use error::MigrationError;
 pub use receiver::{
-    ReceiveSummary, Receiver, DRAIN_LIMIT_BYTES, MAX_PAYLOAD_BYTES, MAX_TABLE_BYTES,
+    ReceiveSummary, Receiver, DRAIN_LIMIT_BYTES, MAX_EXTRA_CONNECTIONS, MAX_PAYLOAD_BYTES,
+    MAX_TABLE_BYTES,
 };
 pub use sender::{SendStats, Sender, DEFAULT_BUFFER_BYTES};
 pub use source::{diff_pages, hash_pages, MemorySource};
 #[cfg(unix)]
-pub use unix::receive_on_unix_socket;
+pub use unix::{receive_connections_on_unix_socket, receive_on_unix_socket};
 pub use wire::{Request, Response, REQUEST_BYTES, RESPONSE_BYTES};

@@ -2,15 +2,16 @@
 
 use alloc::vec::Vec;
 use std::io::{Read, Write};
+use std::time::Duration;
 
 use super::command::{
     accept_padding, offered, version_supported, Command, Extensions, ReceiveState, Status,
 };
 use super::error::MigrationError;
+use super::inbound::{receive_memory, Target, Watched};
+use super::session::{MemoryTotals, Session};
 use super::source::page_count;
-use super::wire::{
-    check_range, decode_range, read_full, split_header, write_all, Request, Response, REQUEST_BYTES,
-};
+use super::wire::{read_full, split_header, write_all, Request, Response, REQUEST_BYTES};
 use crate::crc32c;
 use crate::dirty::WIRE_RANGE_BYTES;
 
@@ -26,8 +27,15 @@ pub const MAX_PAYLOAD_BYTES: u64 = 256 << 20;
 /// discards by default before it answers with the error: 256 MiB.
 pub const DRAIN_LIMIT_BYTES: u64 = 256 << 20;
 
-/// What a [`Receiver`] received on one connection, up to
-/// [`Command::Complete`] or [`Command::CompletePaused`].
+/// How many extra memory connections a [`Receiver`] accepts by default:
+/// 128, Cloud Hypervisor's own bound.
+pub const MAX_EXTRA_CONNECTIONS: usize = 128;
+
+/// What a [`Receiver`] received, up to [`Command::Complete`] or
+/// [`Command::CompletePaused`] — or, from [`Receiver::summary`] after a
+/// failure, up to the failure: memory is counted only for requests that
+/// arrived whole, so a failed migration's summary never claims memory that
+/// did not arrive.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReceiveSummary {
@@ -42,12 +50,21 @@ pub struct ReceiveSummary {
     pub config_bytes: u64,
     /// Bytes of the `State` payload.
     pub state_bytes: u64,
-    /// [`Command::Memory`] requests.
+    /// Memory requests received whole ([`Command::Memory`] and
+    /// [`Command::SparseMemory`], on every connection).
     pub memory_requests: u64,
-    /// Ranges in all memory tables.
+    /// Ranges in their tables.
     pub ranges: u64,
-    /// Guest memory bytes received (the ranges' contents).
+    /// Guest memory bytes received (the ranges' contents, zero pages
+    /// included).
     pub bytes: u64,
+    /// Of [`ReceiveSummary::bytes`], the bytes of all-zero pages that came
+    /// without payload ([`Extensions::ZERO_PAGES`]) and were written as
+    /// zeros.
+    pub zero_bytes: u64,
+    /// Extra memory connections accepted
+    /// ([`Receiver::serve_connections`]).
+    pub extra_connections: u64,
     /// [`Command::PageHashes`] requests.
     pub page_hash_requests: u64,
     /// The migration ended with [`Command::CompletePaused`]: the source VM
@@ -112,14 +129,30 @@ enum Flow {
 #[derive(Debug)]
 pub struct Receiver<'m> {
     memory: &'m mut [u8],
+    limits: Limits,
+    main: MainState,
+}
+
+/// A receiver's settings.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    pub(super) max_table_bytes: u64,
+    pub(super) max_payload_bytes: u64,
+    pub(super) drain_limit: u64,
+    pub(super) extensions: Extensions,
+    pub(super) max_connections: usize,
+    pub(super) idle_timeout: Option<Duration>,
+}
+
+/// What the main connection's loop keeps.
+#[derive(Debug, Default)]
+pub(super) struct MainState {
     /// The current request's table, reused across requests.
     table: Vec<u8>,
-    max_table_bytes: u64,
-    max_payload_bytes: u64,
-    drain_limit: u64,
-    extensions: Extensions,
     vm_config: Option<Vec<u8>>,
     vm_state: Option<Vec<u8>>,
+    /// The summary so far (the last one after a stream ended).
+    summary: ReceiveSummary,
 }
 
 /// The serve loop's view of one request in progress.
@@ -140,13 +173,15 @@ impl<'m> Receiver<'m> {
         let max_table_bytes = Self::default_max_table_bytes(memory.len() as u64);
         Receiver {
             memory,
-            table: Vec::new(),
-            max_table_bytes,
-            max_payload_bytes: MAX_PAYLOAD_BYTES,
-            drain_limit: DRAIN_LIMIT_BYTES,
-            extensions: Extensions::ALL,
-            vm_config: None,
-            vm_state: None,
+            limits: Limits {
+                max_table_bytes,
+                max_payload_bytes: MAX_PAYLOAD_BYTES,
+                drain_limit: DRAIN_LIMIT_BYTES,
+                extensions: Extensions::ALL,
+                max_connections: MAX_EXTRA_CONNECTIONS,
+                idle_timeout: None,
+            },
+            main: MainState::default(),
         }
     }
 
@@ -166,25 +201,25 @@ impl<'m> Receiver<'m> {
     /// arrives, so a stream that ends early never makes the receiver
     /// allocate more than it sent.
     pub fn with_max_table_bytes(mut self, max: u64) -> Self {
-        self.max_table_bytes = max;
+        self.limits.max_table_bytes = max;
         self
     }
 
     /// The cap on a memory table's length in bytes.
     pub fn max_table_bytes(&self) -> u64 {
-        self.max_table_bytes
+        self.limits.max_table_bytes
     }
 
     /// Sets the cap on a `Config` or `State` payload in bytes (read as it
     /// arrives, like the table).
     pub fn with_max_payload_bytes(mut self, max: u64) -> Self {
-        self.max_payload_bytes = max;
+        self.limits.max_payload_bytes = max;
         self
     }
 
     /// The cap on a `Config` or `State` payload in bytes.
     pub fn max_payload_bytes(&self) -> u64 {
-        self.max_payload_bytes
+        self.limits.max_payload_bytes
     }
 
     /// Sets how many bytes of a refused request's remaining payload are read
@@ -192,20 +227,43 @@ impl<'m> Receiver<'m> {
     /// payload longer than this is left unread, and the peer may then see
     /// the connection reset rather than the answer.
     pub fn with_drain_limit(mut self, bytes: u64) -> Self {
-        self.drain_limit = bytes;
+        self.limits.drain_limit = bytes;
         self
     }
 
     /// How many bytes of a refused request's payload are drained.
     pub fn drain_limit(&self) -> u64 {
-        self.drain_limit
+        self.limits.drain_limit
     }
 
     /// Sets the spacekit extensions this receiver accepts when a sender
     /// offers them ([`Extensions::NONE`]: answer exactly as Cloud
     /// Hypervisor's receiver does, and refuse every extension request).
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
-        self.extensions = extensions;
+        self.limits.extensions = extensions;
+        self
+    }
+
+    /// Sets how many extra memory connections
+    /// [`Receiver::serve_connections`] accepts (default
+    /// [`MAX_EXTRA_CONNECTIONS`]); more are closed at once.
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.limits.max_connections = max;
+        self
+    }
+
+    /// Sets how long [`Receiver::serve_connections`] waits for the next
+    /// byte on a connection before it fails the migration
+    /// ([`MigrationError::Io`] of kind `TimedOut`); `None` (the default)
+    /// waits as long as the connection is open (pre-copy rounds may be far
+    /// apart). It needs streams with a read timeout (the [`Listener`]s
+    /// give their streams one; set one on the main stream), as does
+    /// noticing an extra connection's failure while the main connection is
+    /// quiet.
+    ///
+    /// [`Listener`]: super::Listener
+    pub fn with_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.limits.idle_timeout = timeout;
         self
     }
 
@@ -216,12 +274,19 @@ impl<'m> Receiver<'m> {
 
     /// The `Config` payload accepted on the last stream served, if any.
     pub fn vm_config(&self) -> Option<&[u8]> {
-        self.vm_config.as_deref()
+        self.main.vm_config.as_deref()
     }
 
     /// The `State` payload accepted on the last stream served, if any.
     pub fn vm_state(&self) -> Option<&[u8]> {
-        self.vm_state.as_deref()
+        self.main.vm_state.as_deref()
+    }
+
+    /// What the last migration served received, also after it failed: its
+    /// memory counts only requests that arrived whole (on every
+    /// connection), so they never claim memory that did not arrive.
+    pub fn summary(&self) -> ReceiveSummary {
+        self.main.summary
     }
 
     /// Serves one migration on `stream`, keeping the `Config` and `State`
@@ -288,7 +353,44 @@ impl<'m> Receiver<'m> {
         S: Read + Write + ?Sized,
         F: FnMut(Command, &[u8]) -> Result<(), alloc::string::String>,
     {
-        let mut summary = ReceiveSummary::default();
+        let session = Session::new();
+        let target = Target::new(self.memory, &session);
+        let mut watched = Watched::new(stream, None, true, None);
+        let res = self
+            .main
+            .run(&mut watched, &self.limits, &target, &mut on_payload);
+        session.end();
+        res
+    }
+
+    /// Records the extra connections a session accepted in the summary.
+    pub(super) fn record_extra_connections(&mut self, n: u64) {
+        self.main.summary.extra_connections = n;
+    }
+
+    /// Splits the receiver for a session: its memory, settings and the main
+    /// connection's state.
+    pub(super) fn parts(&mut self) -> (&mut [u8], &Limits, &mut MainState) {
+        (self.memory, &self.limits, &mut self.main)
+    }
+}
+
+impl MainState {
+    /// Serves one migration on the main connection `stream` into `target`
+    /// (see [`Receiver::serve_with`]).
+    pub(super) fn run<S, F>(
+        &mut self,
+        stream: &mut S,
+        limits: &Limits,
+        target: &Target<'_>,
+        on_payload: &mut F,
+    ) -> Result<ReceiveSummary, MigrationError>
+    where
+        S: Read + Write + ?Sized,
+        F: FnMut(Command, &[u8]) -> Result<(), alloc::string::String>,
+    {
+        let session = target.session();
+        self.summary = ReceiveSummary::default();
         let mut state = ReceiveState::Established;
         self.vm_config = None;
         self.vm_state = None;
@@ -297,46 +399,59 @@ impl<'m> Receiver<'m> {
         // least as large as the buffer is read straight into memory).
         let mut buffered = BufStream::new(stream);
         let stream = &mut buffered;
-        loop {
+        let res = loop {
             let mut header = [0u8; REQUEST_BYTES];
             if let Err(e) = read_full(stream, &mut header, "request header") {
-                return Err(refuse(stream, e, 0, self.drain_limit));
+                break Err(refuse(stream, e, 0, limits.drain_limit));
             }
             let mut cur = Current {
                 header_end: stream.consumed,
                 payload: split_header(&header).1,
             };
-            summary.requests += 1;
-            let step = Request::from_bytes(&header).and_then(|req| {
-                self.handle(
-                    stream,
-                    req,
-                    &mut state,
-                    &mut cur,
-                    &mut summary,
-                    &mut on_payload,
-                )
-            });
+            self.summary.requests += 1;
+            let step = match session.failure() {
+                Some(e) => Err(e),
+                None => Request::from_bytes(&header).and_then(|req| {
+                    self.handle(
+                        stream, req, &mut state, &mut cur, limits, target, on_payload,
+                    )
+                }),
+            };
             match step {
                 Ok(Flow::Continue) => {}
-                Ok(Flow::Complete) => return Ok(summary),
-                Ok(Flow::Abandoned) => return Err(MigrationError::Abandoned),
+                Ok(Flow::Complete) => break Ok(self.summary),
+                Ok(Flow::Abandoned) => break Err(MigrationError::Abandoned),
                 Err(e) => {
                     let left = cur.payload.saturating_sub(stream.consumed - cur.header_end);
-                    return Err(refuse(stream, e, left, self.drain_limit));
+                    break Err(refuse(stream, e, left, limits.drain_limit));
                 }
             }
-        }
+        };
+        // An extra connection's failure is the cause of what the main
+        // connection saw after it.
+        let res = match (res, session.failure()) {
+            (Err(_), Some(e)) => Err(e),
+            (r, _) => r,
+        };
+        session.end();
+        let extra = session.totals();
+        self.summary.memory_requests += extra.requests;
+        self.summary.ranges += extra.ranges;
+        self.summary.bytes += extra.bytes;
+        self.summary.zero_bytes += extra.zero_bytes;
+        res.map(|_| self.summary)
     }
 
     /// Serves one request whose header was read.
+    #[allow(clippy::too_many_arguments)]
     fn handle<S, F>(
         &mut self,
         stream: &mut S,
         req: Request,
         state: &mut ReceiveState,
         cur: &mut Current,
-        summary: &mut ReceiveSummary,
+        limits: &Limits,
+        target: &Target<'_>,
         on_payload: &mut F,
     ) -> Result<Flow, MigrationError>
     where
@@ -361,49 +476,63 @@ impl<'m> Receiver<'m> {
                 if !version_supported(version) {
                     return Err(MigrationError::UnsupportedVersion { version });
                 }
-                let accepted = offered(&req.command_headers).intersection(self.extensions);
+                let accepted = offered(&req.command_headers).intersection(limits.extensions);
                 padding = accept_padding(accepted);
-                summary.version = version;
-                summary.extensions = accepted;
+                self.summary.version = version;
+                self.summary.extensions = accepted;
                 *state = Started;
                 Flow::Continue
             }
             (_, Established) => return Err(MigrationError::NotStarted { command }),
             (Command::Config, Started) => {
-                let payload = self.read_payload(stream, req)?;
+                let payload = read_payload(stream, req, limits.max_payload_bytes)?;
                 on_payload(command, &payload)
                     .map_err(|reason| MigrationError::PayloadRefused { command, reason })?;
-                summary.config_bytes = payload.len() as u64;
+                self.summary.config_bytes = payload.len() as u64;
                 self.vm_config = Some(payload);
                 *state = Configured;
+                target.session().open_memory(self.summary.extensions);
                 Flow::Continue
             }
-            (Command::Memory, Configured) => {
-                self.receive_memory(stream, req.length, cur, summary)?;
-                summary.memory_requests += 1;
+            (Command::Memory | Command::SparseMemory, Configured) => {
+                let sparse = command == Command::SparseMemory;
+                if sparse && !self.summary.extensions.contains(Extensions::ZERO_PAGES) {
+                    return Err(MigrationError::NotNegotiated { command });
+                }
+                let t = receive_memory(
+                    stream,
+                    target,
+                    &mut self.table,
+                    req.length,
+                    limits.max_table_bytes,
+                    sparse,
+                    &mut cur.payload,
+                )?;
+                self.add(&t);
                 Flow::Continue
             }
             (Command::State, Configured) => {
-                let payload = self.read_payload(stream, req)?;
+                let payload = read_payload(stream, req, limits.max_payload_bytes)?;
+                target.session().close_memory()?;
                 on_payload(command, &payload)
                     .map_err(|reason| MigrationError::PayloadRefused { command, reason })?;
-                summary.state_bytes = payload.len() as u64;
+                self.summary.state_bytes = payload.len() as u64;
                 self.vm_state = Some(payload);
                 *state = StateReceived;
                 Flow::Continue
             }
             (Command::PageHashes, Configured | StateReceived) => {
-                if !summary.extensions.contains(Extensions::PAGE_HASHES) {
+                if !self.summary.extensions.contains(Extensions::PAGE_HASHES) {
                     return Err(MigrationError::NotNegotiated { command });
                 }
                 expect_length(req, 8)?;
-                self.send_page_hashes(stream)?;
-                summary.page_hash_requests += 1;
+                send_page_hashes(stream, target)?;
+                self.summary.page_hash_requests += 1;
                 return Ok(Flow::Continue);
             }
             (Command::Complete | Command::CompletePaused, StateReceived) => {
                 expect_length(req, 0)?;
-                summary.paused = command == Command::CompletePaused;
+                self.summary.paused = command == Command::CompletePaused;
                 Flow::Complete
             }
             (_, s) => return Err(out_of_order(s)),
@@ -415,127 +544,87 @@ impl<'m> Receiver<'m> {
         Ok(flow)
     }
 
-    /// Reads a `Config` or `State` payload as it arrives (the buffer grows
-    /// with the bytes received, not with the length claimed).
-    fn read_payload<S: Read + ?Sized>(
-        &self,
-        stream: &mut S,
-        req: Request,
-    ) -> Result<Vec<u8>, MigrationError> {
-        let len = req.length;
-        if len > self.max_payload_bytes {
-            return Err(MigrationError::PayloadTooLarge {
-                command: req.command,
-                len,
-                max: self.max_payload_bytes,
-            });
-        }
-        let what = if req.command == Command::Config {
-            "config payload"
-        } else {
-            "state payload"
-        };
-        let mut payload = Vec::new();
-        let res = (&mut *stream).take(len).read_to_end(&mut payload);
-        let got = payload.len() as u64;
-        if let Err(e) = res {
-            return Err(MigrationError::from_io(&e, what, len, got));
-        }
-        if got < len {
-            return Err(MigrationError::Truncated {
-                what,
-                expected: len,
-                got,
-            });
-        }
-        Ok(payload)
+    /// Counts a memory request received whole.
+    fn add(&mut self, t: &MemoryTotals) {
+        self.summary.memory_requests += t.requests;
+        self.summary.ranges += t.ranges;
+        self.summary.bytes += t.bytes;
+        self.summary.zero_bytes += t.zero_bytes;
     }
+}
 
-    /// Reads a memory request's table and contents (`len`: the table's
-    /// length from the header).
-    fn receive_memory<S: Read + ?Sized>(
-        &mut self,
-        stream: &mut S,
-        len: u64,
-        cur: &mut Current,
-        summary: &mut ReceiveSummary,
-    ) -> Result<(), MigrationError> {
-        if !len.is_multiple_of(WIRE_RANGE_BYTES as u64) {
-            return Err(MigrationError::BadTableLength { len });
-        }
-        if len > self.max_table_bytes {
-            return Err(MigrationError::TableTooLarge {
-                len,
-                max: self.max_table_bytes,
-            });
-        }
-        // Read as it arrives: the buffer grows with the bytes received, not
-        // with the length claimed.
-        self.table.clear();
-        let res = (&mut *stream).take(len).read_to_end(&mut self.table);
-        let got = self.table.len() as u64;
-        if let Err(e) = res {
-            return Err(MigrationError::from_io(&e, "memory table", len, got));
-        }
-        if got < len {
-            return Err(MigrationError::Truncated {
-                what: "memory table",
-                expected: len,
-                got,
-            });
-        }
-        // The contents follow the table: a refusal from here on drains them.
-        cur.payload = self
-            .table
-            .chunks_exact(WIRE_RANGE_BYTES)
-            .fold(len, |sum, e| sum.saturating_add(decode_range(e).length));
-        let memory_size = self.memory.len() as u64;
-        for (index, entry) in self.table.chunks_exact(WIRE_RANGE_BYTES).enumerate() {
-            check_range(index, decode_range(entry), memory_size)?;
-        }
-        for entry in self.table.chunks_exact(WIRE_RANGE_BYTES) {
-            let r = decode_range(entry);
-            // Validated above: gpa + length <= memory.len().
-            let dst = &mut self.memory[r.gpa as usize..(r.gpa + r.length) as usize];
-            read_full(stream, dst, "memory contents")?;
-            summary.ranges += 1;
-            summary.bytes += r.length;
-        }
-        Ok(())
+/// Reads a `Config` or `State` payload as it arrives (the buffer grows
+/// with the bytes received, not with the length claimed).
+fn read_payload<S: Read + ?Sized>(
+    stream: &mut S,
+    req: Request,
+    max: u64,
+) -> Result<Vec<u8>, MigrationError> {
+    let len = req.length;
+    if len > max {
+        return Err(MigrationError::PayloadTooLarge {
+            command: req.command,
+            len,
+            max,
+        });
     }
+    let what = if req.command == Command::Config {
+        "config payload"
+    } else {
+        "state payload"
+    };
+    let mut payload = Vec::new();
+    let res = (&mut *stream).take(len).read_to_end(&mut payload);
+    let got = payload.len() as u64;
+    if let Err(e) = res {
+        return Err(MigrationError::from_io(&e, what, len, got));
+    }
+    if got < len {
+        return Err(MigrationError::Truncated {
+            what,
+            expected: len,
+            got,
+        });
+    }
+    Ok(payload)
+}
 
-    /// Reads a page-hashes request's page size and answers with the hashes.
-    fn send_page_hashes<S: Read + Write + ?Sized>(
-        &mut self,
-        stream: &mut S,
-    ) -> Result<(), MigrationError> {
-        let mut b = [0u8; 8];
-        read_full(stream, &mut b, "page size")?;
-        let page_size = u64::from_le_bytes(b);
-        if page_size == 0 {
-            return Err(MigrationError::BadPageSize { page_size });
-        }
-        let pages = page_count(self.memory.len() as u64, page_size);
-        Response::new(Status::Ok, pages * 4).write_to(stream)?;
-        // Pages of more than usize::MAX bytes: the whole memory is one page.
-        let ps = usize::try_from(page_size).unwrap_or(usize::MAX);
-        let mut out = Vec::with_capacity(4096 * 4);
-        for chunk in self.memory.chunks(ps.saturating_mul(4096).max(ps)) {
-            out.clear();
-            for page in chunk.chunks(ps) {
-                out.extend_from_slice(&crc32c::checksum(page).to_le_bytes());
-            }
-            write_all(stream, &out)?;
-        }
-        stream.flush().map_err(|e| MigrationError::io(&e))
+/// Reads a page-hashes request's page size and answers with the hashes of
+/// `target`'s memory (held whole, so no other connection writes it
+/// meanwhile).
+fn send_page_hashes<S: Read + Write + ?Sized>(
+    stream: &mut S,
+    target: &Target<'_>,
+) -> Result<(), MigrationError> {
+    let mut b = [0u8; 8];
+    read_full(stream, &mut b, "page size")?;
+    let page_size = u64::from_le_bytes(b);
+    if page_size == 0 {
+        return Err(MigrationError::BadPageSize { page_size });
     }
+    let size = target.size();
+    let mut held = target.hold(0, size)?;
+    let memory: &[u8] = held.bytes(0, size);
+    let pages = page_count(size, page_size);
+    Response::new(Status::Ok, pages * 4).write_to(stream)?;
+    // Pages of more than usize::MAX bytes: the whole memory is one page.
+    let ps = usize::try_from(page_size).unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(4096 * 4);
+    for chunk in memory.chunks(ps.saturating_mul(4096).max(ps)) {
+        out.clear();
+        for page in chunk.chunks(ps) {
+            out.extend_from_slice(&crc32c::checksum(page).to_le_bytes());
+        }
+        write_all(stream, &out)?;
+    }
+    stream.flush().map_err(|e| MigrationError::io(&e))
 }
 
 /// Ends a stream on a refused request: unless the stream itself failed
 /// (truncated or an I/O error), reads and discards up to `limit` of the
 /// `left` payload bytes the peer is still sending, then writes the error
 /// response (best effort: the stream may be gone). Returns `err`.
-fn refuse<S: Read + Write + ?Sized>(
+pub(super) fn refuse<S: Read + Write + ?Sized>(
     stream: &mut S,
     err: MigrationError,
     left: u64,
@@ -570,7 +659,7 @@ fn expect_length(req: Request, expected: u64) -> Result<(), MigrationError> {
 }
 
 /// A stream whose reads are buffered and whose writes go straight through.
-struct BufStream<'s, S: ?Sized> {
+pub(super) struct BufStream<'s, S: ?Sized> {
     inner: &'s mut S,
     buf: Vec<u8>,
     pos: usize,
@@ -582,7 +671,7 @@ struct BufStream<'s, S: ?Sized> {
 impl<'s, S: Read + Write + ?Sized> BufStream<'s, S> {
     const CAPACITY: usize = 256 << 10;
 
-    fn new(inner: &'s mut S) -> Self {
+    pub(super) fn new(inner: &'s mut S) -> Self {
         BufStream {
             inner,
             buf: alloc::vec![0; Self::CAPACITY],

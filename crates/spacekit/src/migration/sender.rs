@@ -8,21 +8,48 @@ use super::command::{accepted, Command, Extensions, Status, PROTOCOL_VERSION};
 use super::error::MigrationError;
 use super::source::MemorySource;
 use super::wire::{check_range, read_full, write_all, Request, Response, REQUEST_BYTES};
+use super::zero::{is_zero, PAGES_PER_GROUP, ZERO_PAGE_BYTES};
+use crate::arch::Level;
 use crate::dirty::{MemoryRangeTable, WIRE_RANGE_BYTES};
 
 /// The default bounce buffer of a [`Sender`]: 1 MiB.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
 
-/// What one [`Sender::send_memory`] sent.
+/// What one [`Sender::send_memory`] (or [`Sender::send_memory_parallel`])
+/// sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SendStats {
-    /// Ranges in the table.
+    /// Ranges in the table(s) sent (a range cut between two connections
+    /// counts once per part).
     pub ranges: u64,
-    /// Guest memory bytes sent (the ranges' contents).
+    /// Guest memory bytes the round covers (the ranges' lengths): what the
+    /// receiver holds afterwards, [`SendStats::payload_bytes`] plus
+    /// [`SendStats::zero_bytes`].
     pub bytes: u64,
-    /// Bytes written to the stream: header, table and contents.
+    /// Guest memory bytes sent as payload (all of [`SendStats::bytes`] in
+    /// the plain protocol).
+    pub payload_bytes: u64,
+    /// Guest memory bytes found all zero and sent without payload (only with
+    /// [`Extensions::ZERO_PAGES`]).
+    pub zero_bytes: u64,
+    /// Bytes written to the stream(s): headers, tables, zero masks and
+    /// contents.
     pub wire_bytes: u64,
+    /// Memory requests sent (one per connection that carried a part).
+    pub requests: u64,
+}
+
+impl SendStats {
+    /// Adds `other`'s counts to `self`'s.
+    fn add(&mut self, other: &SendStats) {
+        self.ranges += other.ranges;
+        self.bytes += other.bytes;
+        self.payload_bytes += other.payload_bytes;
+        self.zero_bytes += other.zero_bytes;
+        self.wire_bytes += other.wire_bytes;
+        self.requests += other.requests;
+    }
 }
 
 /// The source side of Cloud Hypervisor's migration stream: the requests of
@@ -51,8 +78,12 @@ pub struct SendStats {
 #[derive(Debug)]
 pub struct Sender {
     buf: Vec<u8>,
+    /// One bounce buffer per extra connection of
+    /// [`Sender::send_memory_parallel`], allocated on first use.
+    lanes: Vec<Vec<u8>>,
     offer: Extensions,
     accepted: Extensions,
+    level: Level,
 }
 
 impl Default for Sender {
@@ -71,16 +102,28 @@ impl Sender {
     pub fn with_buffer_size(bytes: usize) -> Self {
         Sender {
             buf: vec![0; bytes.max(WIRE_RANGE_BYTES)],
-            offer: Extensions::ALL,
+            lanes: Vec::new(),
+            offer: Extensions::PAGE_HASHES,
             accepted: Extensions::NONE,
+            level: Level::detect(),
         }
     }
 
     /// Sets the extensions [`Sender::start`] offers ([`Extensions::NONE`]:
-    /// send exactly Cloud Hypervisor's `Start`). The default offers
-    /// [`Extensions::ALL`].
+    /// send exactly Cloud Hypervisor's `Start`; [`Extensions::ALL`]: page
+    /// hashes and zero pages). The default offers
+    /// [`Extensions::PAGE_HASHES`], as before zero pages existed: offer
+    /// [`Extensions::ZERO_PAGES`] to skip zero pages (a Cloud Hypervisor
+    /// receiver never accepts it, so offering it is always safe).
     pub fn with_extensions(mut self, offer: Extensions) -> Self {
         self.offer = offer;
+        self
+    }
+
+    /// Runs the zero-page test at `level` rather than the best one
+    /// ([`Level::detect`]); for tests and benchmarks of the fallback.
+    pub fn with_level(mut self, level: Level) -> Self {
+        self.level = level;
         self
     }
 
@@ -197,6 +240,13 @@ impl Sender {
     /// written to the stream. An empty table is sent as a request with no
     /// ranges (Cloud Hypervisor's sender skips empty rounds instead).
     ///
+    /// When the receiver accepted [`Extensions::ZERO_PAGES`], the request is
+    /// spacekit's [`Command::SparseMemory`] instead: each 4 KiB page is
+    /// tested as it is copied out of `source` (a SIMD test at the level
+    /// [`Level::detect`] found), and the all-zero ones are sent as a bit
+    /// without their bytes ([`SendStats::zero_bytes`]). A plain Cloud
+    /// Hypervisor receiver never accepts it, so it always gets `Memory`.
+    ///
     /// # Errors
     /// [`MigrationError::RangeOverflow`] and
     /// [`MigrationError::RangeOutsideMemory`] (nothing written); then as
@@ -211,55 +261,90 @@ impl Sender {
         S: Read + Write + ?Sized,
         M: MemorySource + ?Sized,
     {
-        let memory_size = source.size();
-        for (index, r) in table.ranges().iter().enumerate() {
-            check_range(index, *r, memory_size)?;
+        check_table(table, source.size())?;
+        let sparse = self.accepted.contains(Extensions::ZERO_PAGES);
+        send_table(stream, table, source, &mut self.buf, sparse, self.level)
+    }
+
+    /// Makes `stream`, a new connection to the receiver's listener, an
+    /// extra memory connection of this migration: writes the two-byte
+    /// connection role [`MEMORY_CONNECTION_ROLE`] that Cloud Hypervisor's
+    /// receiver (and spacekit's [`Receiver::serve_connections`]) expect
+    /// first. Then pass it to [`Sender::send_memory_parallel`].
+    ///
+    /// [`MEMORY_CONNECTION_ROLE`]: super::connections::MEMORY_CONNECTION_ROLE
+    /// [`Receiver::serve_connections`]: super::receiver::Receiver::serve_connections
+    ///
+    /// # Errors
+    /// [`MigrationError::Io`].
+    pub fn attach<S: Write + ?Sized>(&mut self, stream: &mut S) -> Result<(), MigrationError> {
+        write_all(
+            stream,
+            &super::connections::MEMORY_CONNECTION_ROLE.to_le_bytes(),
+        )?;
+        stream.flush().map_err(|e| MigrationError::io(&e))
+    }
+
+    /// Sends one pre-copy round over several connections at once: `table`
+    /// is cut, in address order, into up to `streams.len()` parts of about
+    /// equal bytes (4 KiB multiples, ranges split where needed), and each
+    /// part goes as one memory request on its own stream, on its own
+    /// thread, with its own bounce buffer; returns when every stream's
+    /// answer has arrived. The streams are extra connections
+    /// ([`Sender::attach`]) — Cloud Hypervisor's own sender puts all memory
+    /// on them when it uses more than one connection — or the main one.
+    /// Zero pages are skipped on each as in [`Sender::send_memory`] when
+    /// negotiated at `Start`. An empty table sends nothing.
+    ///
+    /// Send the last round (the VM paused) with [`Sender::send_memory`] on
+    /// the main connection: one request, the fewest round trips.
+    ///
+    /// # Errors
+    /// [`MigrationError::NoConnections`] for no stream;
+    /// [`MigrationError::RangeOverflow`] and
+    /// [`MigrationError::RangeOutsideMemory`] (nothing written); otherwise
+    /// the first stream's error (in stream order), once every stream's
+    /// thread has finished, as [`Sender::send_memory`]. A panic of `source`
+    /// on a thread is resumed on the caller's.
+    pub fn send_memory_parallel<S, M>(
+        &mut self,
+        streams: &mut [S],
+        table: &MemoryRangeTable,
+        source: &M,
+    ) -> Result<SendStats, MigrationError>
+    where
+        S: Read + Write + Send,
+        M: MemorySource + Sync + ?Sized,
+    {
+        if streams.is_empty() {
+            return Err(MigrationError::NoConnections);
         }
-        let table_bytes = (table.len() * WIRE_RANGE_BYTES) as u64;
-        let mut stats = SendStats {
-            ranges: table.len() as u64,
-            bytes: 0,
-            wire_bytes: REQUEST_BYTES as u64 + table_bytes,
-        };
-        // Header and table through the bounce buffer, whole entries at a time.
-        let buf = &mut self.buf;
-        let cmd = Command::Memory;
-        buf[..REQUEST_BYTES].copy_from_slice(&Request::new(cmd, table_bytes).to_bytes());
-        let mut fill = REQUEST_BYTES;
-        for r in table.ranges() {
-            if fill + WIRE_RANGE_BYTES > buf.len() {
-                send(stream, &buf[..fill], cmd)?;
-                fill = 0;
-            }
-            buf[fill..fill + 8].copy_from_slice(&r.gpa.to_le_bytes());
-            buf[fill + 8..fill + 16].copy_from_slice(&r.length.to_le_bytes());
-            fill += WIRE_RANGE_BYTES;
+        check_table(table, source.size())?;
+        let parts = split_even(table, streams.len());
+        let lane_bytes = self.buf.len();
+        while self.lanes.len() < parts.len() {
+            self.lanes.push(vec![0; lane_bytes]);
         }
-        send(stream, &buf[..fill], cmd)?;
-        // Contents, packed a buffer at a time across ranges: a table of many
-        // small ranges costs a write per buffer, not per range.
-        let mut fill = 0;
-        for r in table.ranges() {
-            let mut at = r.gpa;
-            let end = r.gpa + r.length;
-            while at < end {
-                let n = (end - at).min((buf.len() - fill) as u64) as usize;
-                source.copy_out(at, &mut buf[fill..fill + n]);
-                fill += n;
-                at += n as u64;
-                if fill == buf.len() {
-                    send(stream, &buf[..fill], cmd)?;
-                    fill = 0;
-                }
-            }
-            stats.bytes += r.length;
+        let sparse = self.accepted.contains(Extensions::ZERO_PAGES);
+        let level = self.level;
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = streams
+                .iter_mut()
+                .zip(self.lanes.iter_mut())
+                .zip(parts.iter())
+                .map(|((s, buf), part)| {
+                    scope.spawn(move || send_table(s, part, source, buf, sparse, level))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut stats = SendStats::default();
+        for r in results {
+            stats.add(&r?);
         }
-        if fill > 0 {
-            send(stream, &buf[..fill], cmd)?;
-        }
-        stats.wire_bytes += stats.bytes;
-        flush(stream, cmd)?;
-        expect_ok(stream, cmd)?;
         Ok(stats)
     }
 
@@ -424,4 +509,177 @@ fn expect_ok<S: Read + ?Sized>(
         });
     }
     Ok(resp)
+}
+
+/// Checks every range of `table` against memory of `memory_size` bytes.
+///
+/// # Errors
+/// [`MigrationError::RangeOverflow`], [`MigrationError::RangeOutsideMemory`].
+pub(super) fn check_table(
+    table: &MemoryRangeTable,
+    memory_size: u64,
+) -> Result<(), MigrationError> {
+    for (index, r) in table.ranges().iter().enumerate() {
+        check_range(index, *r, memory_size)?;
+    }
+    Ok(())
+}
+
+/// Sends `table` (already checked against `source`) as one `Memory`
+/// request, or as one [`Command::SparseMemory`] request when `sparse`,
+/// through the bounce buffer `buf`, and waits for the answer.
+pub(super) fn send_table<S, M>(
+    stream: &mut S,
+    table: &MemoryRangeTable,
+    source: &M,
+    buf: &mut Vec<u8>,
+    sparse: bool,
+    level: Level,
+) -> Result<SendStats, MigrationError>
+where
+    S: Read + Write + ?Sized,
+    M: MemorySource + ?Sized,
+{
+    let table_bytes = (table.len() * WIRE_RANGE_BYTES) as u64;
+    let mut stats = SendStats {
+        ranges: table.len() as u64,
+        bytes: table.total_bytes(),
+        wire_bytes: REQUEST_BYTES as u64 + table_bytes,
+        requests: 1,
+        ..SendStats::default()
+    };
+    let cmd = if sparse {
+        Command::SparseMemory
+    } else {
+        Command::Memory
+    };
+    // A sparse group (its mask and up to 64 pages) is built whole in the
+    // buffer before it is written.
+    let group_bytes = 8 + PAGES_PER_GROUP * ZERO_PAGE_BYTES;
+    if sparse && buf.len() < group_bytes {
+        buf.resize(group_bytes, 0);
+    }
+    // Header and table through the bounce buffer, whole entries at a time.
+    buf[..REQUEST_BYTES].copy_from_slice(&Request::new(cmd, table_bytes).to_bytes());
+    let mut fill = REQUEST_BYTES;
+    for r in table.ranges() {
+        if fill + WIRE_RANGE_BYTES > buf.len() {
+            send(stream, &buf[..fill], cmd)?;
+            fill = 0;
+        }
+        buf[fill..fill + 8].copy_from_slice(&r.gpa.to_le_bytes());
+        buf[fill + 8..fill + 16].copy_from_slice(&r.length.to_le_bytes());
+        fill += WIRE_RANGE_BYTES;
+    }
+    send(stream, &buf[..fill], cmd)?;
+    if sparse {
+        send_sparse_contents(stream, table, source, buf, level, &mut stats)?;
+    } else {
+        send_contents(stream, table, source, buf)?;
+        stats.payload_bytes = stats.bytes;
+    }
+    stats.wire_bytes += stats.payload_bytes;
+    flush(stream, cmd)?;
+    expect_ok(stream, cmd)?;
+    Ok(stats)
+}
+
+/// The contents of `table`'s ranges, packed a buffer at a time across
+/// ranges: a table of many small ranges costs a write per buffer, not per
+/// range.
+fn send_contents<S, M>(
+    stream: &mut S,
+    table: &MemoryRangeTable,
+    source: &M,
+    buf: &mut [u8],
+) -> Result<(), MigrationError>
+where
+    S: Read + Write + ?Sized,
+    M: MemorySource + ?Sized,
+{
+    let cmd = Command::Memory;
+    let mut fill = 0;
+    for r in table.ranges() {
+        let mut at = r.gpa;
+        let end = r.gpa + r.length;
+        while at < end {
+            let n = (end - at).min((buf.len() - fill) as u64) as usize;
+            source.copy_out(at, &mut buf[fill..fill + n]);
+            fill += n;
+            at += n as u64;
+            if fill == buf.len() {
+                send(stream, &buf[..fill], cmd)?;
+                fill = 0;
+            }
+        }
+    }
+    if fill > 0 {
+        send(stream, &buf[..fill], cmd)?;
+    }
+    Ok(())
+}
+
+/// The contents of `table`'s ranges in [`Command::SparseMemory`]'s groups:
+/// each page is copied into the group being built, tested there (so what is
+/// sent is exactly what was tested, even while a vCPU writes the page), and
+/// kept only if it is not all zero. One write per group of 64 pages.
+fn send_sparse_contents<S, M>(
+    stream: &mut S,
+    table: &MemoryRangeTable,
+    source: &M,
+    buf: &mut [u8],
+    level: Level,
+    stats: &mut SendStats,
+) -> Result<(), MigrationError>
+where
+    S: Read + Write + ?Sized,
+    M: MemorySource + ?Sized,
+{
+    let cmd = Command::SparseMemory;
+    let mut mask = 0u64;
+    let mut pages = 0;
+    let mut fill = 8;
+    for r in table.ranges() {
+        let mut at = r.gpa;
+        let end = r.gpa + r.length;
+        while at < end {
+            let n = (end - at).min(ZERO_PAGE_BYTES as u64) as usize;
+            let page = &mut buf[fill..fill + n];
+            source.copy_out(at, page);
+            if is_zero(level, page) {
+                mask |= 1 << pages;
+                stats.zero_bytes += n as u64;
+            } else {
+                fill += n;
+                stats.payload_bytes += n as u64;
+            }
+            at += n as u64;
+            pages += 1;
+            if pages == PAGES_PER_GROUP {
+                buf[..8].copy_from_slice(&mask.to_le_bytes());
+                send(stream, &buf[..fill], cmd)?;
+                stats.wire_bytes += 8;
+                (mask, pages, fill) = (0, 0, 8);
+            }
+        }
+    }
+    if pages > 0 {
+        buf[..8].copy_from_slice(&mask.to_le_bytes());
+        send(stream, &buf[..fill], cmd)?;
+        stats.wire_bytes += 8;
+    }
+    Ok(())
+}
+
+/// `table` cut, in address order, into at most `n` parts of about equal
+/// bytes (each a multiple of 4 KiB but the last); none for an empty table.
+pub(super) fn split_even(table: &MemoryRangeTable, n: usize) -> Vec<MemoryRangeTable> {
+    let total = table.total_bytes();
+    if total == 0 || n == 0 {
+        return Vec::new();
+    }
+    let per = total
+        .div_ceil(n as u64)
+        .next_multiple_of(ZERO_PAGE_BYTES as u64);
+    table.partition(per)
 }

@@ -33,26 +33,67 @@ pub fn receive_on_unix_socket(
         message,
     };
     remove_stale_socket(path)?;
-    let bytes = usize::try_from(size).map_err(|_| {
-        io(
-            std::io::ErrorKind::OutOfMemory,
-            std::format!("{size} bytes cannot be mapped here"),
-        )
-    })?;
-    let mut memory = Vec::new();
-    memory.try_reserve_exact(bytes).map_err(|e| {
-        io(
-            std::io::ErrorKind::OutOfMemory,
-            std::format!("cannot allocate {size} bytes of guest memory: {e}"),
-        )
-    })?;
-    memory.resize(bytes, 0u8);
+    let mut memory = allocate(size)?;
     let listener = UnixListener::bind(path).map_err(|e| io(e.kind(), e.to_string()))?;
     let accepted = listener.accept();
     let _ = std::fs::remove_file(path);
     let (mut stream, _) = accepted.map_err(|e| io(e.kind(), e.to_string()))?;
     let summary = Receiver::new(&mut memory).serve(&mut stream)?;
     Ok((summary, memory))
+}
+
+/// [`receive_on_unix_socket`] with extra memory connections: serves the
+/// first connection to `path` as the main one, and up to `max_connections`
+/// more as extra memory connections ([`Receiver::serve_connections`], Cloud
+/// Hypervisor's multi-connection scheme), each on its own thread. The
+/// socket stays bound (so the sender can connect its extra connections)
+/// until the migration ends, then is removed. Every connection gets a
+/// 20 ms read timeout, so a failure on one is noticed on all.
+///
+/// # Errors
+/// As [`receive_on_unix_socket`], then what
+/// [`Receiver::serve_connections`] returns.
+pub fn receive_connections_on_unix_socket(
+    path: &Path,
+    size: u64,
+    max_connections: usize,
+) -> Result<(ReceiveSummary, Vec<u8>), MigrationError> {
+    let io = |e: std::io::Error| MigrationError::Io {
+        kind: e.kind(),
+        message: e.to_string(),
+    };
+    remove_stale_socket(path)?;
+    let mut memory = allocate(size)?;
+    let mut listener = UnixListener::bind(path).map_err(io)?;
+    let res = listener.accept().map_err(io).and_then(|(mut main, _)| {
+        main.set_read_timeout(Some(super::connections::TICK))
+            .map_err(io)?;
+        Receiver::new(&mut memory)
+            .with_max_connections(max_connections)
+            .serve_connections(&mut main, &mut listener)
+    });
+    let _ = std::fs::remove_file(path);
+    Ok((res?, memory))
+}
+
+/// `size` bytes of zeroed guest memory.
+fn allocate(size: u64) -> Result<Vec<u8>, MigrationError> {
+    let io = |kind: ErrorKind, message: std::string::String| MigrationError::Io { kind, message };
+    let bytes = usize::try_from(size).map_err(|_| {
+        io(
+            ErrorKind::OutOfMemory,
+            std::format!("{size} bytes cannot be mapped here"),
+        )
+    })?;
+    let mut memory = Vec::new();
+    memory.try_reserve_exact(bytes).map_err(|e| {
+        io(
+            ErrorKind::OutOfMemory,
+            std::format!("cannot allocate {size} bytes of guest memory: {e}"),
+        )
+    })?;
+    memory.resize(bytes, 0u8);
+    Ok(memory)
 }
 
 /// Removes `path` if it is a stale Unix socket; does nothing if nothing is

@@ -31,6 +31,7 @@ impl TryFrom<u16> for Command {
             8 => Command::CompletePaused,
             9 => Command::PageFault,
             0x5348 => Command::PageHashes,
+            0x535a => Command::SparseMemory,
             _ => return Err(MigrationError::UnknownCommand { value }),
         })
     }
@@ -350,7 +351,7 @@ mod tests {
     use super::*;
     use crate::dirty::MemoryRangeTable;
 
-    const COMMANDS: [Command; 10] = [
+    const COMMANDS: [Command; 11] = [
         Command::Start,
         Command::Config,
         Command::State,
@@ -361,12 +362,13 @@ mod tests {
         Command::CompletePaused,
         Command::PageFault,
         Command::PageHashes,
+        Command::SparseMemory,
     ];
 
     #[test]
     fn command_values_are_cloud_hypervisors() {
         let values: Vec<u16> = COMMANDS.iter().map(|c| c.value()).collect();
-        assert_eq!(values, [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x5348]);
+        assert_eq!(values, [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x5348, 0x535a]);
         assert_eq!(Status::Invalid.value(), 0);
         assert_eq!(Status::Ok.value(), 1);
         assert_eq!(Status::Error.value(), 2);
@@ -416,7 +418,7 @@ mod tests {
 
     #[test]
     fn unknown_values_are_typed_errors() {
-        let known = |v: u16| (1..=9).contains(&v) || v == 0x5348;
+        let known = |v: u16| (1..=9).contains(&v) || v == 0x5348 || v == 0x535a;
         for v in (0..=u16::MAX).filter(|v| !known(*v)) {
             let b = header(v, 0);
             assert_eq!(
