@@ -40,7 +40,9 @@ use super::guest::{Guest, GuestMem};
 pub use super::report::{MigrationReport, RoundReport};
 use super::tracker::DirtyTracker;
 use crate::dirty::MemoryRangeTable;
-use crate::migration::{diff_pages, hash_pages, Extensions, MemorySource, MigrationError, Sender};
+use crate::migration::{
+    diff_pages, hash_pages, Extensions, MemorySource, MigrationError, SendStats, Sender,
+};
 
 /// A guest's memory as a migration source: copies go through vm-memory's
 /// volatile accessors, since the guest may be writing the same bytes.
@@ -104,8 +106,17 @@ pub struct MigrateConfig {
     /// sends it (`None`: never).
     pub auto_converge: Option<AutoConverge>,
     /// Hold the stream to this many bytes per second, like a link of that
-    /// speed (`None`: as fast as the stream goes).
+    /// speed (`None`: as fast as the stream goes). Only the main connection
+    /// is held: use it with one connection.
     pub bandwidth: Option<u64>,
+    /// Offer spacekit's zero-page extension: all-zero pages go without
+    /// payload when the receiver accepts it (a plain Cloud Hypervisor
+    /// receiver does not, and then every page is sent).
+    pub zero_pages: bool,
+    /// Rounds of at least this many bytes (and round 0) go over every extra
+    /// connection at once ([`migrate_connections`]); smaller rounds and the
+    /// last one go on the main connection.
+    pub parallel_min_bytes: u64,
 }
 
 impl Default for MigrateConfig {
@@ -122,6 +133,8 @@ impl Default for MigrateConfig {
             on_timeout: TimeoutAction::Force,
             auto_converge: None,
             bandwidth: None,
+            zero_pages: true,
+            parallel_min_bytes: 8 << 20,
         }
     }
 }
@@ -217,26 +230,67 @@ pub fn migrate<S: Read + Write + ?Sized>(
     config: &MigrateConfig,
     on_round: impl FnMut(&RoundReport, &DirtyTracker),
 ) -> Result<MigrationReport, KvmError> {
+    migrate_connections::<S, std::os::unix::net::UnixStream>(
+        guest,
+        stream,
+        &mut [],
+        config,
+        on_round,
+    )
+}
+
+/// [`migrate`] over a main connection and `extra` connections to the same
+/// receiver, in Cloud Hypervisor's multi-connection scheme
+/// ([`crate::migration`]'s connections): each extra stream is attached
+/// (its role bytes written) after `Config`; round 0 and every round of at
+/// least [`MigrateConfig::parallel_min_bytes`] are cut by ranges across the
+/// extra connections and sent on all of them at once; smaller rounds and
+/// the last (paused) round go on the main connection, one request.
+///
+/// # Errors
+/// As [`migrate`]; an extra connection's failure fails the migration.
+pub fn migrate_connections<S, E>(
+    guest: &Guest,
+    stream: &mut S,
+    extra: &mut [E],
+    config: &MigrateConfig,
+    on_round: impl FnMut(&RoundReport, &DirtyTracker),
+) -> Result<MigrationReport, KvmError>
+where
+    S: Read + Write + ?Sized,
+    E: Read + Write + Send,
+{
     match config.bandwidth {
         Some(bps) => migrate_on(
             guest,
             &mut LimitedStream::new(stream, bps),
+            extra,
             config,
             on_round,
         ),
-        None => migrate_on(guest, stream, config, on_round),
+        None => migrate_on(guest, stream, extra, config, on_round),
     }
 }
 
-fn migrate_on<S: Read + Write + ?Sized>(
+fn migrate_on<S, E>(
     guest: &Guest,
     stream: &mut S,
+    extra: &mut [E],
     config: &MigrateConfig,
     on_round: impl FnMut(&RoundReport, &DirtyTracker),
-) -> Result<MigrationReport, KvmError> {
-    let mut sender = Sender::new();
+) -> Result<MigrationReport, KvmError>
+where
+    S: Read + Write + ?Sized,
+    E: Read + Write + Send,
+{
+    let offer = if config.zero_pages {
+        Extensions::ALL
+    } else {
+        Extensions::PAGE_HASHES
+    };
+    let mut sender = Sender::new().with_extensions(offer);
     sender.start(stream)?;
-    let result = run(guest, stream, config, &mut sender, on_round);
+    let result = run(guest, stream, extra, config, &mut sender, on_round);
     // The throttle ends with the migration, whatever its outcome.
     guest.release_throttle();
     match result {
@@ -256,6 +310,35 @@ fn migrate_on<S: Read + Write + ?Sized>(
     }
 }
 
+/// One pre-copy round's memory: across the extra connections when there
+/// are some and the round is big enough, else on the main one.
+fn send_round<S, E>(
+    sender: &mut Sender,
+    stream: &mut S,
+    extra: &mut [E],
+    table: &MemoryRangeTable,
+    source: &GuestSource<'_>,
+    parallel: bool,
+) -> Result<(SendStats, u32), KvmError>
+where
+    S: Read + Write + ?Sized,
+    E: Read + Write + Send,
+{
+    if parallel && !extra.is_empty() {
+        let stats = sender.send_memory_parallel(extra, table, source)?;
+        Ok((stats, extra.len() as u32))
+    } else {
+        Ok((sender.send_memory(stream, table, source)?, 1))
+    }
+}
+
+fn fill_sent(rr: &mut RoundReport, stats: &SendStats, connections: u32) {
+    rr.bytes_sent = stats.bytes;
+    rr.payload_bytes = stats.payload_bytes;
+    rr.zero_bytes = stats.zero_bytes;
+    rr.connections = connections;
+}
+
 /// The JSON object sent as `Config` when the caller supplies none.
 fn default_config(guest: &Guest) -> Vec<u8> {
     let c = guest.config();
@@ -269,13 +352,18 @@ fn default_config(guest: &Guest) -> Vec<u8> {
 }
 
 /// Everything after `Start`.
-fn run<S: Read + Write + ?Sized>(
+fn run<S, E>(
     guest: &Guest,
     stream: &mut S,
+    extra: &mut [E],
     config: &MigrateConfig,
     sender: &mut Sender,
     mut on_round: impl FnMut(&RoundReport, &DirtyTracker),
-) -> Result<MigrationReport, KvmError> {
+) -> Result<MigrationReport, KvmError>
+where
+    S: Read + Write + ?Sized,
+    E: Read + Write + Send,
+{
     let source = GuestSource::new(guest);
     let mut tracker = DirtyTracker::new(guest);
     let mut table = MemoryRangeTable::new();
@@ -288,6 +376,9 @@ fn run<S: Read + Write + ?Sized>(
     match &config.vm_config {
         Some(c) => sender.send_config(stream, c)?,
         None => sender.send_config(stream, &default_config(guest))?,
+    }
+    for e in extra.iter_mut() {
+        sender.attach(e)?;
     }
     let writes0 = guest.writes();
     let t0 = Instant::now();
@@ -309,16 +400,16 @@ fn run<S: Read + Write + ?Sized>(
         length: guest.layout().mem_size,
     });
     let t = Instant::now();
-    let stats = sender.send_memory(stream, &table, &source)?;
+    let (stats, conns) = send_round(sender, stream, extra, &table, &source, true)?;
     let mut r0 = RoundReport {
         round: 0,
         dirty_pages: guest.layout().pages(),
         ranges: 1,
-        bytes_sent: stats.bytes,
         send: t.elapsed(),
         ..RoundReport::default()
     };
-    conv.record_send(r0.bytes_sent, r0.send);
+    fill_sent(&mut r0, &stats, conns);
+    conv.record_send(r0.payload_bytes, r0.send);
     r0.bandwidth = conv.bandwidth().unwrap_or(0.0);
     r0.throttle = guest.throttles();
     on_round(&r0, &tracker);
@@ -332,10 +423,9 @@ fn run<S: Read + Write + ?Sized>(
             std::thread::sleep(config.round_gap);
         }
         let throttle = guest.throttles();
-        let h = tracker.harvest(guest)?;
-        let t = Instant::now();
-        tracker.build(&mut table)?;
-        let build = t.elapsed();
+        // The harvest builds the table in the same pass over the logs.
+        let h = tracker.harvest_build(guest, &mut table)?;
+        let build = Duration::ZERO;
         let interval = last_harvest.elapsed();
         last_harvest = Instant::now();
         let dirty_bytes = table.total_bytes();
@@ -376,9 +466,8 @@ fn run<S: Read + Write + ?Sized>(
             guest.pause();
             report.precopy = t0.elapsed();
             report.guest_writes = guest.writes().saturating_sub(writes0);
-            let h2 = tracker.harvest(guest)?;
+            let h2 = tracker.harvest_build(guest, &mut union)?;
             let t = Instant::now();
-            tracker.build(&mut union)?;
             union_into(&union, &table, &mut table2);
             rr.build += t.elapsed();
             rr.harvest += h2.time;
@@ -389,20 +478,21 @@ fn run<S: Read + Write + ?Sized>(
             rr.last = true;
             let t = Instant::now();
             let stats = sender.send_memory(stream, &table2, &source)?;
-            rr.bytes_sent = stats.bytes;
+            fill_sent(&mut rr, &stats, 1);
             rr.send = t.elapsed();
             report.downtime = p.elapsed();
-            conv.record_send(rr.bytes_sent, rr.send);
+            conv.record_send(rr.payload_bytes, rr.send);
             rr.bandwidth = conv.bandwidth().unwrap_or(0.0);
             on_round(&rr, &tracker);
             report.rounds.push(rr);
             break;
         }
         let t = Instant::now();
-        let stats = sender.send_memory(stream, &table, &source)?;
-        rr.bytes_sent = stats.bytes;
+        let parallel = dirty_bytes >= config.parallel_min_bytes;
+        let (stats, conns) = send_round(sender, stream, extra, &table, &source, parallel)?;
+        fill_sent(&mut rr, &stats, conns);
         rr.send = t.elapsed();
-        conv.record_send(rr.bytes_sent, rr.send);
+        conv.record_send(rr.payload_bytes, rr.send);
         rr.bandwidth = conv.bandwidth().unwrap_or(0.0);
         let rate = rr.dirty_pages_per_sec * super::layout::PAGE as f64;
         let counts = (!rr.vcpu_dirty_pages.is_empty()).then_some(&rr.vcpu_dirty_pages[..]);

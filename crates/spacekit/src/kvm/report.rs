@@ -19,12 +19,23 @@ pub struct RoundReport {
     pub vmm_pages: u64,
     /// Ranges in the table.
     pub ranges: u64,
-    /// Harvest time (ioctls, ring walk, VMM log swap).
+    /// Harvest time (ioctls, ring walk, VMM log swap), with the table built
+    /// in the same pass over the logs (dirty log modes).
     pub harvest: Duration,
-    /// Time to build the table from the harvested logs.
+    /// Time to build the table after the harvest: the ring's sort, or the
+    /// last round's union; 0 when the harvest built it.
     pub build: Duration,
-    /// Bytes of memory sent.
+    /// Bytes of guest memory the round covers (what the receiver holds
+    /// afterwards): [`RoundReport::payload_bytes`] plus
+    /// [`RoundReport::zero_bytes`].
     pub bytes_sent: u64,
+    /// Bytes of guest memory sent as payload.
+    pub payload_bytes: u64,
+    /// Bytes of all-zero pages sent without payload (with the zero-page
+    /// extension).
+    pub zero_bytes: u64,
+    /// Connections the round went over (1: the main one).
+    pub connections: u32,
     /// Time to send them and get the acknowledgement.
     pub send: Duration,
     /// Pages dirtied per second in this round: its dirty pages over the
