@@ -127,6 +127,7 @@ replay_tests! {
     dirty => "dirty", checks::dirty::run;
     migration_wire => "migration_wire", checks::wire::run;
     migration_session => "migration_session", checks::session::run;
+    snapshot => "snapshot", checks::snapshot::run;
     proc_maps => "proc_maps", checks::maps::run;
     rangetree => "rangetree", checks::rangetree::run;
     buddy => "buddy", checks::buddy::run;

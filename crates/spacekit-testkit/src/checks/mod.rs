@@ -17,6 +17,7 @@ pub mod maps;
 pub mod populate_tar;
 pub mod rangetree;
 pub mod session;
+pub mod snapshot;
 pub mod wire;
 
 /// Every target: its name (the directory under `fuzz/corpus/` and
@@ -32,6 +33,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("dirty", dirty::run),
     ("migration_wire", wire::run),
     ("migration_session", session::run),
+    ("snapshot", snapshot::run),
     ("proc_maps", maps::run),
     ("rangetree", rangetree::run),
     ("buddy", buddy::run),
