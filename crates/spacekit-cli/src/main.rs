@@ -16,6 +16,7 @@ mod ext4_ns;
 mod ext4_populate;
 mod maps;
 mod migrate;
+mod snapshot;
 
 /// spacekit: fast paths for memory and storage managers.
 ///
@@ -45,6 +46,8 @@ enum Command {
     /// to ranges each round, sent in Cloud Hypervisor's format to a
     /// receiver, checked page by page.
     Migrate(migrate::MigrateArgs),
+    /// Memory snapshots: merge a full snapshot and its diffs, describe one.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Ext4(args) => ext4::run(&args),
         Command::Maps(args) => maps::run(&args),
         Command::Migrate(args) => migrate::run(&args),
+        Command::Snapshot(args) => snapshot::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

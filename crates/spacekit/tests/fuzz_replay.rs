@@ -128,6 +128,7 @@ replay_tests! {
     migration_wire => "migration_wire", checks::wire::run;
     migration_session => "migration_session", checks::session::run;
     migration_multi => "migration_multi", checks::multi::run;
+    snapshot => "snapshot", checks::snapshot::run;
     proc_maps => "proc_maps", checks::maps::run;
     rangetree => "rangetree", checks::rangetree::run;
     buddy => "buddy", checks::buddy::run;

@@ -18,6 +18,7 @@ pub mod multi;
 pub mod populate_tar;
 pub mod rangetree;
 pub mod session;
+pub mod snapshot;
 pub mod wire;
 
 /// Every target: its name (the directory under `fuzz/corpus/` and
@@ -34,6 +35,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("migration_wire", wire::run),
     ("migration_session", session::run),
     ("migration_multi", multi::run),
+    ("snapshot", snapshot::run),
     ("proc_maps", maps::run),
     ("rangetree", rangetree::run),
     ("buddy", buddy::run),
