@@ -13,7 +13,7 @@ use spacekit::kvm::converge::{AutoConverge, TimeoutAction};
 use spacekit::kvm::{
     self, DirtyMode, Guest, GuestConfig, KvmError, MigrateConfig, MigrationReport, Workload,
 };
-use spacekit::migration::receive_on_unix_socket;
+use spacekit::migration::receive_connections_on_unix_socket;
 
 use crate::maps::parse_size;
 
@@ -77,15 +77,32 @@ pub struct MigrateArgs {
     #[arg(long)]
     auto_converge: bool,
     /// Hold the sender to this many bytes per second, like a link of that
-    /// speed (K/M/G suffixes; default: as fast as the socket goes).
+    /// speed (K/M/G suffixes; default: as fast as the socket goes; one
+    /// connection only).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     bandwidth: Option<u64>,
+    /// Memory connections: with N > 1, N extra connections (Cloud
+    /// Hypervisor's multi-connection scheme) carry round 0 and rounds of 8
+    /// MiB or more, cut by ranges, beside the main one, which carries the
+    /// rest and the last round. The receiver accepts as many.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=128),
+          conflicts_with = "bandwidth")]
+    connections: u32,
+    /// Do not offer the zero-page extension (every page is sent, as to a
+    /// plain Cloud Hypervisor receiver, which never accepts it).
+    #[arg(long)]
+    no_zero_pages: bool,
     /// Host-side (DMA-like) writes per second through vm-memory.
     #[arg(long, default_value_t = 1000)]
     dma: u64,
     /// Milliseconds between rounds.
     #[arg(long, default_value_t = 20)]
     gap_ms: u64,
+    /// Percent of the guest's pages filled with non-zero bytes before it
+    /// starts (the rest are zero pages).
+    #[arg(long, default_value_t = 0, value_name = "PERCENT")]
+    fill: u8,
     /// Seed of the guest's random page choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -121,10 +138,11 @@ pub struct MigrateArgs {
 /// Runs `spacekit migrate`.
 pub fn run(a: &MigrateArgs) -> Result<(), String> {
     if let (true, Some(path)) = (a.receive, &a.listen) {
-        let (s, _) = receive_on_unix_socket(path, a.size).map_err(|e| format!("receiver: {e}"))?;
+        let (s, _) = receive_connections_on_unix_socket(path, a.size, 128)
+            .map_err(|e| format!("receiver: {e}"))?;
         eprintln!(
-            "receiver: {} memory requests, {} bytes",
-            s.memory_requests, s.bytes
+            "receiver: {} memory requests, {} bytes ({} as zero pages), {} extra connections",
+            s.memory_requests, s.bytes, s.zero_bytes, s.extra_connections
         );
         return Ok(());
     }
@@ -134,6 +152,7 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         workload: a.workload,
         writes_per_sec: a.rate,
         max_writes: 0,
+        fill_percent: a.fill,
         seed: a.seed,
         dirty: a.mode,
     };
@@ -156,6 +175,7 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         on_timeout: a.on_timeout,
         auto_converge: a.auto_converge.then(AutoConverge::default),
         bandwidth: a.bandwidth,
+        zero_pages: !a.no_zero_pages,
         ..MigrateConfig::default()
     };
     if a.timeout.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
@@ -166,7 +186,8 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         .exit();
     }
     let tty = io::stderr().is_terminal();
-    let result = kvm::migrate(&guest, &mut stream, &mcfg, |r, _| {
+    let mut extra = connect_extra(a, child.is_some())?;
+    let result = kvm::migrate_connections(&guest, &mut stream, &mut extra, &mcfg, |r, _| {
         if tty {
             eprint!("\rround {} ({} dirty pages) ...   ", r.round, r.dirty_pages);
             let _ = io::stderr().flush();
@@ -175,6 +196,7 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     if tty {
         eprint!("\r{:50}\r", "");
     }
+    drop(extra);
     drop(stream); // or a receiver child still reading it never exits
     let child_msg = child.map(finish_child).unwrap_or_default();
     let (report, failure) = match result {
@@ -207,6 +229,30 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     }
 }
 
+/// The extra connections (`--connections` above 1) to the receiver's
+/// socket.
+fn connect_extra(a: &MigrateArgs, child: bool) -> Result<Vec<UnixStream>, String> {
+    if a.connections < 2 {
+        return Ok(Vec::new());
+    }
+    let path = match &a.to {
+        Some(p) => p.clone(),
+        None if child => socket_path(),
+        None => return Ok(Vec::new()),
+    };
+    (0..a.connections)
+        .map(|_| {
+            UnixStream::connect(&path)
+                .map_err(|e| format!("extra connection to {}: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// The socket of the receiver child.
+fn socket_path() -> PathBuf {
+    std::env::temp_dir().join(format!("spacekit-migrate-{}.sock", std::process::id()))
+}
+
 /// The `--json` object.
 fn report_json(a: &MigrateArgs, report: &MigrationReport, completed: bool) -> serde_json::Value {
     let ns = |d: Duration| d.as_nanos() as f64;
@@ -218,7 +264,8 @@ fn report_json(a: &MigrateArgs, report: &MigrationReport, completed: bool) -> se
                 "round": r.round, "last": r.last, "dirty_pages": r.dirty_pages,
                 "kvm_pages": r.kvm_pages, "vmm_pages": r.vmm_pages, "ranges": r.ranges,
                 "harvest_ns": ns(r.harvest), "build_ns": ns(r.build),
-                "bytes_sent": r.bytes_sent, "send_ns": ns(r.send),
+                "bytes_sent": r.bytes_sent, "payload_bytes": r.payload_bytes,
+                "zero_bytes": r.zero_bytes, "connections": r.connections, "send_ns": ns(r.send),
                 "dirty_pages_per_sec": r.dirty_pages_per_sec,
                 "vcpu_dirty_pages": r.vcpu_dirty_pages, "throttle_percent": r.throttle,
                 "bandwidth_bytes_per_sec": r.bandwidth,
@@ -246,7 +293,7 @@ fn connect(a: &MigrateArgs) -> Result<(UnixStream, Option<Child>), String> {
             UnixStream::connect(path).map_err(|e| format!("connect {}: {e}", path.display()))?;
         return Ok((s, None));
     }
-    let path = std::env::temp_dir().join(format!("spacekit-migrate-{}.sock", std::process::id()));
+    let path = socket_path();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args("migrate --receive --listen".split(' '))

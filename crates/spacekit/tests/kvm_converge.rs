@@ -183,3 +183,80 @@ fn a_guest_that_does_not_converge_is_abandoned_with_its_report() {
     assert!(guest.writes() > w, "the source guest still runs");
     guest.stop().unwrap();
 }
+
+/// A running guest over 1, 2 and 4 connections (extra connections carry
+/// round 0 and the big rounds) in every dirty mode, with zero pages: every
+/// page matches, and round 0 went over every extra connection without the
+/// zero pages' payload.
+#[test]
+fn connections_and_zero_pages_in_every_mode() {
+    use spacekit::migration::receive_connections_on_unix_socket;
+    if !kvm_or_skip("connections_and_zero_pages_in_every_mode") {
+        return;
+    }
+    for (n, dirty) in [
+        (1, DirtyMode::Log),
+        (2, DirtyMode::ClearLog),
+        (4, DirtyMode::Ring { entries: 65536 }),
+        (2, DirtyMode::Log),
+        (4, DirtyMode::ClearLog),
+        (2, DirtyMode::Ring { entries: 65536 }),
+    ] {
+        let guest = Guest::start(GuestConfig {
+            mem_size: 64 << 20,
+            vcpus: 2,
+            workload: Workload::Uniform,
+            // Slow enough that round 0 finds the memory ~90% zero.
+            writes_per_sec: 1_000,
+            dirty,
+            fill_percent: 10,
+            ..GuestConfig::default()
+        })
+        .expect("guest starts");
+        let path =
+            std::env::temp_dir().join(format!("spacekit-kvm-conn-{}-{n}.sock", std::process::id()));
+        let p2 = path.clone();
+        let receiver =
+            std::thread::spawn(move || receive_connections_on_unix_socket(&p2, 64 << 20, 8));
+        let mut main = loop {
+            match UnixStream::connect(&path) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        let mut extra: Vec<UnixStream> = if n > 1 {
+            (0..n)
+                .map(|_| UnixStream::connect(&path).unwrap())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mcfg = MigrateConfig {
+            max_rounds: 3,
+            dma_writes_per_sec: 500,
+            ..MigrateConfig::default()
+        };
+        let report =
+            spacekit::kvm::migrate_connections(&guest, &mut main, &mut extra, &mcfg, |_, _| {})
+                .unwrap_or_else(|e| panic!("{n} connections, {dirty:?}: {e}"));
+        drop((main, extra));
+        let (summary, _) = receiver.join().unwrap().unwrap();
+        assert!(report.pages_checked);
+        assert!(
+            report.differing_pages.is_empty(),
+            "{n} connections, {dirty:?}: {report}"
+        );
+        let r0 = &report.rounds[0];
+        assert_eq!(r0.connections, if n > 1 { n } else { 1 });
+        assert_eq!(summary.extra_connections as u32, if n > 1 { n } else { 0 });
+        // About 10% of the pages were filled; the rest went as zero pages.
+        assert!(
+            r0.payload_bytes * 100 <= r0.bytes_sent * 15,
+            "round 0 payload {} of {}",
+            r0.payload_bytes,
+            r0.bytes_sent
+        );
+        assert_eq!(r0.payload_bytes + r0.zero_bytes, r0.bytes_sent);
+        guest.stop().unwrap();
+    }
+}

@@ -39,7 +39,8 @@ pub enum Workload {
     },
     /// The region's pages in order, wrapping around.
     Sweep,
-    /// No writes: the vCPUs spin on `pause`.
+    /// No writes: the vCPUs halt (the host resumes them every millisecond
+    /// to look at the parameter page).
     Idle,
 }
 
@@ -134,6 +135,11 @@ pub struct GuestConfig {
     pub seed: u64,
     /// The dirty-tracking mode.
     pub dirty: DirtyMode,
+    /// Percent of the region's pages the loader fills with non-zero bytes
+    /// before the vCPUs start (0..=100; the rest stay zero), like a booted
+    /// guest's used memory: which pages is a hash of their index and the
+    /// seed.
+    pub fill_percent: u8,
 }
 
 impl Default for GuestConfig {
@@ -146,6 +152,7 @@ impl Default for GuestConfig {
             max_writes: 0,
             seed: 1,
             dirty: DirtyMode::Log,
+            fill_percent: 0,
         }
     }
 }
@@ -167,6 +174,9 @@ impl GuestConfig {
                 self.mem_size
             ));
         };
+        if self.fill_percent > 100 {
+            return bad(format!("fill of {}% (0..=100)", self.fill_percent));
+        }
         if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
             return bad(format!("{} vCPUs (1..={MAX_VCPUS})", self.vcpus));
         }
@@ -728,6 +738,21 @@ fn load(memory: &GuestMem, layout: &Layout, config: &GuestConfig) -> Result<(), 
         put(param::HOT_THRESHOLD, t.min(u128::from(u64::MAX)) as u64)?;
     }
     put(param::MAX_WRITES, config.max_writes)?;
+    if config.fill_percent > 0 {
+        let mut page = std::vec![0u8; PAGE as usize];
+        let limit = u64::from(config.fill_percent);
+        for p in layout.first_page..layout.first_page + layout.region_pages {
+            let x = layout::xorshift64(p.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ config.seed | 1);
+            if x % 100 < limit {
+                for (i, c) in page.chunks_exact_mut(8).enumerate() {
+                    c.copy_from_slice(&(x ^ i as u64 | 1).to_le_bytes());
+                }
+                memory
+                    .write_slice(&page, GuestAddress(p * PAGE))
+                    .map_err(err)?;
+            }
+        }
+    }
     for i in 0..config.vcpus {
         let slot = layout.slot(i);
         memory
@@ -833,6 +858,9 @@ fn run_vcpu(mut vcpu: VcpuFd, i: u32, shared: &Shared, vm: &VmFd) -> Result<(), 
                 }
             }
             Ok(VcpuExit::Intr) => throttled(shared, i, &mut ran_from),
+            // The idle workload halts (no interrupt will wake it: the host
+            // resumes it after a moment, so a pause is seen within 1 ms).
+            Ok(VcpuExit::Hlt) => std::thread::sleep(std::time::Duration::from_millis(1)),
             Ok(other) => {
                 return Err(KvmError::UnexpectedExit {
                     vcpu: i,

@@ -35,7 +35,9 @@ mod tracker;
 
 pub use error::KvmError;
 pub use guest::{DirtyMode, Guest, GuestConfig, GuestMem, Workload};
-pub use migrate::{migrate, GuestSource, MigrateConfig, MigrationReport, RoundReport};
+pub use migrate::{
+    migrate, migrate_connections, GuestSource, MigrateConfig, MigrationReport, RoundReport,
+};
 pub use tracker::{DirtyTracker, Harvest};
 
 /// Whether this process can run a KVM guest: `Ok` when `/dev/kvm` opens and

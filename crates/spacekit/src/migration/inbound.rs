@@ -273,7 +273,12 @@ pub(super) fn receive_memory<S: Read + ?Sized>(
             let n = (end - at).min(ZERO_PAGE_BYTES as u64);
             let dst = held.bytes(at, n);
             if mask & (1 << in_group) != 0 {
-                dst.fill(0);
+                // Only where the page is not zero already: a fresh
+                // receiver's untouched memory reads as zeros without being
+                // allocated, and stays unallocated.
+                if !super::zero::is_zero(crate::arch::Level::detect(), dst) {
+                    dst.fill(0);
+                }
                 totals.zero_bytes += n;
             } else {
                 read_full(stream, dst, "memory contents")?;

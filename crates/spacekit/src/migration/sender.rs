@@ -620,9 +620,11 @@ where
 }
 
 /// The contents of `table`'s ranges in [`Command::SparseMemory`]'s groups:
-/// each page is copied into the group being built, tested there (so what is
-/// sent is exactly what was tested, even while a vCPU writes the page), and
-/// kept only if it is not all zero. One write per group of 64 pages.
+/// the pages are copied out up to a group at a time into a staging buffer
+/// (one copy per up to 64 pages of a range, not one per page), each page is
+/// tested there and, if it is not all zero, moved into the group being built
+/// (so what is sent is exactly what was tested, even while a vCPU writes the
+/// page). One write per group of 64 pages.
 fn send_sparse_contents<S, M>(
     stream: &mut S,
     table: &MemoryRangeTable,
@@ -636,6 +638,8 @@ where
     M: MemorySource + ?Sized,
 {
     let cmd = Command::SparseMemory;
+    let page_bytes = ZERO_PAGE_BYTES as u64;
+    let mut staging = vec![0u8; ZERO_PAGE_BYTES * PAGES_PER_GROUP];
     let mut mask = 0u64;
     let mut pages = 0;
     let mut fill = 8;
@@ -643,18 +647,23 @@ where
         let mut at = r.gpa;
         let end = r.gpa + r.length;
         while at < end {
-            let n = (end - at).min(ZERO_PAGE_BYTES as u64) as usize;
-            let page = &mut buf[fill..fill + n];
-            source.copy_out(at, page);
-            if is_zero(level, page) {
-                mask |= 1 << pages;
-                stats.zero_bytes += n as u64;
-            } else {
-                fill += n;
-                stats.payload_bytes += n as u64;
+            // What is left of this group, within this range.
+            let room = (PAGES_PER_GROUP - pages) as u64 * page_bytes;
+            let chunk = (end - at).min(room) as usize;
+            source.copy_out(at, &mut staging[..chunk]);
+            for page in staging[..chunk].chunks(ZERO_PAGE_BYTES) {
+                let n = page.len();
+                if is_zero(level, page) {
+                    mask |= 1 << pages;
+                    stats.zero_bytes += n as u64;
+                } else {
+                    buf[fill..fill + n].copy_from_slice(page);
+                    fill += n;
+                    stats.payload_bytes += n as u64;
+                }
+                pages += 1;
             }
-            at += n as u64;
-            pages += 1;
+            at += chunk as u64;
             if pages == PAGES_PER_GROUP {
                 buf[..8].copy_from_slice(&mask.to_le_bytes());
                 send(stream, &buf[..fill], cmd)?;
