@@ -1,16 +1,14 @@
 //! [`merge`]: a full snapshot and the diffs taken after it, into one full
 //! snapshot.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::vec;
 use std::vec::Vec;
 
 use super::error::SnapshotError;
 use super::file::Snapshot;
-use super::format::{seal_block, Header, SnapshotInfo, TRAILER_BYTES};
-use super::id::{Kind, SnapshotId};
+use super::format::{SnapshotInfo, TRAILER_BYTES};
 use super::io::{read_exact_at, scan_chunk, Buf, Tmp, CHUNK_BYTES};
+use super::write::finish_full;
 use crate::crc32c;
 
 /// Where a merge is in one diff: its next range, where that range's data
@@ -127,39 +125,7 @@ pub fn merge_with_progress<P: AsRef<Path>>(
     for (d, c) in diffs.iter().zip(&cursors) {
         check_crc(d, "data", !c.crc)?;
     }
-    let out_crc = !out_crc;
-    let h = Header {
-        kind: Kind::Full,
-        page_size: page,
-        memory_size: size,
-        base_id: SnapshotId::zero(),
-        range_count: 0,
-        data_offset: 0,
-        data_bytes: size,
-        data_crc: out_crc,
-    };
-    let mut block = vec![0u8; TRAILER_BYTES as usize];
-    block[..h.encode().len()].copy_from_slice(&h.encode());
-    seal_block(&mut block);
-    tmp.write_at(&block, size)?;
-    tmp.commit()?;
-    let allocated = std::fs::metadata(out)
-        .map(|m| m.blocks().saturating_mul(512))
-        .unwrap_or(0);
-    Ok(SnapshotInfo {
-        kind: Kind::Full,
-        page_size: page,
-        memory_size: size,
-        id: SnapshotId::full(size, out_crc),
-        base_id: None,
-        ranges: 0,
-        data_bytes: size,
-        data_offset: 0,
-        data_crc: out_crc,
-        file_bytes: size + TRAILER_BYTES,
-        allocated_bytes: allocated,
-        raw: false,
-    })
+    finish_full(tmp, out, page, size, !out_crc)
 }
 
 /// Reads the parts of diff `d`'s ranges inside memory `[at, end)` over the

@@ -111,7 +111,19 @@ pub fn write_full<M: MemorySource + ?Sized>(
     let mut buf = Buf::new(CHUNK_BYTES.max(page));
     let mut crc = !0u32;
     copy_range(source, &tmp, &mut buf, (0, size, 0), page, &mut crc)?;
-    let crc = !crc;
+    finish_full(tmp, path, page, size, !crc)
+}
+
+/// Seals a full snapshot whose memory (`size` bytes, CRC-32C `crc`) is in
+/// `tmp`: writes the trailer after the memory, commits `tmp` to `path`,
+/// and returns its info (with its bytes on disk).
+pub(super) fn finish_full(
+    tmp: Tmp,
+    path: &Path,
+    page: u64,
+    size: u64,
+    crc: u32,
+) -> Result<SnapshotInfo, SnapshotError> {
     let h = Header {
         kind: Kind::Full,
         page_size: page,
@@ -139,7 +151,7 @@ pub fn write_full<M: MemorySource + ?Sized>(
             data_bytes: size,
             data_offset: 0,
             data_crc: crc,
-            file_bytes: end,
+            file_bytes: size + TRAILER_BYTES,
             allocated_bytes: 0,
             raw: false,
         },
