@@ -201,15 +201,14 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     let child_msg = child.map(finish_child).unwrap_or_default();
     let (report, failure) = match result {
         Ok(r) => (r, None),
-        // Not converged: the rounds are still worth printing.
-        Err(KvmError::NotConverged { report }) => {
-            let msg = KvmError::NotConverged {
-                report: report.clone(),
+        Err(e) => {
+            let msg = format!("{e}{child_msg}");
+            match e {
+                // Not converged: the rounds are still worth printing.
+                KvmError::NotConverged { report } => (*report, Some(msg)),
+                _ => return Err(msg),
             }
-            .to_string();
-            (*report, Some(format!("{msg}{child_msg}")))
         }
-        Err(e) => return Err(format!("{e}{child_msg}")),
     };
     guest.stop().map_err(|e| e.to_string())?;
     if a.json {

@@ -302,7 +302,7 @@ impl<S: Write + ?Sized> Write for LimitedStream<'_, S> {
         self.tokens =
             (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.cap);
         self.at = now;
-        let n = buf.len().min(self.cap as usize).max(1).min(buf.len());
+        let n = buf.len().min(self.cap as usize);
         if (n as f64) > self.tokens {
             let wait = (n as f64 - self.tokens) / self.rate;
             std::thread::sleep(Duration::from_secs_f64(wait));

@@ -115,8 +115,7 @@ impl Snapshotter {
     }
 
     fn write_diff(&mut self, guest: &Guest, path: &Path) -> Result<SnapshotInfo, KvmError> {
-        self.tracker.harvest(guest)?;
-        self.tracker.build(&mut self.table)?;
+        self.tracker.harvest_build(guest, &mut self.table)?;
         write_diff(&GuestSource::new(guest), &self.table, &self.last, path).map_err(snap_err)
     }
 
