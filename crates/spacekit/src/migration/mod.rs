@@ -93,7 +93,7 @@ mod source;
 #[cfg(unix)]
 mod unix;
 mod wire;
-mod zero;
+pub(crate) mod zero;
 
 pub use command::{version_supported, Command, Extensions, ReceiveState, Status, PROTOCOL_VERSION};
 pub use connections::{Listener, MEMORY_CONNECTION_ROLE};

@@ -4,7 +4,12 @@
 //! through a device, so tests put a fault-injecting device between the image
 //! and its file instead of the image carrying fault-injection state.
 
+mod combine;
+
+use combine::write_all_at;
+
 use std::borrow::ToOwned;
+use std::cell::RefCell;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -120,12 +125,15 @@ pub trait Device: fmt::Debug + Send {
 }
 
 /// An image file and its redo log beside it (`<image>.spacekit-redo`),
-/// with positioned reads and writes (`pread`/`pwrite` on Unix).
+/// with positioned reads and writes (`pread`/`pwrite` on Unix). Writes
+/// that follow each other are combined into one `pwrite` of up to 512 KiB
+/// (reads see them at once; [`Device::sync`] sends them first).
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
     log: PathBuf,
     writable: bool,
+    waiting: RefCell<combine::Combiner>,
 }
 
 impl FileDevice {
@@ -140,6 +148,7 @@ impl FileDevice {
             file,
             log: log_path(path),
             writable,
+            waiting: RefCell::default(),
         })
     }
 }
@@ -161,14 +170,17 @@ impl Device for FileDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        read_exact_at(&self.file, offset, buf)
+        read_exact_at(&self.file, offset, buf)?;
+        self.waiting.borrow().overlay(offset, buf);
+        Ok(())
     }
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
-        write_all_at(&self.file, offset, data)
+        self.waiting.get_mut().write(&self.file, offset, data)
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        self.waiting.get_mut().send(&self.file)?;
         // fdatasync: writes inside the file never change its size, and the
         // data is what a flush orders.
         self.file.sync_data()
@@ -213,10 +225,17 @@ impl Device for FileDevice {
     }
 
     fn file(&self) -> Option<&File> {
-        Some(&self.file)
+        // The kernel must see the waiting bytes before it reads or writes
+        // the file; if they cannot be sent, the caller copies through
+        // `read_at`/`write_at`, and the next write reports the error.
+        self.waiting
+            .borrow_mut()
+            .send_or_keep(&self.file)
+            .then_some(&self.file)
     }
 
     fn start_writeback(&mut self) -> io::Result<()> {
+        self.waiting.get_mut().send(&self.file)?;
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
@@ -231,6 +250,14 @@ impl Device for FileDevice {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for FileDevice {
+    fn drop(&mut self) {
+        // Best effort: what was written reaches the file, as it would have
+        // without combining (unsynced either way).
+        let _ = self.waiting.get_mut().send(&self.file);
     }
 }
 
@@ -264,21 +291,6 @@ fn read_exact_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let mut f = file;
         f.seek(SeekFrom::Start(offset))?;
         f.read_exact(buf)
-    }
-}
-
-/// Writes all of `buf` at `offset` (`pwrite` on Unix).
-fn write_all_at(file: &File, offset: u64, buf: &[u8]) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
-    }
-    #[cfg(not(unix))]
-    {
-        use std::io::{Seek, SeekFrom, Write};
-        let mut f = file;
-        f.seek(SeekFrom::Start(offset))?;
-        f.write_all(buf)
     }
 }
 

@@ -210,14 +210,11 @@ impl Image {
     }
 }
 
-/// Whether every byte of `b` is zero, 16 bytes per step (a byte-by-byte
-/// test costs more than the copy around it).
+/// Whether every byte of `b` is zero (the SIMD test the migration
+/// sender uses for zero pages; a byte-by-byte test costs more than the
+/// copy around it).
 fn all_zero(b: &[u8]) -> bool {
-    let mut words = b.chunks_exact(16);
-    let body = words.by_ref().fold(0u128, |acc, w| {
-        acc | u128::from_ne_bytes(w.try_into().unwrap_or([0xFF; 16]))
-    });
-    body == 0 && words.remainder().iter().all(|&x| x == 0)
+    crate::migration::zero::is_zero(crate::arch::Level::detect(), b)
 }
 
 /// The runs of zeros [`Image::copy_out`] leaves out through memory (a

@@ -233,6 +233,64 @@ impl Image {
         self.touch(ino, true)
     }
 
+    /// Writes `data` into new, empty regular file `ino` whose extent
+    /// root `root` the caller holds (the inode is not written here): as
+    /// [`Image::write`] at offset 0, with the blocks that are all zero
+    /// bytes left as holes (as `mke2fs -d` leaves them). Blocks come from
+    /// the file's goal, run by run, and are mapped in `root`. Returns the
+    /// file's `i_blocks` (512-byte units, extent-tree blocks included).
+    ///
+    /// # Errors
+    /// [`Ext4Error::FileTooBig`]; [`Ext4Error::NoSpace`]; [`Ext4Error::Io`].
+    /// The caller's undo puts back what an error leaves half done.
+    pub(crate) fn write_new(
+        &mut self,
+        ino: u32,
+        root: &mut [u8; crate::ext4::inode::extent::ROOT_SIZE],
+        seed: Option<u32>,
+        data: &[u8],
+    ) -> Result<u64, Ext4Error> {
+        if self.freed_since_flush {
+            self.flush()?;
+        }
+        self.range_end(0, data.len() as u64)?;
+        let bs = u64::from(self.info.block_size);
+        let mut goal = self.file_goal(ino, root, seed)?;
+        let mut pieces = Vec::new();
+        let mut data_blocks = 0u64;
+        for (mut a, b) in nonzero_runs(data, bs as usize) {
+            while a < b {
+                let want = (b - a).min(u64::from(Extent::max_len(false))) as u32;
+                let g = (goal < self.info.blocks_count).then_some(goal);
+                let (p, got) = self.alloc_run_from(g, want)?;
+                pieces.push(Piece {
+                    logical: a,
+                    physical: p,
+                    len: u64::from(got),
+                    fresh: true,
+                });
+                data_blocks += u64::from(got);
+                a += u64::from(got);
+                goal = p + u64::from(got);
+            }
+        }
+        let mut store = ImageStore::new(self);
+        for p in &pieces {
+            let e = Extent {
+                logical: p.logical as u32,
+                physical: p.physical,
+                len: p.len as u16,
+                unwritten: false,
+            };
+            extent::insert(root, &mut store, seed, e)?;
+        }
+        let tree = store.allocated;
+        for p in &pieces {
+            self.write_piece(p, 0, &Source::Bytes(data))?;
+        }
+        Ok((data_blocks + tree) * (bs / 512))
+    }
+
     /// Writes the bytes of `data` (which starts at byte `offset` of the
     /// file) that fall in piece `p`: whole blocks straight from `data`, a
     /// partial first or last block merged with its old bytes (zeros if
@@ -244,7 +302,8 @@ impl Image {
         let (from, to) = (offset.max(lo), end.min(hi));
         let pos = |byte: u64| p.physical * bs + (byte - lo);
         let bytes = |a: u64, b: u64| data.bytes(a - offset, b - offset);
-        // The partial block at each end, then the whole blocks between.
+        // The partial block at each end and the whole blocks between, in
+        // ascending order (consecutive writes combine on the device).
         // The end of the block holding `from` (not `from` itself when it
         // is a block boundary: an aligned write has no partial head).
         let head_end = (from - from % bs + bs).min(to);
@@ -258,19 +317,24 @@ impl Image {
             )?;
             mid.0 = head_end;
         }
-        if mid.0 < mid.1 && to % bs != 0 {
-            let t0 = to - to % bs;
-            self.merge_block(pos(t0), 0, &bytes(t0, to)?, p.fresh)?;
+        let tail = (mid.0 < mid.1 && to % bs != 0).then(|| to - to % bs);
+        if let Some(t0) = tail {
             mid.1 = t0;
         }
         if mid.0 < mid.1 {
             let block = pos(mid.0) / bs;
-            if let Source::File { file, at, .. } = *data {
-                if self.copy_blocks_in(block, file, at + (mid.0 - offset), mid.1 - mid.0)? {
-                    return Ok(());
+            let copied = match *data {
+                Source::File { file, at, .. } => {
+                    self.copy_blocks_in(block, file, at + (mid.0 - offset), mid.1 - mid.0)?
                 }
+                Source::Bytes(_) => false,
+            };
+            if !copied {
+                self.put_blocks(block, &bytes(mid.0, mid.1)?)?;
             }
-            self.put_blocks(block, &bytes(mid.0, mid.1)?)?;
+        }
+        if let Some(t0) = tail {
+            self.merge_block(pos(t0), 0, &bytes(t0, to)?, p.fresh)?;
         }
         Ok(())
     }
@@ -470,6 +534,24 @@ impl Image {
             pos: 0,
         })
     }
+}
+
+/// The runs of blocks of `data` (`bs` bytes each, the last one maybe
+/// short) that are not all zero bytes, as `[first, end)` block numbers.
+pub(crate) fn nonzero_runs(data: &[u8], bs: usize) -> Vec<(u64, u64)> {
+    let level = crate::arch::Level::detect();
+    let zero = |i: usize| {
+        crate::migration::zero::is_zero(level, &data[i * bs..((i + 1) * bs).min(data.len())])
+    };
+    let n = data.len().div_ceil(bs);
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for i in (0..n).filter(|&i| !zero(i)) {
+        match runs.last_mut() {
+            Some(r) if r.1 == i as u64 => r.1 += 1,
+            _ => runs.push((i as u64, i as u64 + 1)),
+        }
+    }
+    runs
 }
 
 /// The parts of extent `e` from logical block `c0` on, split at `first`

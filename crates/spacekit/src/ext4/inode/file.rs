@@ -182,14 +182,7 @@ impl Image {
     ) -> Result<(), Ext4Error> {
         let size_lo = (size as u32).to_le_bytes();
         let size_hi = ((size >> 32) as u32).to_le_bytes();
-        let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
-        if blocks512 >> 32 != 0 && (!huge || blocks512 >> 48 != 0) {
-            return Err(invalid(
-                "size",
-                size,
-                "i_blocks would overflow (needs huge_file)",
-            ));
-        }
+        let huge = self.check_blocks(size, blocks512)?;
         let blo = (blocks512 as u32).to_le_bytes();
         let bhi = ((blocks512 >> 32) as u16).to_le_bytes();
         let mut changes: Vec<(usize, &[u8])> = vec![
@@ -202,6 +195,24 @@ impl Image {
             changes.push((off::BLOCKS_HIGH, &bhi));
         }
         self.write_inode_fields(ino, &changes)
+    }
+
+    /// Whether `i_blocks` has its high 16 bits (`huge_file`), after
+    /// checking that `blocks512` fits.
+    ///
+    /// # Errors
+    /// [`Ext4Error::InvalidArgument`] (`what: "size"`, `size` given) when
+    /// it does not.
+    pub(crate) fn check_blocks(&self, size: u64, blocks512: u64) -> Result<bool, Ext4Error> {
+        let huge = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0;
+        if blocks512 >> 32 != 0 && (!huge || blocks512 >> 48 != 0) {
+            return Err(invalid(
+                "size",
+                size,
+                "i_blocks would overflow (needs huge_file)",
+            ));
+        }
+        Ok(huge)
     }
 
     /// Sets ro_compat `large_file` when a file grows past 2 GiB (as the

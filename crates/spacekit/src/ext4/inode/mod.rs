@@ -411,12 +411,13 @@ impl Image {
             ));
         }
         let size = self.info.inode_size as usize;
-        let mut data = self.read_block(block)?.into_owned();
-        let raw = data.get_mut(at..at + size).ok_or(invalid(
-            "ino",
-            ino.into(),
-            "inode outside its table block",
-        ))?;
+        // The inode's bytes only: the block is patched in place below.
+        let raw = self
+            .read_block(block)?
+            .get(at..at + size)
+            .ok_or(invalid("ino", ino.into(), "inode outside its table block"))?
+            .to_vec();
+        let raw = &raw[..];
         let mut new = raw.to_vec();
         patch_inode(&mut new, None, changes).map_err(|e| patch_error(e, g))?;
         if self.info.checksums == ChecksumKind::MetadataCsum {
@@ -443,8 +444,8 @@ impl Image {
                 store_checksum(&mut new, crc);
             }
         }
-        raw.copy_from_slice(&new);
-        self.write_inode_table_block(block, data)
+        self.inode_table_block_mut(block)?[at..at + size].copy_from_slice(&new);
+        Ok(())
     }
 
     /// Sets inode `ino`'s timestamps (seconds; `None` keeps one): the low

@@ -538,6 +538,23 @@ impl Image {
         flags: u32,
         block: &[u8; ROOT_SIZE],
     ) -> Result<(), Ext4Error> {
+        let raw = self.fresh_inode(ino, mode, links, flags, block)?;
+        self.write_inode_fields(ino, &[(0, &raw)])
+    }
+
+    /// The bytes [`Image::init_inode`] writes into slot `ino`.
+    ///
+    /// # Errors
+    /// [`Ext4Error::Corrupt`] when the slot still has links (a damaged
+    /// inode bitmap); as [`Image::inode_raw`].
+    pub(crate) fn fresh_inode(
+        &self,
+        ino: u32,
+        mode: u16,
+        links: u16,
+        flags: u32,
+        block: &[u8; ROOT_SIZE],
+    ) -> Result<Vec<u8>, Ext4Error> {
         let old = self.inode_raw(ino)?;
         // A free bit over a live inode (links left) is a damaged bitmap:
         // never write over a file or directory.
@@ -567,7 +584,7 @@ impl Image {
                 layout::put32(&mut raw, off::CRTIME, t);
             }
         }
-        self.write_inode_fields(ino, &[(0, &raw)])
+        Ok(raw)
     }
 
     /// The first block of new directory `ino` under `parent`: `.` (12

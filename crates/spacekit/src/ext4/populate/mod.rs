@@ -403,6 +403,15 @@ impl<'i> Populate<'i> {
                 self.report.dirs += 1;
                 ino
             }
+            EntryKind::File(Contents::Bytes(b)) if meta.xattrs.is_empty() => {
+                // Written whole, stamped too: done here.
+                let ino = self.img.pop_file(parent, name, &b, &meta)?;
+                self.report.bytes += b.len() as u64;
+                self.report.files += 1;
+                self.named(parent, name, ino);
+                self.made.insert(entry.path, ino);
+                return Ok(());
+            }
             EntryKind::File(c) => {
                 let ino = self
                     .img

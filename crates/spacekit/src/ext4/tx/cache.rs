@@ -13,7 +13,7 @@
 //! descriptor-table block (or reserved GDT block) or a bitmap: those are
 //! written from their own in-memory copies, and two records for one block
 //! would fight. [`Image::write_block`] (file data and tree blocks) refuses
-//! every metadata block; [`Image::write_inode_table_block`] only accepts
+//! every metadata block; [`Image::inode_table_block_mut`] only accepts
 //! inode-table blocks. `validate` checks that no pending block overlaps
 //! another record of the flush.
 
@@ -89,18 +89,26 @@ impl Image {
         self.write_block_as(block, data.into(), BlockKind::Data)
     }
 
-    /// [`Image::write_block`] for a block of an inode table (the only
-    /// metadata the block cache carries).
+    /// Inode-table block `block`, to change in place: its pending version
+    /// (kept first for the open undo, if any), or the file's bytes made
+    /// pending. One copy of the block per transaction, not one per change.
     ///
     /// # Errors
     /// As [`Image::write_block`], with [`Ext4Error::InvalidArgument`] for a
-    /// block that is not in an inode table.
-    pub(crate) fn write_inode_table_block(
-        &mut self,
-        block: u64,
-        data: impl Into<Vec<u8>>,
-    ) -> Result<(), Ext4Error> {
-        self.write_block_as(block, data.into(), BlockKind::InodeTable)
+    /// block that is not in an inode table; [`Ext4Error::Io`] reading it.
+    pub(crate) fn inode_table_block_mut(&mut self, block: u64) -> Result<&mut [u8], Ext4Error> {
+        self.check_writable()?;
+        if self.pending_blocks.contains_key(&block) {
+            self.check_block_kind(block, BlockKind::InodeTable)?;
+            self.keep_for_undo(block);
+        } else {
+            let data = self.read_block(block)?.into_owned();
+            self.write_block_as(block, data, BlockKind::InodeTable)?;
+        }
+        self.pending_blocks
+            .get_mut(&block)
+            .map(|b| &mut b[..])
+            .ok_or_else(|| invalid("block", block, "not in the block cache"))
     }
 
     /// Drops the pending version of `block`, if any (for a block freed
@@ -258,10 +266,8 @@ mod tests {
             img.write_block(data, vec![0u8; bs - 1]),
             Err(Ext4Error::InvalidArgument { what: "len", .. })
         ));
-        assert!(img
-            .write_inode_table_block(g0.block_bitmap, vec![0u8; bs])
-            .is_err());
-        assert!(img.write_inode_table_block(data, vec![0u8; bs]).is_err());
+        assert!(img.inode_table_block_mut(g0.block_bitmap).is_err());
+        assert!(img.inode_table_block_mut(data).is_err());
         assert!(!img.is_dirty());
         // A data block: the pending version is read back, then flushed.
         let before = img.read_block(data).unwrap().into_owned();
