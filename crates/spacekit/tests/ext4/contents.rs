@@ -482,6 +482,35 @@ fn copy_out_in_the_kernel_and_through_user_space_agree() {
     }
 }
 
+/// The image file gathers consecutive writes before it sends them: a copy
+/// out in the kernel before any flush still sees every byte written, and
+/// so does a copy in that lands right after them.
+#[test]
+fn kernel_copies_see_writes_not_yet_sent() {
+    require_e2fsprogs!();
+    let cfg = CONFIGS[1];
+    let dir = TempDir::new("copy-waiting");
+    let path = mkfs(&dir, &cfg);
+    let mut img = open_rw(&path);
+    let mut model = BTreeMap::new();
+    let small = random_bytes(20_000, 7);
+    put(&mut img, &mut model, "/small", 0, &small);
+    let ino = img.lookup("/small").unwrap();
+    let out = dir.path("small.out");
+    img.copy_out(ino, &fs::File::create(&out).unwrap()).unwrap();
+    assert!(fs::read(&out).unwrap() == small, "copy out before the flush");
+    // A copy in through the kernel (2 MiB) after the small file's blocks.
+    let big = random_bytes(2 << 20, 8);
+    let src = dir.path("big.src");
+    fs::write(&src, &big).unwrap();
+    let b = img.create("/big", 0o644).unwrap();
+    img.copy_in(b, &fs::File::open(&src).unwrap()).unwrap();
+    model.insert("/big".into(), big);
+    img.flush().unwrap();
+    drop(img);
+    check_against_everyone(&path, &dir, &model, cfg.name);
+}
+
 /// `copy_in` of a sparse host file: in the kernel on an image file (data
 /// ranges of 1 MiB and more), through memory on any other device; both
 /// give the host's bytes, its holes kept, e2fsck-clean, as debugfs reads.
