@@ -49,6 +49,8 @@ pub struct Ext4Tools {
     pub e2fsck: PathBuf,
     /// `cp`.
     pub cp: PathBuf,
+    /// `cat`.
+    pub cat: PathBuf,
     /// `sync`.
     pub sync: PathBuf,
     /// The `spacekit` binary, when this process is it.
@@ -63,6 +65,7 @@ impl Ext4Tools {
             debugfs: need("debugfs")?,
             e2fsck: need("e2fsck")?,
             cp: need("cp")?,
+            cat: need("cat")?,
             sync: need("sync")?,
             spacekit: spacekit_exe(),
         })

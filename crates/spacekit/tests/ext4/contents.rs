@@ -498,7 +498,10 @@ fn kernel_copies_see_writes_not_yet_sent() {
     let ino = img.lookup("/small").unwrap();
     let out = dir.path("small.out");
     img.copy_out(ino, &fs::File::create(&out).unwrap()).unwrap();
-    assert!(fs::read(&out).unwrap() == small, "copy out before the flush");
+    assert!(
+        fs::read(&out).unwrap() == small,
+        "copy out before the flush"
+    );
     // A copy in through the kernel (2 MiB) after the small file's blocks.
     let big = random_bytes(2 << 20, 8);
     let src = dir.path("big.src");
