@@ -79,6 +79,11 @@ pub struct Image {
     /// While an operation runs: what it changed, as it was before (see
     /// `undo.rs`).
     pub(super) undo: Option<std::boxed::Box<Undo>>,
+    /// The last parent directory a path resolved to (`/a/b` and its inode),
+    /// so creating file after file in one directory walks its path once.
+    /// Dropped by anything that removes or moves an entry, or rolls back
+    /// (see `namespace/lookup.rs`).
+    pub(super) last_dir: Option<(Vec<u8>, u32)>,
 }
 
 /// The geometry, mode and what is waiting to be flushed (not the cached

@@ -382,6 +382,7 @@ impl Image {
             data_unsynced: false,
             data_since_writeback: 0,
             undo: None,
+            last_dir: None,
         })
     }
 

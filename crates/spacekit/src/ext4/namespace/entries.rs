@@ -490,6 +490,8 @@ impl Image {
         name: &[u8],
         physical: u64,
     ) -> Result<(), Ext4Error> {
+        // A path through this entry may now lead elsewhere.
+        self.last_dir = None;
         let pgen = self.inode(parent)?.generation;
         let mut b = self.dir_block(parent, pgen, physical)?;
         dir::remove_entry(&mut b, name, self.csum())?;

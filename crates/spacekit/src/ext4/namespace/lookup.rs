@@ -186,6 +186,21 @@ impl Image {
         let Some((&name, parents)) = comps.split_last() else {
             return Err(Ext4Error::NotARegularFile { ino: ROOT_INO });
         };
+        // The parent's path, for the one-entry cache (never with `..`,
+        // which a rename of a directory elsewhere could redirect).
+        let key = (!parents.contains(&&b".."[..])).then(|| {
+            let mut k = Vec::new();
+            for c in parents {
+                k.push(b'/');
+                k.extend_from_slice(c);
+            }
+            k
+        });
+        if let (Some(k), Some((last, ino))) = (&key, &self.last_dir) {
+            if k == last {
+                return Ok((*ino, name));
+            }
+        }
         let ino = self.walk(parents)?;
         if !self.inode(ino)?.is_dir() {
             let mut at = String::new();
@@ -194,6 +209,9 @@ impl Image {
                 at.push_str(&String::from_utf8_lossy(c));
             }
             return Err(Ext4Error::NotADirectory { path: at });
+        }
+        if let Some(k) = key {
+            self.last_dir = Some((k, ino));
         }
         Ok((ino, name))
     }

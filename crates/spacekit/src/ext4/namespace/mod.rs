@@ -236,6 +236,8 @@ impl Image {
     /// [`Image::rename`], inside its undo.
     fn rename_op(&mut self, from: &str, to: &str) -> Result<(), Ext4Error> {
         self.check_writable()?;
+        // A directory may move: no cached path survives.
+        self.last_dir = None;
         let (op, oname) = self.parent_of(from)?;
         let (np, nname) = self.parent_of(to)?;
         self.check_dir_writable(op)?;

@@ -120,6 +120,8 @@ impl Image {
 
     /// Puts back what [`Image::atomically`] kept.
     fn roll_back(&mut self, u: Undo) {
+        // A directory the failed operation made may be unmade.
+        self.last_dir = None;
         self.sb = u.sb;
         self.dirty_sb = u.dirty_sb;
         self.dirty_gdt = u.dirty_gdt;
