@@ -348,6 +348,73 @@ fn a_failed_mkdir_changes_nothing() {
     let _ = Image::open(&path, spacekit::ext4::OpenMode::ReadOnly).unwrap();
 }
 
+/// Creating file after file in one directory reuses its path lookup; a
+/// rename, an rmdir or a rolled-back populate in between must send the
+/// next create to the directory the path names now.
+#[test]
+fn creates_follow_the_path_after_renames_and_removals() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("ns-lastdir");
+    let path = mkfs(&dir, &CONFIGS[1]);
+    let mut img = open_rw(&path);
+    let a = img.mkdir("/a", 0o755).unwrap();
+    img.create("/a/f1", 0o644).unwrap();
+    // Moved away: `/a` is a new directory now.
+    img.rename("/a", "/b").unwrap();
+    let a2 = img.mkdir("/a", 0o755).unwrap();
+    assert_ne!(a, a2);
+    img.create("/a/f2", 0o644).unwrap();
+    let names = |img: &mut Image, d: &str| -> Vec<String> {
+        let ino = img.lookup(d).unwrap();
+        let mut v: Vec<String> = img
+            .read_dir(ino)
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&mut img, "/a"), ["f2"]);
+    assert_eq!(names(&mut img, "/b"), ["f1"]);
+    // Removed: a create under it fails rather than reviving it.
+    img.create("/c", 0o644).unwrap();
+    img.mkdir("/d", 0o755).unwrap();
+    img.create("/d/x", 0o644).unwrap();
+    img.unlink("/d/x").unwrap();
+    img.rmdir("/d").unwrap();
+    assert!(matches!(
+        img.create("/d/y", 0o644),
+        Err(Ext4Error::NotFound { .. })
+    ));
+    // A populate that made `/p` and failed takes `/p` back with it.
+    {
+        let mut pop = spacekit::ext4::Populate::new(&mut img, "/", Default::default()).unwrap();
+        let meta = spacekit::ext4::Meta::default();
+        pop.add(spacekit::ext4::Entry {
+            path: b"p".to_vec(),
+            kind: spacekit::ext4::EntryKind::Dir,
+            meta: meta.clone(),
+        })
+        .unwrap();
+        assert!(pop
+            .add(spacekit::ext4::Entry {
+                path: b"p/../../q".to_vec(),
+                kind: spacekit::ext4::EntryKind::Dir,
+                meta,
+            })
+            .is_err());
+    }
+    assert!(matches!(
+        img.create("/p/z", 0o644),
+        Err(Ext4Error::NotFound { .. })
+    ));
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "last dir");
+}
+
 /// `rename(2)`'s cases, each flushed and checked by e2fsck, with the
 /// names debugfs lists and (where mounts work) the kernel's view of `..`.
 #[test]
