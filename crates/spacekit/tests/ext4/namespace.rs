@@ -364,6 +364,8 @@ fn creates_follow_the_path_after_renames_and_removals() {
     let a2 = img.mkdir("/a", 0o755).unwrap();
     assert_ne!(a, a2);
     img.create("/a/f2", 0o644).unwrap();
+    // One directory after another, same path length.
+    img.create("/b/f3", 0o644).unwrap();
     let names = |img: &mut Image, d: &str| -> Vec<String> {
         let ino = img.lookup(d).unwrap();
         let mut v: Vec<String> = img
@@ -377,7 +379,7 @@ fn creates_follow_the_path_after_renames_and_removals() {
         v
     };
     assert_eq!(names(&mut img, "/a"), ["f2"]);
-    assert_eq!(names(&mut img, "/b"), ["f1"]);
+    assert_eq!(names(&mut img, "/b"), ["f1", "f3"]);
     // Removed: a create under it fails rather than reviving it.
     img.create("/c", 0o644).unwrap();
     img.mkdir("/d", 0o755).unwrap();
