@@ -164,25 +164,9 @@ impl Image {
         // New blocks first, before any block is freed below (tree blocks a
         // split releases): the data written to them must not land on a
         // block the image on disk still uses.
-        let mut pieces = Vec::new();
-        let mut goal = self.file_goal(ino, &root, seed)?;
-        let mut data_blocks = 0u64;
-        for &(mut a, b) in &holes {
-            while a < b {
-                let want = (b - a).min(u64::from(Extent::max_len(false))) as u32;
-                let g = (goal < self.info.blocks_count).then_some(goal);
-                let (p, got) = self.alloc_run_from(g, want)?;
-                pieces.push(Piece {
-                    logical: a,
-                    physical: p,
-                    len: u64::from(got),
-                    fresh: true,
-                });
-                data_blocks += u64::from(got);
-                a += u64::from(got);
-                goal = p + u64::from(got);
-            }
-        }
+        let goal = self.file_goal(ino, &root, seed)?;
+        let mut pieces = self.alloc_pieces(goal, &holes)?;
+        let data_blocks: u64 = pieces.iter().map(|p| p.len).sum();
         let mut store = ImageStore::new(self);
         if let Some(c0) = unwritten.first().map(|e| u64::from(e.logical).max(first)) {
             // Convert: unmap from the first unwritten block on and map the
@@ -233,6 +217,33 @@ impl Image {
         self.touch(ino, true)
     }
 
+    /// New blocks for logical block ranges `runs` (`[first, end)`, in
+    /// order), each run from `goal` on or just past the last piece, as
+    /// many pieces as the free space and the extent length allow.
+    fn alloc_pieces(
+        &mut self,
+        mut goal: u64,
+        runs: &[(u64, u64)],
+    ) -> Result<Vec<Piece>, Ext4Error> {
+        let mut pieces = Vec::new();
+        for &(mut a, b) in runs {
+            while a < b {
+                let want = (b - a).min(u64::from(Extent::max_len(false))) as u32;
+                let g = (goal < self.info.blocks_count).then_some(goal);
+                let (p, got) = self.alloc_run_from(g, want)?;
+                pieces.push(Piece {
+                    logical: a,
+                    physical: p,
+                    len: u64::from(got),
+                    fresh: true,
+                });
+                a += u64::from(got);
+                goal = p + u64::from(got);
+            }
+        }
+        Ok(pieces)
+    }
+
     /// Writes `data` into new, empty regular file `ino` whose extent
     /// root `root` the caller holds (the inode is not written here): as
     /// [`Image::write`] at offset 0, with the blocks that are all zero
@@ -255,25 +266,9 @@ impl Image {
         }
         self.range_end(0, data.len() as u64)?;
         let bs = u64::from(self.info.block_size);
-        let mut goal = self.file_goal(ino, root, seed)?;
-        let mut pieces = Vec::new();
-        let mut data_blocks = 0u64;
-        for (mut a, b) in nonzero_runs(data, bs as usize) {
-            while a < b {
-                let want = (b - a).min(u64::from(Extent::max_len(false))) as u32;
-                let g = (goal < self.info.blocks_count).then_some(goal);
-                let (p, got) = self.alloc_run_from(g, want)?;
-                pieces.push(Piece {
-                    logical: a,
-                    physical: p,
-                    len: u64::from(got),
-                    fresh: true,
-                });
-                data_blocks += u64::from(got);
-                a += u64::from(got);
-                goal = p + u64::from(got);
-            }
-        }
+        let goal = self.file_goal(ino, root, seed)?;
+        let pieces = self.alloc_pieces(goal, &nonzero_runs(data, bs as usize))?;
+        let data_blocks: u64 = pieces.iter().map(|p| p.len).sum();
         let mut store = ImageStore::new(self);
         for p in &pieces {
             let e = Extent {

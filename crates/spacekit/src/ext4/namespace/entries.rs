@@ -122,17 +122,29 @@ impl Image {
         if self.find_entry(parent, name)?.is_some() {
             return Err(Ext4Error::Exists { path: path.into() });
         }
-        let ft = self.file_type_of(S_IFREG);
-        let place = self.plan_entry(parent, name, ft)?;
-        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
-        // From here an error is undone by `atomically`.
-        let ino = self.alloc_inode(Some(pg), false)?;
+        // From the inode on, an error is undone by `atomically`.
+        let (ft, place, ino) = self.new_file_slot(parent, name)?;
         let mut root = [0u8; ROOT_SIZE];
         extent::init_root(&mut root);
         self.init_inode(ino, S_IFREG | (mode & 0o7777), 1, EXTENTS_FL, &root)?;
         self.put_entry(parent, name, ino, ft, place)?;
         self.touch(parent, true)?;
         Ok(ino)
+    }
+
+    /// A new regular file's entry type, the place of its entry `name` in
+    /// `parent` ([`Image::plan_entry`]) and its inode, allocated in the
+    /// parent's group.
+    pub(crate) fn new_file_slot(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+    ) -> Result<(u8, Place, u32), Ext4Error> {
+        let ft = self.file_type_of(S_IFREG);
+        let place = self.plan_entry(parent, name, ft)?;
+        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
+        let ino = self.alloc_inode(Some(pg), false)?;
+        Ok((ft, place, ino))
     }
 
     /// The directory-entry file type of inode type `ifmt` (`S_IFREG`, …),

@@ -204,10 +204,7 @@ impl Image {
         meta: &Meta,
     ) -> Result<u32, Ext4Error> {
         const S_IFREG: u16 = 0x8000;
-        let ft = self.file_type_of(S_IFREG);
-        let place = self.plan_entry(parent, name, ft)?;
-        let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
-        let ino = self.alloc_inode(Some(pg), false)?;
+        let (ft, place, ino) = self.new_file_slot(parent, name)?;
         let mut root = [0u8; ROOT_SIZE];
         extent::init_root(&mut root);
         let generation = layout::le32(&self.inode_raw(ino)?, off::GENERATION);
