@@ -270,9 +270,10 @@ pub(super) fn receive_memory<S: Read + ?Sized>(
                     return Err(MigrationError::BadZeroMask { mask, pages });
                 }
             }
-            let n = (end - at).min(ZERO_PAGE_BYTES as u64);
-            let dst = held.bytes(at, n);
+            let page = ZERO_PAGE_BYTES as u64;
             if mask & (1 << in_group) != 0 {
+                let n = (end - at).min(page);
+                let dst = held.bytes(at, n);
                 // Only where the page is not zero already: a fresh
                 // receiver's untouched memory reads as zeros without being
                 // allocated, and stays unallocated.
@@ -280,12 +281,21 @@ pub(super) fn receive_memory<S: Read + ?Sized>(
                     dst.fill(0);
                 }
                 totals.zero_bytes += n;
-            } else {
-                read_full(stream, dst, "memory contents")?;
+                at += n;
+                pages_left -= 1;
+                in_group = (in_group + 1) % PAGES_PER_GROUP;
+                continue;
             }
+            // The run of pages with contents from here, in this group and
+            // this range: one read for all of them, not one per page.
+            let run = ((!mask >> in_group).trailing_ones() as usize)
+                .min(PAGES_PER_GROUP - in_group)
+                .min((end - at).div_ceil(page) as usize);
+            let n = (end - at).min(run as u64 * page);
+            read_full(stream, held.bytes(at, n), "memory contents")?;
             at += n;
-            pages_left -= 1;
-            in_group = (in_group + 1) % PAGES_PER_GROUP;
+            pages_left -= run as u64;
+            in_group = (in_group + run) % PAGES_PER_GROUP;
         }
     }
     Ok(totals)

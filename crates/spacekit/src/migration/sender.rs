@@ -620,11 +620,11 @@ where
 }
 
 /// The contents of `table`'s ranges in [`Command::SparseMemory`]'s groups:
-/// the pages are copied out up to a group at a time into a staging buffer
-/// (one copy per up to 64 pages of a range, not one per page), each page is
-/// tested there and, if it is not all zero, moved into the group being built
-/// (so what is sent is exactly what was tested, even while a vCPU writes the
-/// page). One write per group of 64 pages.
+/// the pages are copied out up to a group at a time straight into the
+/// request being built, each page is tested there, and a zero page is
+/// dropped (the next page moves down over it), so what is sent is exactly
+/// what was tested, even while a vCPU writes the page, and a page with
+/// contents is copied once. One write per group of 64 pages.
 fn send_sparse_contents<S, M>(
     stream: &mut S,
     table: &MemoryRangeTable,
@@ -639,7 +639,6 @@ where
 {
     let cmd = Command::SparseMemory;
     let page_bytes = ZERO_PAGE_BYTES as u64;
-    let mut staging = vec![0u8; ZERO_PAGE_BYTES * PAGES_PER_GROUP];
     let mut mask = 0u64;
     let mut pages = 0;
     let mut fill = 8;
@@ -647,17 +646,22 @@ where
         let mut at = r.gpa;
         let end = r.gpa + r.length;
         while at < end {
-            // What is left of this group, within this range.
+            // What is left of this group, within this range: copied out
+            // where the group's next page goes (the buffer holds a whole
+            // group after its mask).
             let room = (PAGES_PER_GROUP - pages) as u64 * page_bytes;
             let chunk = (end - at).min(room) as usize;
-            source.copy_out(at, &mut staging[..chunk]);
-            for page in staging[..chunk].chunks(ZERO_PAGE_BYTES) {
-                let n = page.len();
-                if is_zero(level, page) {
+            let base = fill;
+            source.copy_out(at, &mut buf[base..base + chunk]);
+            for from in (base..base + chunk).step_by(ZERO_PAGE_BYTES) {
+                let n = (base + chunk - from).min(ZERO_PAGE_BYTES);
+                if is_zero(level, &buf[from..from + n]) {
                     mask |= 1 << pages;
                     stats.zero_bytes += n as u64;
                 } else {
-                    buf[fill..fill + n].copy_from_slice(page);
+                    if from != fill {
+                        buf.copy_within(from..from + n, fill);
+                    }
                     fill += n;
                     stats.payload_bytes += n as u64;
                 }
