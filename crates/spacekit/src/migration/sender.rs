@@ -624,7 +624,8 @@ where
 /// request being built, each page is tested there, and a zero page is
 /// dropped (the next page moves down over it), so what is sent is exactly
 /// what was tested, even while a vCPU writes the page, and a page with
-/// contents is copied once. One write per group of 64 pages.
+/// contents is copied once. One write carries as many whole groups of 64
+/// pages as the buffer holds.
 fn send_sparse_contents<S, M>(
     stream: &mut S,
     table: &MemoryRangeTable,
@@ -639,8 +640,13 @@ where
 {
     let cmd = Command::SparseMemory;
     let page_bytes = ZERO_PAGE_BYTES as u64;
+    let group_bytes = 8 + PAGES_PER_GROUP * ZERO_PAGE_BYTES;
     let mut mask = 0u64;
     let mut pages = 0;
+    // The group being built starts at `g0` (its mask) and its pages end at
+    // `fill`; finished groups before `g0` wait while another whole group
+    // fits, so one write carries as many groups as the buffer holds.
+    let mut g0 = 0;
     let mut fill = 8;
     for r in table.ranges() {
         let mut at = r.gpa;
@@ -669,17 +675,26 @@ where
             }
             at += chunk as u64;
             if pages == PAGES_PER_GROUP {
-                buf[..8].copy_from_slice(&mask.to_le_bytes());
-                send(stream, &buf[..fill], cmd)?;
+                buf[g0..g0 + 8].copy_from_slice(&mask.to_le_bytes());
                 stats.wire_bytes += 8;
-                (mask, pages, fill) = (0, 0, 8);
+                (mask, pages) = (0, 0);
+                if buf.len() - fill < group_bytes {
+                    send(stream, &buf[..fill], cmd)?;
+                    fill = 0;
+                }
+                g0 = fill;
+                fill += 8;
             }
         }
     }
     if pages > 0 {
-        buf[..8].copy_from_slice(&mask.to_le_bytes());
-        send(stream, &buf[..fill], cmd)?;
+        buf[g0..g0 + 8].copy_from_slice(&mask.to_le_bytes());
         stats.wire_bytes += 8;
+    } else {
+        fill = g0;
+    }
+    if fill > 0 {
+        send(stream, &buf[..fill], cmd)?;
     }
     Ok(())
 }
