@@ -107,7 +107,16 @@ impl Transport for Unix {
     fn listen(name: &str) -> (UnixListener, Box<dyn Fn() -> UnixStream + Send + Sync>) {
         let p = sock(name);
         let l = UnixListener::bind(&p).unwrap();
-        (l, Box::new(move || UnixStream::connect(&p).unwrap()))
+        // A sender that waits this long for an answer has lost step with
+        // the receiver: the test fails instead of hanging.
+        (
+            l,
+            Box::new(move || {
+                let s = UnixStream::connect(&p).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                s
+            }),
+        )
     }
     fn accept(l: &UnixListener) -> UnixStream {
         let s = l.accept().unwrap().0;
@@ -123,7 +132,14 @@ impl Transport for Tcp {
     fn listen(_: &str) -> (TcpListener, Box<dyn Fn() -> TcpStream + Send + Sync>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = l.local_addr().unwrap();
-        (l, Box::new(move || TcpStream::connect(a).unwrap()))
+        (
+            l,
+            Box::new(move || {
+                let s = TcpStream::connect(a).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                s
+            }),
+        )
     }
     fn accept(l: &TcpListener) -> TcpStream {
         let s = l.accept().unwrap().0;
@@ -301,6 +317,7 @@ fn sparse_requests_of_odd_ranges() {
     ];
     for buf in [16, 5000, 1 << 20] {
         let (mut tx, mut rx) = UnixStream::pair().unwrap();
+        tx.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let len = source.len();
         let dest = thread::spawn(move || {
             let mut memory = vec![0xeeu8; len];
