@@ -263,19 +263,29 @@ impl Snapshot {
     /// The standard CRC-32C of all of a full snapshot's memory, read from
     /// the file (`progress(done, total)` after each chunk).
     fn memory_crc(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<u32, SnapshotError> {
-        let size = self.info.memory_size;
+        self.crc_of(0, self.info.memory_size, progress)
+    }
+
+    /// The standard CRC-32C of `total` bytes of the file from byte `from`,
+    /// a chunk at a time (`progress(done, total)` after each).
+    fn crc_of(
+        &self,
+        from: u64,
+        total: u64,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u32, SnapshotError> {
         let chunk = CHUNK_BYTES.max(self.info.page_size);
         let mut buf = Buf::new(chunk);
         let mut crc = !0u32;
         let mut at = 0;
-        while at < size {
-            let n = (size - at).min(chunk) as usize;
-            read_exact_at(&self.file, &self.path, buf.bytes_mut(n), at)?;
+        while at < total {
+            let n = (total - at).min(chunk) as usize;
+            read_exact_at(&self.file, &self.path, buf.bytes_mut(n), from + at)?;
             scan_chunk(&buf, n, self.info.page_size as usize, &mut crc, |_, _| {
                 Ok(())
             })?;
             at += n as u64;
-            progress(at, size);
+            progress(at, total);
         }
         Ok(!crc)
     }
@@ -400,26 +410,7 @@ impl Snapshot {
 
     /// The standard CRC-32C of a diff's data.
     fn data_crc(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<u32, SnapshotError> {
-        let total = self.info.data_bytes;
-        let chunk = CHUNK_BYTES.max(self.info.page_size);
-        let mut buf = Buf::new(chunk);
-        let mut crc = !0u32;
-        let mut at = 0;
-        while at < total {
-            let n = (total - at).min(chunk) as usize;
-            read_exact_at(
-                &self.file,
-                &self.path,
-                buf.bytes_mut(n),
-                self.info.data_offset + at,
-            )?;
-            scan_chunk(&buf, n, self.info.page_size as usize, &mut crc, |_, _| {
-                Ok(())
-            })?;
-            at += n as u64;
-            progress(at, total);
-        }
-        Ok(!crc)
+        self.crc_of(self.info.data_offset, self.info.data_bytes, progress)
     }
 }
 
