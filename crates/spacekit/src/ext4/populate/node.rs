@@ -207,12 +207,13 @@ impl Image {
         let (ft, place, ino) = self.new_file_slot(parent, name)?;
         let mut root = [0u8; ROOT_SIZE];
         extent::init_root(&mut root);
-        let generation = layout::le32(&self.inode_raw(ino)?, off::GENERATION);
-        let seed = self.seed_of(ino, generation);
-        let blocks = self.write_new(ino, &mut root, seed, data)?;
-        let huge = self.check_blocks(data.len() as u64, blocks)?;
         let mode = S_IFREG | (meta.perm & 0o7777);
+        // The fresh inode first: its generation signs the extent tree.
         let mut raw = self.fresh_inode(ino, mode, 1, EXTENTS_FL, &root)?;
+        let seed = self.seed_of(ino, layout::le32(&raw, off::GENERATION));
+        let blocks = self.write_new(ino, &mut root, seed, data)?;
+        raw[off::BLOCK..off::BLOCK + ROOT_SIZE].copy_from_slice(&root);
+        let huge = self.check_blocks(data.len() as u64, blocks)?;
         let size = data.len() as u64;
         layout::put32(&mut raw, off::SIZE_LO, size as u32);
         layout::put32(&mut raw, off::SIZE_HIGH, (size >> 32) as u32);
