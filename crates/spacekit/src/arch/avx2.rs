@@ -46,6 +46,14 @@ unsafe impl Vector for Avx2 {
     }
 
     #[inline(always)]
+    unsafe fn store(self, words: &mut [u64], i: usize) {
+        debug_assert!(i + 4 <= words.len());
+        // SAFETY: AVX2 as above; the caller guarantees four words from `i`
+        // are in bounds; the store is unaligned.
+        unsafe { _mm256_storeu_si256(words.as_mut_ptr().add(i).cast(), self.0) }
+    }
+
+    #[inline(always)]
     unsafe fn load_part(words: &[u64], i: usize, k: usize) -> Self {
         debug_assert!(k <= 4 && i + k <= words.len());
         // SAFETY: AVX2 as above. `vpmaskmovq` reads only the lanes whose

@@ -50,6 +50,14 @@ unsafe impl Vector for Avx512 {
     }
 
     #[inline(always)]
+    unsafe fn store(self, words: &mut [u64], i: usize) {
+        debug_assert!(i + 8 <= words.len());
+        // SAFETY: AVX-512 F as above; the caller guarantees eight words
+        // from `i` are in bounds; the store is unaligned.
+        unsafe { _mm512_storeu_si512(words.as_mut_ptr().add(i).cast(), self.0) }
+    }
+
+    #[inline(always)]
     unsafe fn load_part(words: &[u64], i: usize, k: usize) -> Self {
         debug_assert!(k <= 8 && i + k <= words.len());
         let m = ((1u32 << k) - 1) as __mmask8;

@@ -28,6 +28,13 @@ unsafe impl Vector for Word {
     }
 
     #[inline(always)]
+    unsafe fn store(self, words: &mut [u64], i: usize) {
+        debug_assert!(i < words.len());
+        // SAFETY: the caller guarantees `i + 1 <= words.len()`.
+        unsafe { *words.get_unchecked_mut(i) = self.0 }
+    }
+
+    #[inline(always)]
     unsafe fn load_part(words: &[u64], i: usize, k: usize) -> Self {
         debug_assert!(k <= 1 && i + k <= words.len());
         if k == 0 {

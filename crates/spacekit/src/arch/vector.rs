@@ -61,6 +61,12 @@ pub(crate) unsafe trait Vector: Copy {
     /// `k <= LANES` and `i + k <= words.len()`.
     unsafe fn load_part(words: &[u64], i: usize, k: usize) -> Self;
 
+    /// Stores the lanes to `words[i..i + LANES]` (an unaligned store).
+    ///
+    /// # Safety
+    /// `i + LANES <= words.len()`.
+    unsafe fn store(self, words: &mut [u64], i: usize);
+
     /// Lane-wise OR.
     fn or(self, b: Self) -> Self;
 

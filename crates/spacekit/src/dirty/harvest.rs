@@ -18,7 +18,7 @@
 //!    buffer that is otherwise zero;
 //! 2. emitted: each nonzero word of the OR (and a clean word after one
 //!    whose top bit is set, where a run ends) writes its run starts and
-//!    ends straight into the table (`generic::emit_word`, as the table
+//!    ends straight into the table (`generic::emit_edges`, as the table
 //!    builder does) and adds its KVM word's pages to the count; the batch's
 //!    complete ranges become addresses while in cache. In a migration
 //!    round most words are clean, so the per-word work is on the few dirty
@@ -164,15 +164,16 @@ impl Job for HarvestOr<'_> {
             out.reserve(BATCH_ROOM);
             let len = out.len();
             let p = out.spare_capacity_mut().as_mut_ptr().cast::<MemoryRange>();
-            let (mut ns, mut ne) = (0usize, 0usize);
+            let flat = p.cast::<u64>();
+            let mut k = 0usize;
             if let Some(s) = open {
                 // SAFETY: `reserve` made room for `BATCH_ROOM` ranges past
-                // `len`; slot 0 is the first.
-                unsafe { core::ptr::addr_of_mut!((*p).gpa).write(s) };
-                ns = 1;
+                // `len`; slot 0 is the first range's `gpa`.
+                unsafe { flat.write(s) };
+                k = 1;
             }
-            // As the table builder: two unconditional writes of each kind
-            // per word, four once more than 5/8 of the words are marked.
+            // As the table builder: four unconditional edge writes per
+            // word, eight once more than 5/8 of the words are marked.
             let dense = mask.count_ones() as usize * 8 > m * 5;
             let batch = Batch {
                 took: &took,
@@ -180,22 +181,23 @@ impl Job for HarvestOr<'_> {
                 carry,
                 first: i,
             };
-            // SAFETY: the batch begins at `ns <= 1` and `ne == 0`; its words
-            // add at most 32 starts and 32 ends each plus the unconditional
-            // writes, `BATCH_ROOM - 1` in all, within what `reserve` gave.
+            // SAFETY: the batch begins at slot `k <= 1`; its words add at
+            // most 64 edges each plus the unconditional writes,
+            // `2 * BATCH_ROOM - 1` slots in all, within what `reserve` gave.
             counts.other_pages += unsafe {
                 if dense {
-                    batch.emit::<4>(mask, p, &mut ns, &mut ne)
+                    batch.emit::<8>(mask, flat, &mut k)
                 } else {
-                    batch.emit::<2>(mask, p, &mut ns, &mut ne)
+                    batch.emit::<4>(mask, flat, &mut k)
                 }
             };
-            // SAFETY: ranges `..ne` had their start and end written (an end
-            // follows its start), all within the reserved room.
+            let ne = k / 2;
+            // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
+            // start and end written, all within the reserved room.
             unsafe { finish(p, ne, shift, base) };
-            open = if ns > ne {
-                // SAFETY: range `ne`'s start was written (`ne < ns`).
-                Some(unsafe { core::ptr::addr_of!((*p.add(ne)).gpa).read() })
+            open = if k % 2 == 1 {
+                // SAFETY: slot `k - 1` (an open run's start) was written.
+                Some(unsafe { flat.add(k - 1).read() })
             } else {
                 None
             };
@@ -225,23 +227,17 @@ struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// `generic::emit_word` for each word whose bit is set in `mask` (word
+    /// `generic::emit_edges` for each word whose bit is set in `mask` (word
     /// indices below `other.len()`), and for each word after one whose top
     /// bit is set (a run ends at its first page, or goes on through it);
     /// returns the set bits of KVM's words among them (`mask` must cover
     /// every nonzero one).
     ///
     /// # Safety
-    /// `out` must be valid for writes of ranges `..*ns.max(*ne) + BATCH_ROOM`
+    /// `out` must be valid for writes of slots `..*k + 2 * BATCH_ROOM - 1`
     /// when the batch began.
     #[inline(always)]
-    unsafe fn emit<const U: usize>(
-        &self,
-        mut mask: u64,
-        out: *mut MemoryRange,
-        ns: &mut usize,
-        ne: &mut usize,
-    ) -> u64 {
+    unsafe fn emit<const U: usize>(&self, mut mask: u64, out: *mut u64, k: &mut usize) -> u64 {
         let m = self.other.len();
         let mut pages = 0u64;
         while mask != 0 {
@@ -259,9 +255,9 @@ impl Batch<'_> {
             if w >> 63 != 0 && t + 1 < m {
                 mask |= 1 << (t + 1);
             }
-            // SAFETY: the caller's guarantee; a word adds at most 32 starts
-            // and 32 ends, 64 words at most.
-            unsafe { generic::emit_word::<U>((self.first + t) as u64 * 64, w, e, out, ns, ne) };
+            // SAFETY: the caller's guarantee; a word adds at most 64 edges,
+            // 64 words at most.
+            unsafe { generic::emit_edges::<U>((self.first + t) as u64 * 64, e, out, k) };
         }
         pages
     }

@@ -28,10 +28,13 @@
 //! inside a run); the rest of the stretch is skipped with the bitmap engine's
 //! SIMD search, so clean and fully dirty bitmaps scan at memory speed.
 //!
-//! The table builder (`RangeScan`) keeps stage 1 and replaces stage 2 and
-//! the pairing: each marked word writes its run starts and ends straight
-//! into the ranges' fields (`generic::emit_word`), and a batch's complete
-//! ranges become addresses in place. The parallel scan sizes each block's
+//! The table builder (`RangeScan`) keeps stage 1 (which also keeps each
+//! word's edge mask, so stage 2 does not read the bitmap again) and
+//! replaces stage 2 and the pairing: the table is seen as a flat array of
+//! `u64`, and each marked word writes its edges in order straight into it
+//! (`generic::emit_edges`). Edges alternate start, end, so edge `k` lands
+//! in range `k / 2`'s `gpa` or `length`; a batch's complete ranges become
+//! addresses in place. The parallel scan sizes each block's
 //! share of the output first with `count_edges`, a branch-free popcount of
 //! the edge masks, and `sample_edges` tells the table whether that extra
 //! read pays.
@@ -365,39 +368,42 @@ impl<W: Words> Job for CountEdges<W> {
     }
 }
 
-/// [`generic::emit_word`] for each word `i + t` whose bit `t` is set in
+/// [`generic::emit_edges`] for each word `i + t` whose bit `t` is set in
 /// `mask`, in order.
 ///
 /// # Safety
-/// As [`generic::emit_word`], for every marked word: `out` valid for writes
-/// of ranges `..*ns.max(*ne) + BATCH_ROOM` when the batch began.
+/// As [`generic::emit_edges`], for every marked word: `out` valid for writes
+/// of slots `..*k + 2 * BATCH_ROOM - 1` when the batch began.
 #[inline(always)]
-unsafe fn emit_marked<W: Words, const U: usize>(
-    src: W,
+unsafe fn emit_marked<const U: usize>(
     i: usize,
     mut mask: u64,
-    out: *mut MemoryRange,
-    ns: &mut usize,
-    ne: &mut usize,
+    edges: &[u64; BATCH],
+    out: *mut u64,
+    k: &mut usize,
 ) {
     while mask != 0 {
-        let j = i + mask.trailing_zeros() as usize;
+        let t = mask.trailing_zeros() as usize;
         mask &= mask - 1;
-        // SAFETY: stage 1 marks words of the batch only, all below `len`.
-        let (w, e) = unsafe { src.edges_unchecked(j) };
-        // SAFETY: the caller's guarantee; a word adds at most 32 starts and
-        // 32 ends, 64 words at most.
-        unsafe { generic::emit_word::<U>(j as u64 * 64, w, e, out, ns, ne) };
+        // SAFETY: the caller's guarantee; a word adds at most 64 edges, 64
+        // words at most.
+        unsafe { generic::emit_edges::<U>((i + t) as u64 * 64, edges[t], out, k) };
     }
 }
 
-/// Ranges a batch of the table builder may start (32 per word), plus the
-/// unconditional writes past the last one and the open run carried in.
+/// Ranges a batch of the table builder may write into: its edges (at most
+/// 64 per word, two per range), the open run carried in, and the
+/// unconditional writes past the last edge (at most 64 slots, as a word
+/// with more edges than [`DENSE_WRITES`] writes only its own).
 pub(super) const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
 
+/// Unconditional edge writes per word in a dense stretch.
+const DENSE_WRITES: usize = 10;
+
 /// The table builder's scan over words `[i, end)`: stage 1 as the edge
-/// scanner's, then each marked word writes its run starts and ends straight
-/// into the ranges' fields ([`generic::emit_word`]) as raw bit positions,
+/// scanner's (keeping the edge masks), then each marked word writes its
+/// edges straight into the table ([`generic::emit_edges`]) as raw bit
+/// positions,
 /// and the batch's complete ranges are converted to addresses in place
 /// ([`finish`]) while they are still in the L1 cache. No edge buffer, no
 /// pairing pass.
@@ -428,29 +434,30 @@ impl<W: Words> RangeScan<W> {
     }
 
     /// One batch (and, after a batch without edges, the rest of its uniform
-    /// stretch): appends its run starts to ranges `*ns..` and run ends to
-    /// ranges `*ne..` of `out`, as raw bit positions.
+    /// stretch): appends its edges to slots `*k..` of `out`, the table seen
+    /// as a flat array of `u64` (see [`generic::emit_edges`]), as raw bit
+    /// positions.
     ///
     /// # Safety
-    /// `out` must be valid for writes of ranges `..*ns.max(*ne) + BATCH_ROOM`.
+    /// `out` must be valid for writes of slots `..*k + 2 * BATCH_ROOM - 1`.
     #[inline(always)]
-    unsafe fn batch<V: Vector>(&mut self, out: *mut MemoryRange, ns: &mut usize, ne: &mut usize) {
+    unsafe fn batch<V: Vector>(&mut self, out: *mut u64, k: &mut usize) {
         let src = self.src;
         let n = BATCH.min(self.end - self.i);
         if self.dense && n == BATCH {
             // Dense stretch: stage 1 would mark nearly every word, so every
-            // word writes its (possibly empty) starts and ends, and the words
-            // with edges are counted to decide whether the next batch is
-            // dense too.
+            // word writes its (possibly empty) edges, and the words with
+            // edges are counted to decide whether the next batch is dense
+            // too.
             let mut below = self.carry;
             let mut marked = 0usize;
             for j in self.i..self.i + n {
                 let w = src.word(j);
                 let e = w ^ ((w << 1) | below);
                 marked += usize::from(e != 0);
-                // SAFETY: at most 32 starts and 32 ends per word, 64 words:
-                // within `BATCH_ROOM` of where the batch began.
-                unsafe { generic::emit_word::<5>(j as u64 * 64, w, e, out, ns, ne) };
+                // SAFETY: at most 64 edges per word, 64 words: within
+                // `2 * BATCH_ROOM - 1` slots of where the batch began.
+                unsafe { generic::emit_edges::<DENSE_WRITES>(j as u64 * 64, e, out, k) };
                 below = w >> 63;
             }
             self.i += n;
@@ -458,20 +465,19 @@ impl<W: Words> RangeScan<W> {
             self.dense = marked * 8 > n * 7;
             return;
         }
-        let (m, carry) = generic::marks::<V, _>(src, self.i, n, self.carry);
+        let mut edges = [0u64; BATCH];
+        let (m, carry) = generic::marks_edges::<V, _>(src, self.i, n, self.carry, &mut edges);
         let marked = m.count_ones() as usize;
         self.dense = marked * 8 > n * 7;
-        // Sparse batches have few starts and ends a word: two unconditional
-        // writes of each are enough, four once more than 5/8 of the words
-        // have edges (about 2% dirty; measured on the `bench dirty`
-        // bitmaps, where four cost 8% at 1% and two cost 10-20% at 2-3%).
-        // Dense stretches above write five.
+        // Sparse batches have few edges a word: four unconditional writes
+        // are enough, eight once more than 5/8 of the words have edges
+        // (about 2% dirty). Dense stretches above write `DENSE_WRITES`.
         // SAFETY: as above, for each marked word.
         unsafe {
             if marked * 8 > n * 5 {
-                emit_marked::<W, 4>(src, self.i, m, out, ns, ne);
+                emit_marked::<8>(self.i, m, &edges, out, k);
             } else {
-                emit_marked::<W, 2>(src, self.i, m, out, ns, ne);
+                emit_marked::<4>(self.i, m, &edges, out, k);
             }
         }
         self.i += n;
@@ -504,23 +510,25 @@ impl<W: Words> RangeScan<W> {
             out.reserve(BATCH_ROOM);
             let len = out.len();
             let p = out.spare_capacity_mut().as_mut_ptr().cast::<MemoryRange>();
-            let (mut ns, mut ne) = (0, 0);
+            let flat = p.cast::<u64>();
+            let mut k = 0;
             if let Some(s) = open {
                 // SAFETY: `reserve` made room for `BATCH_ROOM` ranges past
-                // `len`; slot 0 is the first.
-                unsafe { core::ptr::addr_of_mut!((*p).gpa).write(s) };
-                ns = 1;
+                // `len`; slot 0 is the first range's `gpa`.
+                unsafe { flat.write(s) };
+                k = 1;
             }
-            // SAFETY: the batch begins at `ns <= 1` and `ne == 0`; the room
-            // it needs is `BATCH_ROOM - 1` past that, which `reserve` gave.
-            unsafe { self.batch::<V>(p, &mut ns, &mut ne) };
-            // SAFETY: ranges `..ne` had their start written (`ne <= ns`:
-            // every end follows its start) and their end, so they are
-            // initialised; all lie within the reserved room.
+            // SAFETY: the batch begins at slot `k <= 1`; the room it needs
+            // is `2 * BATCH_ROOM - 1` slots past that, which `reserve` gave.
+            unsafe { self.batch::<V>(flat, &mut k) };
+            let ne = k / 2;
+            // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
+            // start and end written and are initialised; all lie within the
+            // reserved room.
             unsafe { finish(p, ne, shift, base) };
-            open = if ns > ne {
-                // SAFETY: range `ne`'s start was written (`ne < ns`).
-                Some(unsafe { core::ptr::addr_of!((*p.add(ne)).gpa).read() })
+            open = if k % 2 == 1 {
+                // SAFETY: slot `k - 1` (an open run's start) was written.
+                Some(unsafe { flat.add(k - 1).read() })
             } else {
                 None
             };

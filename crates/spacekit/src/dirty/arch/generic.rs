@@ -3,7 +3,6 @@
 //! ([`expand`]) and the parallel scan's sizing pass ([`count_edges`]). Each
 //! level runs them instantiated with its vector type by `crate::arch::run`.
 
-use super::super::memory_range::MemoryRange;
 use super::scalar::{self, mark_word};
 use super::words::Words;
 use crate::arch::Vector;
@@ -56,6 +55,50 @@ pub(crate) fn marks<V: Vector, W: Words>(src: W, i: usize, n: usize, carry: u64)
     scalar::marks_from(src, i, j, end, m, carry)
 }
 
+/// Stage 1 of the table builder over words `[i, i + n)` (`n <= 64`),
+/// `carry` the bit below word `i`: as [`marks`], and each word's edge mask
+/// is kept in `e[t]` (word `i + t`), so stage 2 reads it instead of the
+/// bitmap.
+#[inline(always)]
+pub(crate) fn marks_edges<V: Vector, W: Words>(
+    src: W,
+    i: usize,
+    n: usize,
+    carry: u64,
+    e: &mut [u64; 64],
+) -> (u64, u64) {
+    let end = i + n;
+    let (mut j, mut m, mut carry) = (i, 0, carry);
+    if n > V::LANES {
+        if j == 0 {
+            let w = src.word(0);
+            e[0] = w ^ ((w << 1) | carry);
+            m = u64::from(e[0] != 0);
+            j = 1;
+        }
+        let mut prev = V::splat(src.word(j - 1));
+        while j + V::LANES <= end {
+            // SAFETY: `j + LANES <= end <= src.len()`.
+            let v: V = unsafe { load(&src, j) };
+            let x = v.edges(&mut prev);
+            // SAFETY: `j - i + LANES <= n <= 64`.
+            unsafe { x.store(e, j - i) };
+            m |= x.ne_mask(V::splat(0)) << (j - i);
+            j += V::LANES;
+        }
+        carry = src.word(j - 1) >> 63;
+    }
+    while j < end {
+        let w = src.word(j);
+        let x = w ^ ((w << 1) | carry);
+        e[j - i] = x;
+        m |= u64::from(x != 0) << (j - i);
+        carry = w >> 63;
+        j += 1;
+    }
+    (m, carry)
+}
+
 /// Stage 2 for one word: writes the positions of the set bits of edge mask
 /// `e` (possibly 0), each plus `pos` (the word's first bit), to `buf[k..]`
 /// in ascending order and returns `k` plus their number. `buf[k..k + 64]`
@@ -93,79 +136,40 @@ pub(crate) fn count_edges<V: Vector, W: Words>(src: W, from: usize, end: usize) 
         + scalar::count_edges(src, j, end)
 }
 
-/// Stage 2 of the table builder for one word: writes the raw positions of
-/// the word's run starts to the `gpa` fields of ranges `*ns..` and of its run
-/// ends to the `length` fields of ranges `*ne..` of `out` (a run's start and
-/// end land in the same range, whichever words they come from), and advances
-/// both counts. `w` is the word, `e` its edge mask (`w ^ (w << 1 | below)`),
-/// `pos` its first bit. The first `U` positions of each kind are written
+/// Stage 2 of the table builder for one word, on the table seen as a flat
+/// array of edge positions (`gpa`, `length`, `gpa`, … of consecutive
+/// ranges): edges alternate start, end over the whole bitmap, so writing
+/// every edge of `e` (the word's edge mask, possibly 0) in order at slot
+/// `*k..` puts each run's start in a range's `gpa` and its end in the same
+/// range's `length`, as raw bit positions, whichever words they come from.
+/// `pos` is the word's first bit. The first `U` positions are written
 /// unconditionally (past the count they are garbage that later words
-/// overwrite), so only words with more than `U` starts or ends loop.
+/// overwrite), so only words with more than `U` edges loop.
 ///
 /// # Safety
-/// `out` must be valid for writes of ranges `..*ns + 32 + U` and
-/// `..*ne + 32 + U` (a word has at most 32 starts and 32 ends).
+/// `out` must be valid for writes of slots `..*k + max(U, 64)`.
 #[inline(always)]
-pub(crate) unsafe fn emit_word<const U: usize>(
-    pos: u64,
-    w: u64,
-    e: u64,
-    out: *mut MemoryRange,
-    ns: &mut usize,
-    ne: &mut usize,
-) {
-    let starts = e & w;
-    let ends = e & !w;
-    // Starts and ends alternate, so their counts differ by at most one:
-    // `e` with at most `2U` edges has at most `U` of each, and one branch
-    // (taken rarely) decides for both.
-    // SAFETY: `*ns + max(U, starts.count_ones())` and the same for the ends
-    // are within the room the caller guarantees.
+pub(crate) unsafe fn emit_edges<const U: usize>(pos: u64, e: u64, out: *mut u64, k: &mut usize) {
+    let n = e.count_ones() as usize;
+    // SAFETY: slots `*k..*k + max(U, n)` are within the caller's room.
     unsafe {
-        let (ps, pe) = (
-            core::ptr::addr_of_mut!((*out.add(*ns)).gpa),
-            core::ptr::addr_of_mut!((*out.add(*ne)).length),
-        );
-        if e.count_ones() as usize <= 2 * U {
-            write_fixed::<U>(pos, starts, ps);
-            write_fixed::<U>(pos, ends, pe);
+        let p = out.add(*k);
+        if n <= U {
+            let mut m = e;
+            for u in 0..U {
+                p.add(u).write(pos + u64::from(m.trailing_zeros()));
+                m &= m.wrapping_sub(1);
+            }
         } else {
-            write_all(pos, starts, ps);
-            write_all(pos, ends, pe);
+            let (mut m, mut u) = (e, 0);
+            while m != 0 {
+                p.add(u).write(pos + u64::from(m.trailing_zeros()));
+                m &= m - 1;
+                u += 1;
+            }
         }
     }
-    *ns += starts.count_ones() as usize;
-    *ne += ends.count_ones() as usize;
-}
-
-/// Writes `pos` plus the position of each of the first `U` set bits of
-/// `m` (garbage past its last) to `p`, `p + 2`, … (one field of
-/// consecutive ranges).
-///
-/// # Safety
-/// `p` must be valid for writes at the first `U` strided slots.
-#[inline(always)]
-unsafe fn write_fixed<const U: usize>(pos: u64, mut m: u64, p: *mut u64) {
-    for u in 0..U {
-        // SAFETY: `u < U`, within the caller's room.
-        unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
-        m &= m.wrapping_sub(1);
-    }
-}
-
-/// Writes `pos` plus the position of each set bit of `m` to `p`, `p + 2`, ….
-///
-/// # Safety
-/// `p` must be valid for writes at the first `m.count_ones()` strided slots.
-#[inline(always)]
-unsafe fn write_all(pos: u64, mut m: u64, p: *mut u64) {
-    let mut u = 0;
-    while m != 0 {
-        // SAFETY: `u < m.count_ones()` of the original mask.
-        unsafe { p.add(2 * u).write(pos + u64::from(m.trailing_zeros())) };
-        m &= m - 1;
-        u += 1;
-    }
+    *k += n;
 }
 
 /// Bit `j` set for each nonzero word `j` of `words` (at most 64 words):

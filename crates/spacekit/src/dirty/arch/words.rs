@@ -18,41 +18,6 @@ pub(crate) unsafe trait Words: Copy + Send + Sync {
     /// The slices whose OR the words are: one bitmap, or two of equal length.
     fn parts(&self) -> (&[u64], Option<&[u64]>);
 
-    /// Word `i` without a bounds check.
-    ///
-    /// # Safety
-    /// `i < len`.
-    #[inline(always)]
-    unsafe fn word_unchecked(self, i: usize) -> u64 {
-        let (a, b) = self.parts();
-        // SAFETY: `i < len`, and both parts hold `len` words (the trait's
-        // contract).
-        unsafe {
-            match b {
-                None => *a.get_unchecked(i),
-                Some(b) => *a.get_unchecked(i) | *b.get_unchecked(i),
-            }
-        }
-    }
-
-    /// [`Words::edges`] without bounds checks and without a branch on
-    /// `j == 0` (the word below is read at `j - 1` or `0` and masked).
-    ///
-    /// # Safety
-    /// `j < len`.
-    #[inline(always)]
-    unsafe fn edges_unchecked(self, j: usize) -> (u64, u64) {
-        // SAFETY: `j < len`, and `j.saturating_sub(1) <= j`.
-        let (w, below) = unsafe {
-            (
-                self.word_unchecked(j),
-                self.word_unchecked(j.saturating_sub(1)),
-            )
-        };
-        let carry = (below >> 63) & u64::from(j != 0);
-        (w, w ^ ((w << 1) | carry))
-    }
-
     /// Bit 63 of the word before `i` (0 before the first word): the bit a
     /// scan starting at word `i` carries in.
     #[inline(always)]
