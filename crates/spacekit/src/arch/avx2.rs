@@ -181,6 +181,12 @@ unsafe impl Vector for Avx2 {
         }
     }
 
+    #[inline(always)]
+    fn pairs_to_ranges(pairs: &mut [u64], shift: u32, base: u64) {
+        // SAFETY: only reached inside `run`, with AVX2 enabled.
+        unsafe { pairs_to_ranges_avx2(pairs, shift, base) }
+    }
+
     /// Prefetch into all cache levels (`prefetcht0`).
     #[inline(always)]
     fn prefetch(p: *const u64) {
@@ -188,6 +194,37 @@ unsafe impl Vector for Avx2 {
         // faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
+}
+
+/// [`Vector::pairs_to_ranges`] two pairs (one per 128-bit lane) per step:
+/// each lane's start copied over its end (`vpunpcklqdq`), subtracted from
+/// it, blended back into the end's place, then one shift and one add of
+/// `base` to the starts. `shift` is at most 63 in every geometry; a larger
+/// one gives 0 here where the portable form wraps it, so it is taken there.
+///
+/// # Safety
+/// The caller must be compiled with AVX2 enabled (the `run` entry points
+/// of this module and of AVX-512, which enables AVX2 too).
+#[inline(always)]
+pub(super) unsafe fn pairs_to_ranges_avx2(pairs: &mut [u64], shift: u32, base: u64) {
+    if shift > 63 {
+        return super::vector::pairs_to_ranges_scalar(pairs, shift, base);
+    }
+    let mut chunks = pairs.chunks_exact_mut(4);
+    // SAFETY: AVX2 as the caller guarantees; each load and store covers
+    // one chunk of four words.
+    unsafe {
+        let b = _mm256_set_epi64x(0, base as i64, 0, base as i64);
+        let c = _mm_cvtsi32_si128(shift as i32);
+        for q in &mut chunks {
+            let v = _mm256_loadu_si256(q.as_ptr().cast());
+            let starts = _mm256_unpacklo_epi64(v, v);
+            let r = _mm256_blend_epi32(v, _mm256_sub_epi64(v, starts), 0b1100_1100);
+            let r = _mm256_add_epi64(_mm256_sll_epi64(r, c), b);
+            _mm256_storeu_si256(q.as_mut_ptr().cast(), r);
+        }
+    }
+    super::vector::pairs_to_ranges_scalar(chunks.into_remainder(), shift, base);
 }
 
 /// All-ones in every `C`-bit lane of `v` that is zero. Only called from

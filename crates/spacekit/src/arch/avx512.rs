@@ -49,6 +49,13 @@ unsafe impl Vector for Avx512 {
         Avx512(unsafe { _mm512_loadu_si512(words.as_ptr().add(i).cast()) })
     }
 
+    /// The AVX2 form (AVX2 is enabled in `run` too).
+    #[inline(always)]
+    fn pairs_to_ranges(pairs: &mut [u64], shift: u32, base: u64) {
+        // SAFETY: only reached inside `run`, which enables AVX2.
+        unsafe { super::avx2::pairs_to_ranges_avx2(pairs, shift, base) }
+    }
+
     #[inline(always)]
     unsafe fn store(self, words: &mut [u64], i: usize) {
         debug_assert!(i + 8 <= words.len());

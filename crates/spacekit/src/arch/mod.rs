@@ -678,6 +678,61 @@ mod tests {
         assert_eq!(alloc::format!("{:?}", Level::scalar().caps), "{}");
     }
 
+    /// [`Vector::pairs_to_ranges`] run through `run`, at one level.
+    struct Pairs<'a> {
+        pairs: &'a mut [u64],
+        shift: u32,
+        base: u64,
+    }
+
+    impl Job for Pairs<'_> {
+        type Output = ();
+        fn run<V: Vector>(self) {
+            V::pairs_to_ranges(self.pairs, self.shift, self.base)
+        }
+    }
+
+    #[test]
+    fn pairs_to_ranges_at_every_level_matches_the_formula() {
+        note_skipped_levels();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for level in Level::available() {
+            // Every length up to a few vectors (tails of each width), shifts
+            // across the whole range and past it, bases that wrap.
+            for pairs in 0..21 {
+                for shift in [0, 1, 12, 21, 63, 64, 200] {
+                    let base = next();
+                    let v: Vec<u64> = (0..2 * pairs).map(|_| next()).collect();
+                    let want: Vec<u64> = v
+                        .chunks(2)
+                        .flat_map(|p| {
+                            [
+                                base.wrapping_add(p[0].wrapping_shl(shift)),
+                                p[1].wrapping_sub(p[0]).wrapping_shl(shift),
+                            ]
+                        })
+                        .collect();
+                    let mut got = v.clone();
+                    run(
+                        level,
+                        Pairs {
+                            pairs: &mut got,
+                            shift,
+                            base,
+                        },
+                    );
+                    assert_eq!(got, want, "{level}: {pairs} pairs, shift {shift}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn detection_is_cached_and_stable() {
         assert_eq!(Level::detect(), Level::detect());

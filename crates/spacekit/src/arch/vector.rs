@@ -110,6 +110,15 @@ pub(crate) unsafe trait Vector: Copy {
         let _ = p;
     }
 
+    /// Converts each pair `(start, end)` of bit positions in `pairs` (even
+    /// length) to a range in place: `(base + (start << shift), (end - start)
+    /// << shift)`, wrapping. The dirty table builder's last step for a
+    /// batch. Default: one pair at a time.
+    #[inline(always)]
+    fn pairs_to_ranges(pairs: &mut [u64], shift: u32, base: u64) {
+        pairs_to_ranges_scalar(pairs, shift, base)
+    }
+
     /// Writes the positions of `e`'s set bits, each plus `pos`, to `s` in
     /// ascending order; slots past the `e.count_ones()`-th (of the first
     /// 64) may receive garbage. `dense`: more edges per word are likely.
@@ -125,6 +134,16 @@ pub(crate) unsafe trait Vector: Copy {
         } else {
             expand_bits::<4>(pos, e, s)
         }
+    }
+}
+
+/// [`Vector::pairs_to_ranges`]'s portable form.
+#[inline(always)]
+pub(crate) fn pairs_to_ranges_scalar(pairs: &mut [u64], shift: u32, base: u64) {
+    for p in pairs.chunks_exact_mut(2) {
+        let (s, e) = (p[0], p[1]);
+        p[0] = base.wrapping_add(s.wrapping_shl(shift));
+        p[1] = e.wrapping_sub(s).wrapping_shl(shift);
     }
 }
 

@@ -194,7 +194,7 @@ impl Job for HarvestOr<'_> {
             let ne = k / 2;
             // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
             // start and end written, all within the reserved room.
-            unsafe { finish(p, ne, shift, base) };
+            unsafe { finish::<V>(p, ne, shift, base) };
             open = if k % 2 == 1 {
                 // SAFETY: slot `k - 1` (an open run's start) was written.
                 Some(unsafe { flat.add(k - 1).read() })

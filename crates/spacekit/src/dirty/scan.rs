@@ -415,8 +415,6 @@ pub(crate) struct RangeScan<W> {
     /// Bit 63 of the word before `i` (0 before the first word).
     carry: u64,
     level: Level,
-    /// Whether the last batch was dense (most words have edges).
-    dense: bool,
 }
 
 impl<W: Words> RangeScan<W> {
@@ -429,7 +427,6 @@ impl<W: Words> RangeScan<W> {
             end,
             carry,
             level,
-            dense: false,
         }
     }
 
@@ -444,37 +441,21 @@ impl<W: Words> RangeScan<W> {
     unsafe fn batch<V: Vector>(&mut self, out: *mut u64, k: &mut usize) {
         let src = self.src;
         let n = BATCH.min(self.end - self.i);
-        if self.dense && n == BATCH {
-            // Dense stretch: stage 1 would mark nearly every word, so every
-            // word writes its (possibly empty) edges, and the words with
-            // edges are counted to decide whether the next batch is dense
-            // too.
-            let mut below = self.carry;
-            let mut marked = 0usize;
-            for j in self.i..self.i + n {
-                let w = src.word(j);
-                let e = w ^ ((w << 1) | below);
-                marked += usize::from(e != 0);
-                // SAFETY: at most 64 edges per word, 64 words: within
-                // `2 * BATCH_ROOM - 1` slots of where the batch began.
-                unsafe { generic::emit_edges::<DENSE_WRITES>(j as u64 * 64, e, out, k) };
-                below = w >> 63;
-            }
-            self.i += n;
-            self.carry = below;
-            self.dense = marked * 8 > n * 7;
-            return;
-        }
         let mut edges = [0u64; BATCH];
         let (m, carry) = generic::marks_edges::<V, _>(src, self.i, n, self.carry, &mut edges);
         let marked = m.count_ones() as usize;
-        self.dense = marked * 8 > n * 7;
-        // Sparse batches have few edges a word: four unconditional writes
-        // are enough, eight once more than 5/8 of the words have edges
-        // (about 2% dirty). Dense stretches above write `DENSE_WRITES`.
-        // SAFETY: as above, for each marked word.
+        // The unconditional writes per word follow how many words have
+        // edges: four in sparse batches, eight once more than 5/8 of the
+        // words have edges (about 2% dirty), and in dense batches (more
+        // than 7/8) every word writes `DENSE_WRITES`, with no mask loop.
+        // SAFETY: at most 64 edges per word, 64 words: within
+        // `2 * BATCH_ROOM - 1` slots of where the batch began.
         unsafe {
-            if marked * 8 > n * 5 {
+            if marked * 8 > n * 7 {
+                for (t, &e) in edges[..n].iter().enumerate() {
+                    generic::emit_edges::<DENSE_WRITES>((self.i + t) as u64 * 64, e, out, k);
+                }
+            } else if marked * 8 > n * 5 {
                 emit_marked::<8>(self.i, m, &edges, out, k);
             } else {
                 emit_marked::<4>(self.i, m, &edges, out, k);
@@ -525,7 +506,7 @@ impl<W: Words> RangeScan<W> {
             // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
             // start and end written and are initialised; all lie within the
             // reserved room.
-            unsafe { finish(p, ne, shift, base) };
+            unsafe { finish::<V>(p, ne, shift, base) };
             open = if k % 2 == 1 {
                 // SAFETY: slot `k - 1` (an open run's start) was written.
                 Some(unsafe { flat.add(k - 1).read() })
@@ -541,18 +522,16 @@ impl<W: Words> RangeScan<W> {
 }
 
 /// Converts ranges `..n` at `p` from raw bit positions (start in `gpa`, end
-/// in `length`) to addresses and lengths in bytes.
+/// in `length`) to addresses and lengths in bytes ([`Vector::pairs_to_ranges`]).
 ///
 /// # Safety
 /// `p` must be valid for reads and writes of `n` initialised ranges.
 #[inline(always)]
-pub(super) unsafe fn finish(p: *mut MemoryRange, n: usize, shift: u32, base: u64) {
-    // SAFETY: the caller guarantees `n` initialised ranges at `p`.
-    let ranges = unsafe { core::slice::from_raw_parts_mut(p, n) };
-    for r in ranges {
-        let (s, e) = (r.gpa, r.length);
-        *r = super::memory_range::range_of(s, e, shift, base);
-    }
+pub(super) unsafe fn finish<V: Vector>(p: *mut MemoryRange, n: usize, shift: u32, base: u64) {
+    // SAFETY: the caller guarantees `n` initialised ranges at `p`; a range
+    // is two `u64`s (`#[repr(C)]`).
+    let pairs = unsafe { core::slice::from_raw_parts_mut(p.cast::<u64>(), 2 * n) };
+    V::pairs_to_ranges(pairs, shift, base);
 }
 
 /// The serial table builder: appends one range per maximal run of `src` to
