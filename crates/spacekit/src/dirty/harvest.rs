@@ -22,7 +22,9 @@
 //!    builder does) and adds its KVM word's pages to the count; the batch's
 //!    complete ranges become addresses while in cache. In a migration
 //!    round most words are clean, so the per-word work is on the few dirty
-//!    ones (the table builder's vector edge masks cost every word).
+//!    ones; a batch where nearly every word is dirty is ORed a vector at a
+//!    time and emitted as the table builder's dense batches are
+//!    (`scan::emit_batch`).
 //!
 //! # Why a load before the swap loses nothing
 //!
@@ -46,7 +48,7 @@ use crate::arch::{self, Job, Level, Vector};
 
 use super::arch::generic;
 use super::memory_range::{range_of, MemoryRange};
-use super::scan::{finish, BATCH, BATCH_ROOM};
+use super::scan::{emit_batch, finish, One, BATCH, BATCH_ROOM};
 use super::sync::{AtomicU64, Ordering};
 
 /// What a one-pass harvest
@@ -172,25 +174,42 @@ impl Job for HarvestOr<'_> {
                 unsafe { flat.write(s) };
                 k = 1;
             }
-            // As the table builder: four unconditional edge writes per
-            // word, eight once more than 5/8 of the words are marked.
-            let dense = mask.count_ones() as usize * 8 > m * 5;
-            let batch = Batch {
-                took: &took,
-                other: os,
-                carry,
-                first: i,
-            };
-            // SAFETY: the batch begins at slot `k <= 1`; its words add at
-            // most 64 edges each plus the unconditional writes,
-            // `2 * BATCH_ROOM - 1` slots in all, within what `reserve` gave.
-            counts.other_pages += unsafe {
-                if dense {
-                    batch.emit::<8>(mask, flat, &mut k)
-                } else {
-                    batch.emit::<4>(mask, flat, &mut k)
+            let marked = mask.count_ones() as usize;
+            if marked * 8 > m * 7 {
+                // Nearly every word has edges: the batch's OR a vector at a
+                // time, then the table builder's own batch (edge masks, and
+                // every word written without a mask loop).
+                let mut or = [0u64; BATCH];
+                for ((o, t), w) in or.iter_mut().zip(&took).zip(os) {
+                    *o = t | w;
                 }
-            };
+                counts.other_pages += os.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
+                let mut edges = [0u64; BATCH];
+                let (marks, _) =
+                    generic::marks_edges::<V, _>(One(&or[..m]), 0, m, carry, &mut edges);
+                // SAFETY: the batch begins at slot `k <= 1`; its words add
+                // at most 64 edges each plus the unconditional writes,
+                // `2 * BATCH_ROOM - 1` slots in all, within what `reserve`
+                // gave.
+                unsafe { emit_batch(i, m, marks, &edges, flat, &mut k) };
+            } else {
+                let batch = Batch {
+                    took: &took,
+                    other: os,
+                    carry,
+                    first: i,
+                };
+                // As the table builder: four unconditional edge writes per
+                // word, eight once more than 5/8 of the words are marked.
+                // SAFETY: as above.
+                counts.other_pages += unsafe {
+                    if marked * 8 > m * 5 {
+                        batch.emit::<8>(mask, flat, &mut k)
+                    } else {
+                        batch.emit::<4>(mask, flat, &mut k)
+                    }
+                };
+            }
             let ne = k / 2;
             // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
             // start and end written, all within the reserved room.

@@ -391,6 +391,40 @@ unsafe fn emit_marked<const U: usize>(
     }
 }
 
+/// Stage 2 of the table builder for one batch of `n` words from word
+/// `first`: `edges[t]` is word `first + t`'s edge mask and bit `t` of `m`
+/// is set when it is nonzero. The unconditional writes per word follow how
+/// many words have edges: four in sparse batches, eight once more than 5/8
+/// of the words have edges (about 2% dirty), and in dense batches (more
+/// than 7/8) every word writes [`DENSE_WRITES`], with no mask loop.
+///
+/// # Safety
+/// `out` must be valid for writes of slots `..*k + 2 * BATCH_ROOM - 1`.
+#[inline(always)]
+pub(super) unsafe fn emit_batch(
+    first: usize,
+    n: usize,
+    m: u64,
+    edges: &[u64; BATCH],
+    out: *mut u64,
+    k: &mut usize,
+) {
+    let marked = m.count_ones() as usize;
+    // SAFETY: at most 64 edges per word, 64 words: within
+    // `2 * BATCH_ROOM - 1` slots of where the batch began.
+    unsafe {
+        if marked * 8 > n * 7 {
+            for (t, &e) in edges[..n].iter().enumerate() {
+                generic::emit_edges::<DENSE_WRITES>((first + t) as u64 * 64, e, out, k);
+            }
+        } else if marked * 8 > n * 5 {
+            emit_marked::<8>(first, m, edges, out, k);
+        } else {
+            emit_marked::<4>(first, m, edges, out, k);
+        }
+    }
+}
+
 /// Ranges a batch of the table builder may write into: its edges (at most
 /// 64 per word, two per range), the open run carried in, and the
 /// unconditional writes past the last edge (at most 64 slots, as a word
@@ -443,24 +477,8 @@ impl<W: Words> RangeScan<W> {
         let n = BATCH.min(self.end - self.i);
         let mut edges = [0u64; BATCH];
         let (m, carry) = generic::marks_edges::<V, _>(src, self.i, n, self.carry, &mut edges);
-        let marked = m.count_ones() as usize;
-        // The unconditional writes per word follow how many words have
-        // edges: four in sparse batches, eight once more than 5/8 of the
-        // words have edges (about 2% dirty), and in dense batches (more
-        // than 7/8) every word writes `DENSE_WRITES`, with no mask loop.
-        // SAFETY: at most 64 edges per word, 64 words: within
-        // `2 * BATCH_ROOM - 1` slots of where the batch began.
-        unsafe {
-            if marked * 8 > n * 7 {
-                for (t, &e) in edges[..n].iter().enumerate() {
-                    generic::emit_edges::<DENSE_WRITES>((self.i + t) as u64 * 64, e, out, k);
-                }
-            } else if marked * 8 > n * 5 {
-                emit_marked::<8>(self.i, m, &edges, out, k);
-            } else {
-                emit_marked::<4>(self.i, m, &edges, out, k);
-            }
-        }
+        // SAFETY: the caller's guarantee.
+        unsafe { emit_batch(self.i, n, m, &edges, out, k) };
         self.i += n;
         self.carry = carry;
         if m == 0 {
