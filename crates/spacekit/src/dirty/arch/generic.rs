@@ -154,14 +154,13 @@ pub(crate) unsafe fn emit_edges<const U: usize>(pos: u64, e: u64, out: *mut u64,
     // SAFETY: slots `*k..*k + max(U, n)` are within the caller's room.
     unsafe {
         let p = out.add(*k);
-        if n <= U {
-            let mut m = e;
-            for u in 0..U {
-                p.add(u).write(pos + u64::from(m.trailing_zeros()));
-                m &= m.wrapping_sub(1);
-            }
-        } else {
-            let (mut m, mut u) = (e, 0);
+        let mut m = e;
+        for u in 0..U {
+            p.add(u).write(pos + u64::from(m.trailing_zeros()));
+            m &= m.wrapping_sub(1);
+        }
+        if n > U {
+            let mut u = U;
             while m != 0 {
                 p.add(u).write(pos + u64::from(m.trailing_zeros()));
                 m &= m - 1;
