@@ -144,7 +144,8 @@ pub(crate) fn count_edges<V: Vector, W: Words>(src: W, from: usize, end: usize) 
 /// range's `length`, as raw bit positions, whichever words they come from.
 /// `pos` is the word's first bit. The first `U` positions are written
 /// unconditionally (past the count they are garbage that later words
-/// overwrite), so only words with more than `U` edges loop.
+/// overwrite), so only words with more than `U` edges loop, over the edges
+/// past the first `U`.
 ///
 /// # Safety
 /// `out` must be valid for writes of slots `..*k + max(U, 64)`.
