@@ -34,11 +34,17 @@
 //! the median of 21 round-robin samples per variant (5 with `--quick`) is
 //! kept. Without `/dev/kvm` the benchmark prints why and returns no rows.
 //!
+//! Then round 0 alone, of fresh guests, over one connection and over two
+//! (`migrate_conn`), with zero-page skipping and without: the 1.5x bar is
+//! on the default (skipping); the other ratio is printed and noted.
+//!
 //! JSON rows: `case` = `round`, `variant` (`spacekit`, `seed`, `before`),
 //! `round`, `dirty_pages`, `kvm_pages`, `vmm_pages`, `ranges`, `last`,
 //! `median_ns` (harvest plus table); and one `case` = `migration` row
 //! (`variant` `spacekit`) with `downtime_ns`, `guest_writes_per_sec`,
-//! `dirty_pages_per_sec`, `differing_pages`, `rounds`.
+//! `dirty_pages_per_sec`, `differing_pages`, `rounds`; and `case` =
+//! `round0` rows (`1 connection`, `2 connections`) with `zero_pages`,
+//! `connections`, `bytes`, `send_ns`.
 
 use std::num::NonZeroUsize;
 use std::os::unix::net::UnixStream;
@@ -489,6 +495,70 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         "median_ns",
     );
     report.chart(chart);
+    connections(ctx, mem_size, &mut report, &mut bars)?;
     report.bars(bars);
     Ok(report)
+}
+
+/// The connections table: round 0 over one connection and over two
+/// ([`super::migrate_conn`]), with zero-page skipping (`spacekit migrate`'s
+/// default) and without; rows `case` = `round0`, variants `1 connection`
+/// and `2 connections`, field `zero_pages`; the 1.5x bar on the default.
+fn connections(
+    ctx: &Ctx,
+    mem_size: u64,
+    report: &mut Report,
+    bars: &mut Bars,
+) -> Result<(), BenchError> {
+    let mut table = Table::new(
+        &format!(
+            "round 0 of a fresh {} MiB guest (uniform) over Unix sockets; \
+             the faster of two alternating runs each",
+            mem_size >> 20
+        ),
+        &["zero pages", "connections", "bytes", "send", "GB/s", "vs 1"],
+    );
+    for zero_pages in [true, false] {
+        let runs = super::migrate_conn::run(ctx, mem_size, zero_pages)?;
+        let [one, two] = runs;
+        let ratio = two.rate() / one.rate();
+        let zp = if zero_pages { "skipped" } else { "sent" };
+        for r in &runs {
+            let variant = if r.connections == 1 {
+                "1 connection".to_string()
+            } else {
+                format!("{} connections", r.connections)
+            };
+            report.push(
+                Row::new("round0", &variant)
+                    .field("zero_pages", zero_pages)
+                    .field("connections", r.connections)
+                    .field("bytes", r.bytes)
+                    .field("send_ns", r.send.as_nanos() as f64),
+            );
+            table.row(vec![
+                zp.to_string(),
+                r.connections.to_string(),
+                format!("{:.1} MiB", r.bytes as f64 / (1 << 20) as f64),
+                fmt_ns(r.send.as_nanos() as f64),
+                format!("{:.2}", r.rate() / 1e9),
+                format!("{:.2}x", r.rate() / one.rate()),
+            ]);
+        }
+        let line = format!(
+            "round 0 of {} MiB, zero pages {zp}: {} connections {} vs 1 connection {} = {ratio:.2}x faster",
+            mem_size >> 20,
+            two.connections,
+            fmt_ns(two.send.as_nanos() as f64),
+            fmt_ns(one.send.as_nanos() as f64)
+        );
+        if zero_pages {
+            bars.check(ratio >= 1.5, format!("{line} (bar: >= 1.5x)"));
+        } else {
+            println!("  {line} (reported, no bar)");
+            report.note(line);
+        }
+    }
+    report.table(table);
+    Ok(())
 }

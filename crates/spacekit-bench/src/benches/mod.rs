@@ -18,6 +18,7 @@ mod ext4_write;
 mod fork;
 mod membw;
 mod migrate;
+mod migrate_conn;
 mod procs;
 mod rangetree;
 mod zero_area;
