@@ -35,16 +35,18 @@
 //! kept. Without `/dev/kvm` the benchmark prints why and returns no rows.
 //!
 //! Then round 0 alone, of fresh guests, over one connection and over two
-//! (`migrate_conn`), with zero-page skipping and without: the 1.5x bar is
-//! on the default (skipping); the other ratio is printed and noted.
+//! (`migrate_conn`): an `idle` guest with 10% of its memory filled, with
+//! zero-page skipping (the default; the 1.5x bar) and without, and a
+//! `uniform` guest, whose busy vCPU takes one of a small machine's cores
+//! from the streams (printed and noted).
 //!
 //! JSON rows: `case` = `round`, `variant` (`spacekit`, `seed`, `before`),
 //! `round`, `dirty_pages`, `kvm_pages`, `vmm_pages`, `ranges`, `last`,
 //! `median_ns` (harvest plus table); and one `case` = `migration` row
 //! (`variant` `spacekit`) with `downtime_ns`, `guest_writes_per_sec`,
 //! `dirty_pages_per_sec`, `differing_pages`, `rounds`; and `case` =
-//! `round0` rows (`1 connection`, `2 connections`) with `zero_pages`,
-//! `connections`, `bytes`, `send_ns`.
+//! `round0` rows (`1 connection`, `2 connections`) with `workload`,
+//! `fill_percent`, `zero_pages`, `connections`, `bytes`, `send_ns`.
 
 use std::num::NonZeroUsize;
 use std::os::unix::net::UnixStream;
@@ -501,28 +503,57 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
 }
 
 /// The connections table: round 0 over one connection and over two
-/// ([`super::migrate_conn`]), with zero-page skipping (`spacekit migrate`'s
-/// default) and without; rows `case` = `round0`, variants `1 connection`
-/// and `2 connections`, field `zero_pages`; the 1.5x bar on the default.
+/// ([`super::migrate_conn`]) for three setups: an `idle` guest with 10% of
+/// its memory filled, with zero-page skipping (`spacekit migrate`'s
+/// default; the 1.5x bar) and without, and the main migration's `uniform`
+/// guest, whose busy vCPU takes a core from the streams (reported). Rows
+/// `case` = `round0`, variants `1 connection` and `2 connections`, with
+/// `workload`, `fill_percent`, `zero_pages`.
 fn connections(
     ctx: &Ctx,
     mem_size: u64,
     report: &mut Report,
     bars: &mut Bars,
 ) -> Result<(), BenchError> {
+    use super::migrate_conn::Setup;
+    let setups = [
+        (
+            "idle, 10% filled",
+            Setup {
+                workload: Workload::Idle,
+                fill_percent: 10,
+                zero_pages: true,
+            },
+        ),
+        (
+            "idle, 10% filled",
+            Setup {
+                workload: Workload::Idle,
+                fill_percent: 10,
+                zero_pages: false,
+            },
+        ),
+        (
+            "uniform",
+            Setup {
+                workload: Workload::Uniform,
+                fill_percent: 0,
+                zero_pages: true,
+            },
+        ),
+    ];
     let mut table = Table::new(
         &format!(
-            "round 0 of a fresh {} MiB guest (uniform) over Unix sockets; \
-             the faster of two alternating runs each",
+            "round 0 of a fresh {} MiB guest over Unix sockets; the faster of two alternating runs each",
             mem_size >> 20
         ),
-        &["zero pages", "connections", "bytes", "send", "GB/s", "vs 1"],
+        &["guest", "zero pages", "connections", "bytes", "send", "GB/s", "vs 1"],
     );
-    for zero_pages in [true, false] {
-        let runs = super::migrate_conn::run(ctx, mem_size, zero_pages)?;
+    for (i, (guest, setup)) in setups.into_iter().enumerate() {
+        let runs = super::migrate_conn::run(ctx, mem_size, setup)?;
         let [one, two] = runs;
         let ratio = two.rate() / one.rate();
-        let zp = if zero_pages { "skipped" } else { "sent" };
+        let zp = if setup.zero_pages { "skipped" } else { "sent" };
         for r in &runs {
             let variant = if r.connections == 1 {
                 "1 connection".to_string()
@@ -531,12 +562,15 @@ fn connections(
             };
             report.push(
                 Row::new("round0", &variant)
-                    .field("zero_pages", zero_pages)
+                    .field("workload", guest)
+                    .field("fill_percent", setup.fill_percent)
+                    .field("zero_pages", setup.zero_pages)
                     .field("connections", r.connections)
                     .field("bytes", r.bytes)
                     .field("send_ns", r.send.as_nanos() as f64),
             );
             table.row(vec![
+                guest.to_string(),
                 zp.to_string(),
                 r.connections.to_string(),
                 format!("{:.1} MiB", r.bytes as f64 / (1 << 20) as f64),
@@ -546,13 +580,13 @@ fn connections(
             ]);
         }
         let line = format!(
-            "round 0 of {} MiB, zero pages {zp}: {} connections {} vs 1 connection {} = {ratio:.2}x faster",
+            "round 0 of a {} MiB {guest} guest, zero pages {zp}: {} connections {} vs 1 connection {} = {ratio:.2}x faster",
             mem_size >> 20,
             two.connections,
             fmt_ns(two.send.as_nanos() as f64),
             fmt_ns(one.send.as_nanos() as f64)
         );
-        if zero_pages {
+        if i == 0 {
             bars.check(ratio >= 1.5, format!("{line} (bar: >= 1.5x)"));
         } else {
             println!("  {line} (reported, no bar)");

@@ -1,27 +1,38 @@
 //! `bench migrate`'s connections table: round 0 (the whole memory) of a
 //! fresh guest sent over one connection and over two, in the same run.
 //!
-//! Each run starts its own guest (the `uniform` workload, as the main
-//! migration), a receiver thread listening on a Unix socket
-//! ([`receive_connections_on_unix_socket`], which accepts the extra
+//! Each run starts its own guest, a receiver thread listening on a Unix
+//! socket ([`receive_connections_on_unix_socket`], which accepts the extra
 //! connections in parallel), connects the main stream and, for two
 //! connections, two extra streams that carry round 0 cut by ranges
-//! ([`kvm::migrate_connections`]). It runs twice: with zero-page skipping
-//! (the default of `spacekit migrate`, where the sender's zero-page scan is
-//! what the connections share), and without (every byte of guest memory
-//! crosses the sockets, and the receiver faults in its whole buffer). The
-//! runs alternate (1, 2, 1, 2) and each count keeps its faster run; every
-//! run must end with 0 differing pages (the source's page hashes against
-//! the receiver's) before its time counts.
+//! ([`kvm::migrate_connections`]). A [`Setup`] says which guest (its
+//! workload and how much of its memory the loader fills) and whether the
+//! zero-page extension is offered. The runs alternate (1, 2, 1, 2) and
+//! each count keeps its faster run; every run must end with 0 differing
+//! pages (the source's page hashes against the receiver's) and round 0
+//! must cover the whole guest before its time counts.
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use spacekit::kvm::{self, DirtyMode, Guest, GuestConfig, MigrateConfig, Workload};
 use spacekit::migration::receive_connections_on_unix_socket;
 
 use crate::context::{BenchError, Ctx};
+
+/// What a connections run migrates, and how.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Setup {
+    /// The guest's workload.
+    pub workload: Workload,
+    /// Percent of guest memory the loader fills with non-zero bytes.
+    pub fill_percent: u8,
+    /// Offer the zero-page extension (`spacekit migrate`'s default).
+    pub zero_pages: bool,
+}
 
 /// One run's round 0.
 #[derive(Clone, Copy, Debug)]
@@ -41,22 +52,20 @@ impl Round0 {
     }
 }
 
-/// Runs round 0 over 1 and over 2 connections, alternating, twice each,
-/// with or without the zero-page extension; returns the faster run of each
-/// count, in that order.
-pub(super) fn run(ctx: &Ctx, mem_size: u64, zero_pages: bool) -> Result<[Round0; 2], BenchError> {
+/// Runs round 0 over 1 and over 2 connections, alternating, twice each;
+/// returns the faster run of each count, in that order.
+pub(super) fn run(ctx: &Ctx, mem_size: u64, setup: Setup) -> Result<[Round0; 2], BenchError> {
     let mut best: [Option<Round0>; 2] = [None, None];
     for (k, extra) in [0usize, 2, 0, 2].into_iter().enumerate() {
         crate::harness::progress(
             "migrate",
             &format!(
-                "round 0 over {} connection(s), zero pages {}, run {} of 2",
+                "round 0 over {} connection(s), {setup:?}, run {} of 2",
                 extra.max(1),
-                if zero_pages { "skipped" } else { "sent" },
                 k / 2 + 1
             ),
         );
-        let r = one(ctx, mem_size, extra, k, zero_pages)?;
+        let r = one(ctx, mem_size, extra, k, setup)?;
         let slot = &mut best[usize::from(extra > 0)];
         if slot.is_none_or(|b| r.send < b.send) {
             *slot = Some(r);
@@ -75,34 +84,51 @@ fn one(
     mem_size: u64,
     extra: usize,
     k: usize,
-    zero_pages: bool,
+    setup: Setup,
 ) -> Result<Round0, BenchError> {
     let err = |e: &dyn std::fmt::Display| BenchError(format!("migrate (connections): {e}"));
     let guest = Guest::start(GuestConfig {
         mem_size,
         vcpus: 1,
-        workload: Workload::Uniform,
+        workload: setup.workload,
+        fill_percent: setup.fill_percent,
         seed: ctx.seed ^ k as u64,
         dirty: DirtyMode::Log,
         ..GuestConfig::default()
     })
     .map_err(|e| err(&e))?;
+    static RUN: AtomicUsize = AtomicUsize::new(0);
     let path = std::env::temp_dir().join(format!(
-        "spacekit-bench-conn-{}-{k}.sock",
-        std::process::id()
+        "spacekit-bench-conn-{}-{}.sock",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
     ));
     let listen = path.clone();
     let receiver =
         std::thread::spawn(move || receive_connections_on_unix_socket(&listen, mem_size, 8));
-    let mut main = connect(&path)?;
-    let mut extras = (0..extra)
-        .map(|_| connect(&path))
-        .collect::<Result<Vec<_>, _>>()?;
+    let streams = connect(&path, &receiver).and_then(|main| {
+        let extras = (0..extra)
+            .map(|_| connect(&path, &receiver))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((main, extras))
+    });
+    let (mut main, mut extras) = match streams {
+        Ok(s) => s,
+        Err(e) => {
+            // A receiver that failed before listening says why.
+            if receiver.is_finished() {
+                if let Ok(Err(r)) = receiver.join() {
+                    return Err(err(&format!("the receiver failed: {r}")));
+                }
+            }
+            return Err(e);
+        }
+    };
     let config = MigrateConfig {
         // Round 0, then straight to the paused last round.
         max_rounds: 1,
         stop_below_bytes: u64::MAX,
-        zero_pages,
+        zero_pages: setup.zero_pages,
         ..MigrateConfig::default()
     };
     let result = kvm::migrate_connections(&guest, &mut main, &mut extras, &config, |_, _| {});
@@ -137,13 +163,13 @@ fn one(
 }
 
 /// Connects to the receiver's socket, waiting up to five seconds for it to
-/// listen.
-fn connect(path: &Path) -> Result<UnixStream, BenchError> {
+/// listen (and no longer once the receiver thread has ended).
+fn connect<T>(path: &Path, receiver: &JoinHandle<T>) -> Result<UnixStream, BenchError> {
     let t = Instant::now();
     loop {
         match UnixStream::connect(path) {
             Ok(s) => return Ok(s),
-            Err(e) if t.elapsed() > Duration::from_secs(5) => {
+            Err(e) if receiver.is_finished() || t.elapsed() > Duration::from_secs(5) => {
                 return Err(BenchError(format!(
                     "migrate (connections): connect to {}: {e}",
                     path.display()
