@@ -34,6 +34,9 @@ pub(super) struct Setup {
     pub zero_pages: bool,
 }
 
+/// How long [`connect`] waits for a live receiver to listen.
+const LISTEN_WAIT: Duration = Duration::from_secs(120);
+
 /// One run's round 0.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Round0 {
@@ -162,14 +165,15 @@ fn one(
     })
 }
 
-/// Connects to the receiver's socket, waiting up to five seconds for it to
-/// listen (and no longer once the receiver thread has ended).
+/// Connects to the receiver's socket, waiting while the receiver thread
+/// lives (it zeroes the whole guest-sized buffer before it listens, which
+/// takes seconds for 4 GiB on a busy host), up to [`LISTEN_WAIT`].
 fn connect<T>(path: &Path, receiver: &JoinHandle<T>) -> Result<UnixStream, BenchError> {
     let t = Instant::now();
     loop {
         match UnixStream::connect(path) {
             Ok(s) => return Ok(s),
-            Err(e) if receiver.is_finished() || t.elapsed() > Duration::from_secs(5) => {
+            Err(e) if receiver.is_finished() || t.elapsed() > LISTEN_WAIT => {
                 return Err(BenchError(format!(
                     "migrate (connections): connect to {}: {e}",
                     path.display()
