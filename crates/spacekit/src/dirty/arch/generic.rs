@@ -3,7 +3,7 @@
 //! ([`expand`]) and the parallel scan's sizing pass ([`count_edges`]). Each
 //! level runs them instantiated with its vector type by `crate::arch::run`.
 
-use super::scalar::{self, mark_word};
+use super::scalar;
 use super::words::Words;
 use crate::arch::Vector;
 
@@ -27,38 +27,23 @@ unsafe fn load<V: Vector, W: Words>(src: &W, i: usize) -> V {
 
 /// Stage 1 over words `[i, i + n)` (`n <= 64`), `carry` the bit below word
 /// `i`: bit `t` of the result is set when word `i + t` has edges. Also
-/// returns the carry out (bit 63 of the last word).
+/// returns the carry out (bit 63 of the last word). [`marks_edges`] with
+/// the edge masks left in a scratch array nobody reads (dead stores once
+/// inlined).
+#[inline(always)]
+pub(crate) fn marks<V: Vector, W: Words>(src: W, i: usize, n: usize, carry: u64) -> (u64, u64) {
+    marks_edges::<V, W>(src, i, n, carry, &mut [0; 64])
+}
+
+/// Stage 1 over words `[i, i + n)` (`n <= 64`), `carry` the bit below
+/// word `i`: bit `t` of the result is set when word `i + t` has edges, and
+/// that word's edge mask is kept in `e[t]` (so the table builder's stage 2
+/// reads it instead of the bitmap). Also returns the carry out (bit 63 of
+/// the last word).
 ///
 /// The vector loop reads the word below each lane, so it starts at word 1
 /// at the earliest; it runs while a whole vector fits, the rest goes word by
 /// word.
-#[inline(always)]
-pub(crate) fn marks<V: Vector, W: Words>(src: W, i: usize, n: usize, carry: u64) -> (u64, u64) {
-    let end = i + n;
-    let (mut j, mut m, mut carry) = (i, 0, carry);
-    if n > V::LANES {
-        if j == 0 {
-            m = mark_word(src.word(0), carry);
-            j = 1;
-        }
-        // The carried state of `Vector::edges`: the word below `j`.
-        let mut prev = V::splat(src.word(j - 1));
-        while j + V::LANES <= end {
-            // SAFETY: `j + LANES <= end <= src.len()`.
-            let v: V = unsafe { load(&src, j) };
-            let e = v.edges(&mut prev);
-            m |= e.ne_mask(V::splat(0)) << (j - i);
-            j += V::LANES;
-        }
-        carry = src.word(j - 1) >> 63;
-    }
-    scalar::marks_from(src, i, j, end, m, carry)
-}
-
-/// Stage 1 of the table builder over words `[i, i + n)` (`n <= 64`),
-/// `carry` the bit below word `i`: as [`marks`], and each word's edge mask
-/// is kept in `e[t]` (word `i + t`), so stage 2 reads it instead of the
-/// bitmap.
 #[inline(always)]
 pub(crate) fn marks_edges<V: Vector, W: Words>(
     src: W,
