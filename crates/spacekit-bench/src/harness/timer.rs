@@ -141,7 +141,10 @@ impl Timer {
 
     /// Median nanoseconds per call of each operation. Samples are taken
     /// round-robin (one sample of every operation per round), so drift on a
-    /// noisy machine affects all variants alike and their ratios stay fair.
+    /// noisy machine affects all variants alike and their ratios stay fair;
+    /// each round starts one operation further on, so none always runs
+    /// right after the same other one (whose dirty cache lines, or spinning
+    /// threads, it would otherwise always inherit).
     pub fn medians(&self, ops: &mut [Op<'_>]) -> Vec<f64> {
         self.sample_all(ops).medians
     }
@@ -153,9 +156,11 @@ impl Timer {
         let started = Instant::now();
         let budget = self.budget * ops.len().max(1) as u32;
         let mut samples = vec![Vec::with_capacity(self.samples); ops.len()];
+        let count = ops.len();
         for round in 0..self.samples {
-            for ((op, &n), v) in ops.iter_mut().zip(&batches).zip(&mut samples) {
-                v.push(op.sample(n));
+            for j in 0..count {
+                let k = (round + j) % count;
+                samples[k].push(ops[k].sample(batches[k]));
             }
             if round >= 2 && started.elapsed() > budget {
                 break;
@@ -229,6 +234,36 @@ mod tests {
             a >= 4 && b >= 4,
             "each op ran its calibration call and 3 samples"
         );
+    }
+
+    #[test]
+    fn rounds_rotate_which_operation_runs_first() {
+        // Each op records the order in which ops ran; every round must
+        // start one op further on.
+        let order = std::cell::RefCell::new(Vec::new());
+        let timer = Timer {
+            samples: 6,
+            ..quick()
+        };
+        let mut ops = [
+            batch(|| order.borrow_mut().push(0)),
+            batch(|| order.borrow_mut().push(1)),
+            batch(|| order.borrow_mut().push(2)),
+        ];
+        // Calibration runs each op alone first; only the rounds count.
+        let s = timer.sample_all(&mut ops);
+        drop(ops);
+        assert_eq!(s.rounds, 6);
+        let order = order.into_inner();
+        // The rounds' calls are the last 6 * 3 samples of batches[k] calls.
+        let mut firsts = Vec::new();
+        let mut rest = &order[order.len() - 6 * s.batches.iter().sum::<usize>()..];
+        for _ in 0..6 {
+            firsts.push(rest[0]);
+            let take: usize = s.batches.iter().sum();
+            rest = &rest[take..];
+        }
+        assert_eq!(firsts, [0, 1, 2, 0, 1, 2]);
     }
 
     #[test]
