@@ -257,6 +257,48 @@ fn runs_crossing_every_chunk_edge() {
 }
 
 #[test]
+fn sparse_and_dense_batches_alternate() {
+    note_skipped_levels();
+    // Batches of 64 words in turn: sparse (a few words, runs through the
+    // top bit into the next word and into the next batch), dense, clean,
+    // full, one whose first word continues the full one's run (a run open
+    // into a sparse batch), and sparse again.
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut w = vec![0u64; 64 * 24];
+    for (b, batch) in w.chunks_mut(64).enumerate() {
+        match b % 6 {
+            0 | 5 => {
+                batch[3] = 1 << 9;
+                batch[17] = 3 << 62;
+                batch[18] = 0b111;
+                batch[40] = 1 << 63;
+                batch[63] = 1 << 63;
+            }
+            1 => batch.iter_mut().for_each(|x| *x = next() & next()),
+            2 => {}
+            3 => batch.fill(!0),
+            _ => batch[0] = 1,
+        }
+    }
+    let want = model(&w, 4096, 0, 0);
+    for block in [64, 100, 1000] {
+        for (name, got) in all_paths(&w, None, 4096, 0, 0, block) {
+            assert_eq!(got, want, "{name}: block {block}");
+        }
+        let zero = vec![0u64; w.len()];
+        for (name, got) in all_paths(&zero, Some(&w), 4096, 0, 0, block) {
+            assert_eq!(got, want, "{name}: OR, block {block}");
+        }
+    }
+}
+
+#[test]
 fn or_length_mismatch_is_an_error() {
     let a = [1u64; 4];
     let b = [1u64; 3];

@@ -84,6 +84,28 @@ pub(crate) fn marks_edges<V: Vector, W: Words>(
     (m, carry)
 }
 
+/// Bit `t` set for each nonzero word `i + t` of `src` over words
+/// `[i, i + n)` (`n <= 64`): a vector compared with zero per step, the
+/// tail word by word. The table builder's test of a batch it expects to be
+/// sparse, cheaper than the edge masks of every word.
+#[inline(always)]
+pub(crate) fn nonzero_words<V: Vector, W: Words>(src: W, i: usize, n: usize) -> u64 {
+    debug_assert!(n <= 64);
+    let (mut m, mut j) = (0u64, 0);
+    let zero = V::splat(0);
+    while j + V::LANES <= n {
+        // SAFETY: `i + j + LANES <= i + n <= src.len()`.
+        let v: V = unsafe { load(&src, i + j) };
+        m |= v.ne_mask(zero) << j;
+        j += V::LANES;
+    }
+    while j < n {
+        m |= u64::from(src.word(i + j) != 0) << j;
+        j += 1;
+    }
+    m
+}
+
 /// Stage 2 for one word: writes the positions of the set bits of edge mask
 /// `e` (possibly 0), each plus `pos` (the word's first bit), to `buf[k..]`
 /// in ascending order and returns `k` plus their number. `buf[k..k + 64]`
