@@ -9,7 +9,8 @@
 //!   `bitmap`, `crc32c` and `dirty` take to choose their code paths.
 //! * [`crc32c`] — raw and standard CRC-32C, and updates in O(log n): `shift`,
 //!   `combine`, `flip_range` (a run of bits flipped) and `splice` (a region
-//!   rewritten). PCLMULQDQ with a portable fallback; bulk CRC from `crc-fast`.
+//!   rewritten). PCLMULQDQ with a portable fallback; bulk CRC in three `crc32` streams
+//!   (SSE4.2), else from `crc-fast`.
 //! * [`dirty`] — dirty-page logs: an atomic dirty bitmap marked a word at a
 //!   time, and dirty bitmap → `MemoryRangeTable` (Cloud Hypervisor's wire
 //!   format) without a step per dirty page.
@@ -58,8 +59,9 @@
 //!
 //! * `std` — runtime CPU feature detection (without it, the SIMD level is
 //!   fixed at compile time by `target_feature`), `LockedBuddyAllocator`;
-//! * `crc-fast` — bulk CRC-32C from the `crc-fast` crate (implies `std`;
-//!   without it a portable slicing-by-8 path is used);
+//! * `crc-fast` — bulk CRC-32C from the `crc-fast` crate where the CPU
+//!   lacks SSE4.2 or PCLMULQDQ (implies `std`; without it a portable
+//!   slicing-by-8 path is used there);
 //! * `rayon` — the parallel dirty-bitmap scan
 //!   ([`dirty::Scan::parallel`]) on rayon's thread pool (implies `std`).
 //!

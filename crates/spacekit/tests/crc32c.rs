@@ -244,8 +244,19 @@ fn agree_prop<T: PartialEq + Debug>(
 fn engines_are_distinct_where_possible() {
     let (bulk, unit) = Engine::portable().names();
     assert_eq!((bulk, unit), ("slicing-by-8", "portable"));
-    #[cfg(feature = "crc-fast")]
-    assert_eq!(Engine::detect().names().0, "crc-fast");
+    // The bulk CRC: the `crc32` streams where the level has SSE4.2 and
+    // PCLMULQDQ, else crc-fast (with its feature) or slicing-by-8.
+    for level in Level::available() {
+        let bulk = Engine::at_level(level).names().0;
+        let want = if cfg!(target_arch = "x86_64") && level.has_sse42() && level.has_pclmulqdq() {
+            "sse4.2-crc32x3"
+        } else if cfg!(feature = "crc-fast") {
+            "crc-fast"
+        } else {
+            "slicing-by-8"
+        };
+        assert_eq!(bulk, want, "{level:?}");
+    }
     assert_eq!(Engine::at_level(Level::scalar()).names().1, "portable");
     assert_eq!(Engine::detect(), Engine::at_level(Level::detect()));
     for level in Level::available() {
@@ -375,6 +386,44 @@ fn raw_matches_reference_on_random_slices() {
         agree(&|| "raw 16384".to_string(), |v| v.raw(!0, s)),
         reference::raw(!0, s)
     );
+}
+
+/// `raw` across the bulk path's block boundaries: the three-stream split
+/// from 512 bytes, whole blocks of three 8 KiB streams (24 KiB) and what
+/// is left after them, at unaligned starts and with random initial CRCs.
+#[test]
+fn raw_matches_reference_across_bulk_blocks() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0005);
+    let big = random_bytes(&mut rng, 4 * 24576 + 2048);
+    let block = 24576usize;
+    for len in [
+        511,
+        512,
+        513,
+        535,
+        536,
+        4096,
+        block - 1,
+        block,
+        block + 1,
+        block + 511,
+        block + 512,
+        2 * block - 8,
+        2 * block,
+        2 * block + 23,
+        3 * block + 1000,
+        4 * block + 777,
+    ] {
+        for start in [0usize, 1, 7, 13] {
+            let s = &big[start..start + len];
+            let init: u32 = rng.random();
+            let want = reference::raw(init, s);
+            let got = agree(&|| format!("raw len={len} start={start}"), |v| {
+                v.raw(init, s)
+            });
+            assert_eq!(got, want, "len={len} start={start} init={init:#x}");
+        }
+    }
 }
 
 /// Slices ending exactly at the end of their allocation (a read past the end

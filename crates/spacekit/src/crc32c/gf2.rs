@@ -250,6 +250,23 @@ pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
     (r as u32).reverse_bits()
 }
 
+/// `x^e * x^64 mod Q`: the factor that multiplies by `x^e` in one
+/// Montgomery product ([`mul_by`]), for an `e` known at build time.
+pub(crate) const fn xpow_factor(e: u64) -> u64 {
+    xpow_mod_q(e + 64)
+}
+
+/// `crc * x^e mod P` on reflected CRC values, with `k = xpow_factor(e)`:
+/// one Montgomery product where [`mul_xpow`] needs the power's digits too.
+#[inline(always)]
+pub(crate) fn mul_by<M: Mont>(crc: u32, k: u64) -> u32 {
+    let c = M::load(u64::from(crc.reverse_bits()));
+    // c * (x^e * x^64) * x^-64: plain, degree <= 32.
+    let r = c.mul(M::load(k)).get();
+    let r = if r >> 32 != 0 { r ^ P } else { r };
+    (r as u32).reverse_bits()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +305,20 @@ mod tests {
             } % EXP_LIMIT;
             let got: Portable = pow_x(1 << (exp & 63), exp);
             assert_eq!(got.get(), slow_pow(exp), "x^{exp}");
+        }
+    }
+
+    #[test]
+    fn mul_by_a_factor_is_mul_xpow() {
+        for e in [0u64, 1, 8, 64, 8 * 4096, 8 * 16384, 123_456_789] {
+            let k = xpow_factor(e);
+            for crc in [0u32, 1, 0x8000_0000, 0xDEAD_BEEF, !0] {
+                assert_eq!(
+                    mul_by::<Portable>(crc, k),
+                    mul_xpow::<Portable>(crc, e),
+                    "e {e} crc {crc:#x}"
+                );
+            }
         }
     }
 

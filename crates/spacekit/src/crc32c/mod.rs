@@ -143,8 +143,10 @@ impl fmt::Display for CrcError {
 
 impl core::error::Error for CrcError {}
 
-/// Which implementations a computation uses: the bulk CRC (the `crc-fast`
-/// crate when its feature is on, else portable slicing-by-8) and the
+/// Which implementations a computation uses: the bulk CRC (three streams of
+/// the SSE4.2 `crc32` instruction where the level has SSE4.2 and
+/// PCLMULQDQ, else the `crc-fast` crate when its feature is on, else
+/// portable slicing-by-8) and the
 /// carry-less multiply unit for the O(log n) updates (PCLMULQDQ when the
 /// [`Level`] has it, else portable).
 ///
@@ -175,6 +177,27 @@ enum Bulk {
     Soft,
     #[cfg(feature = "crc-fast")]
     CrcFast,
+    /// Three interleaved streams of the SSE4.2 `crc32` instruction, merged
+    /// with PCLMULQDQ (`arch::x86_64::raw_sse42_bulk`).
+    #[cfg(target_arch = "x86_64")]
+    Sse42,
+}
+
+impl Bulk {
+    /// The bulk CRC for `level`: the `crc32` streams where the level has
+    /// SSE4.2 and PCLMULQDQ, else `crc-fast` (when its feature is on) or
+    /// slicing-by-8.
+    const fn for_level(level: Level) -> Bulk {
+        #[cfg(target_arch = "x86_64")]
+        if level.has_sse42() && level.has_pclmulqdq() {
+            return Bulk::Sse42;
+        }
+        let _ = level;
+        #[cfg(feature = "crc-fast")]
+        return Bulk::CrcFast;
+        #[cfg(not(feature = "crc-fast"))]
+        Bulk::Soft
+    }
 }
 
 impl Engine {
@@ -187,17 +210,15 @@ impl Engine {
     }
 
     /// The multiply unit `level` may use (PCLMULQDQ when
-    /// [`Level::has_pclmulqdq`], so not at [`Level::scalar`]) with the
-    /// default bulk CRC (`crc-fast`, which dispatches on its own, when the
-    /// feature is on).
+    /// [`Level::has_pclmulqdq`], so not at [`Level::scalar`]) and its bulk
+    /// CRC: three streams of the `crc32` instruction when the level also
+    /// has SSE4.2, else `crc-fast` (which dispatches on its own) when the
+    /// feature is on, else slicing-by-8.
     #[inline]
     pub const fn at_level(level: Level) -> Engine {
         Engine {
             unit: Unit::for_level(level),
-            #[cfg(feature = "crc-fast")]
-            bulk: Bulk::CrcFast,
-            #[cfg(not(feature = "crc-fast"))]
-            bulk: Bulk::Soft,
+            bulk: Bulk::for_level(level),
             short_sse42: cfg!(target_arch = "x86_64") && level.has_sse42(),
         }
     }
@@ -221,6 +242,8 @@ impl Engine {
             Bulk::Soft => "slicing-by-8",
             #[cfg(feature = "crc-fast")]
             Bulk::CrcFast => "crc-fast",
+            #[cfg(target_arch = "x86_64")]
+            Bulk::Sse42 => "sse4.2-crc32x3",
         };
         (bulk, self.unit.name())
     }
@@ -247,6 +270,10 @@ impl Engine {
                 // inversion only in `finalize`).
                 d.get_state() as u32
             }
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Sse42` is only chosen for a level with SSE4.2 and
+            // PCLMULQDQ, and a level never claims a feature the CPU lacks.
+            Bulk::Sse42 => unsafe { arch::x86_64::raw_sse42_bulk(crc, bytes) },
         }
     }
 
