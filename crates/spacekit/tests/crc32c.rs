@@ -424,6 +424,14 @@ fn raw_matches_reference_across_bulk_blocks() {
             assert_eq!(got, want, "len={len} start={start} init={init:#x}");
         }
     }
+    // From 16 MiB the bulk path hands over to crc-fast (when built in).
+    let huge = random_bytes(&mut rng, (16 << 20) + 9);
+    for s in [&huge[..16 << 20], &huge[3..]] {
+        let init: u32 = rng.random();
+        let want = reference::raw(init, s);
+        let got = agree(&|| format!("raw len={}", s.len()), |v| v.raw(init, s));
+        assert_eq!(got, want, "len={}", s.len());
+    }
 }
 
 /// Slices ending exactly at the end of their allocation (a read past the end
