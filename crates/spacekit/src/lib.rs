@@ -60,8 +60,9 @@
 //! * `std` — runtime CPU feature detection (without it, the SIMD level is
 //!   fixed at compile time by `target_feature`), `LockedBuddyAllocator`;
 //! * `crc-fast` — bulk CRC-32C from the `crc-fast` crate where the CPU
-//!   lacks SSE4.2 or PCLMULQDQ (implies `std`; without it a portable
-//!   slicing-by-8 path is used there);
+//!   lacks SSE4.2 or PCLMULQDQ, and for inputs from 16 MiB (implies `std`;
+//!   without it a portable slicing-by-8 path is used there, and the
+//!   `crc32` streams at every size);
 //! * `rayon` — the parallel dirty-bitmap scan
 //!   ([`dirty::Scan::parallel`]) on rayon's thread pool (implies `std`).
 //!

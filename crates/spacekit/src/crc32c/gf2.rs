@@ -252,6 +252,7 @@ pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
 
 /// `x^e * x^64 mod Q`: the factor that multiplies by `x^e` in one
 /// Montgomery product ([`mul_by`]), for an `e` known at build time.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const fn xpow_factor(e: u64) -> u64 {
     xpow_mod_q(e + 64)
 }
@@ -259,6 +260,7 @@ pub(crate) const fn xpow_factor(e: u64) -> u64 {
 /// `crc * x^e mod P` on reflected CRC values, with `k = xpow_factor(e)`:
 /// one Montgomery product where [`mul_xpow`] needs the power's digits too.
 #[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn mul_by<M: Mont>(crc: u32, k: u64) -> u32 {
     let c = M::load(u64::from(crc.reverse_bits()));
     // c * (x^e * x^64) * x^-64: plain, degree <= 32.
