@@ -10,7 +10,7 @@
 //!
 //! 0. tested: the log's words with plain (`Relaxed`) loads ORed together,
 //!    KVM's nonzero words found a vector at a time
-//!    ([`generic::nonzero_mask`]); a batch where both
+//!    ([`generic::nonzero_words`]); a batch where both
 //!    are zero and no run is open is skipped, nothing written (not even the
 //!    log's lines, which stay clean in the cache);
 //! 1. taken: when the plain loads saw any dirty word, each log word seen
@@ -48,7 +48,7 @@ use crate::arch::{self, Job, Level, Vector};
 
 use super::arch::generic;
 use super::memory_range::{range_of, MemoryRange};
-use super::scan::{emit_batch, finish, One, BATCH, BATCH_ROOM};
+use super::scan::{emit_batch, emit_sparse, finish, One, BATCH, BATCH_ROOM};
 use super::sync::{AtomicU64, Ordering};
 
 /// How many batches ahead of the one being taken the log's lines are
@@ -140,7 +140,7 @@ impl Job for HarvestOr<'_> {
             }
             // Stage 0: a clean batch is only read.
             let seen = ws.iter().fold(0, |acc, w| acc | w.load(Ordering::Relaxed));
-            let nonzero = generic::nonzero_mask::<V>(os);
+            let nonzero = generic::nonzero_words::<V, _>(One(os), 0, m);
             if seen == 0 && nonzero == 0 {
                 if let Some(s) = open.take() {
                     // A run open into the batch ends at its first page.
@@ -211,22 +211,20 @@ impl Job for HarvestOr<'_> {
                 // gave.
                 unsafe { emit_batch(i, m, marks, &edges, flat, &mut k) };
             } else {
-                let batch = Batch {
-                    took: &took,
-                    other: os,
-                    carry,
-                    first: i,
-                };
                 // As the table builder: four unconditional edge writes per
                 // word, eight once more than 5/8 of the words are marked.
+                let word = |t: usize| took[t] | os[t];
+                let mut pages = 0u64;
+                let visit = |t: usize| pages += u64::from(os[t].count_ones());
                 // SAFETY: as above.
-                counts.other_pages += unsafe {
+                unsafe {
                     if marked * 8 > m * 5 {
-                        batch.emit::<8>(mask, flat, &mut k)
+                        emit_sparse::<8>(i, m, mask, carry, word, visit, flat, &mut k)
                     } else {
-                        batch.emit::<4>(mask, flat, &mut k)
+                        emit_sparse::<4>(i, m, mask, carry, word, visit, flat, &mut k)
                     }
                 };
+                counts.other_pages += pages;
             }
             let ne = k / 2;
             // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
@@ -250,52 +248,5 @@ impl Job for HarvestOr<'_> {
             out.push(range_of(s, n as u64 * 64, shift, base));
         }
         counts
-    }
-}
-
-/// One batch's words: the OR of the words taken from the log (`took`, zero
-/// where none was) and KVM's (`other`), from word `first` of the logs;
-/// `carry` is the bit below its first word.
-struct Batch<'a> {
-    took: &'a [u64; BATCH],
-    other: &'a [u64],
-    carry: u64,
-    first: usize,
-}
-
-impl Batch<'_> {
-    /// `generic::emit_edges` for each word whose bit is set in `mask` (word
-    /// indices below `other.len()`), and for each word after one whose top
-    /// bit is set (a run ends at its first page, or goes on through it);
-    /// returns the set bits of KVM's words among them (`mask` must cover
-    /// every nonzero one).
-    ///
-    /// # Safety
-    /// `out` must be valid for writes of slots `..*k + 2 * BATCH_ROOM - 1`
-    /// when the batch began.
-    #[inline(always)]
-    unsafe fn emit<const U: usize>(&self, mut mask: u64, out: *mut u64, k: &mut usize) -> u64 {
-        let m = self.other.len();
-        let mut pages = 0u64;
-        while mask != 0 {
-            let t = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            let o = self.other[t];
-            pages += u64::from(o.count_ones());
-            let w = self.took[t] | o;
-            let below = if t == 0 {
-                self.carry
-            } else {
-                (self.took[t - 1] | self.other[t - 1]) >> 63
-            };
-            let e = w ^ ((w << 1) | below);
-            if w >> 63 != 0 && t + 1 < m {
-                mask |= 1 << (t + 1);
-            }
-            // SAFETY: the caller's guarantee; a word adds at most 64 edges,
-            // 64 words at most.
-            unsafe { generic::emit_edges::<U>((self.first + t) as u64 * 64, e, out, k) };
-        }
-        pages
     }
 }

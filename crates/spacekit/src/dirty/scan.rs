@@ -395,41 +395,43 @@ unsafe fn emit_marked<const U: usize>(
     }
 }
 
-/// Stage 2 of a sparse batch of `n` words from word `first`, straight from
-/// the bitmap: [`generic::emit_edges`] (four unconditional writes) for each
-/// word whose bit is set in `mask` and for each word after one whose top
-/// bit is set (a run ends at its first page, or goes on through it).
-/// `mask` must cover every nonzero word, and word 0 when `carry` (the bit
-/// below word `first`) is set.
+/// Stage 2 of a sparse batch of `n` words from word `first`, each word
+/// read by `word(t)` (`t` its place in the batch) and its edge mask made
+/// there: [`generic::emit_edges`] (`U` unconditional writes) for each word
+/// whose bit is set in `mask` and for each word after one whose top bit is
+/// set (a run ends at its first page, or goes on through it), calling
+/// `visit(t)` for each. `mask` must cover every nonzero word, and word 0
+/// when `carry` (the bit below word `first`) is set. The table builder's
+/// sparse batches, and the one-pass harvest's (which reads the OR of two
+/// logs and counts KVM's pages as it visits).
 ///
 /// # Safety
 /// As [`emit_batch`].
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn emit_sparse<W: Words>(
-    src: W,
+pub(super) unsafe fn emit_sparse<const U: usize>(
     first: usize,
     n: usize,
     mut mask: u64,
     carry: u64,
+    word: impl Fn(usize) -> u64,
+    mut visit: impl FnMut(usize),
     out: *mut u64,
     k: &mut usize,
 ) {
     while mask != 0 {
         let t = mask.trailing_zeros() as usize;
         mask &= mask - 1;
-        let w = src.word(first + t);
-        let below = if t == 0 {
-            carry
-        } else {
-            src.word(first + t - 1) >> 63
-        };
+        visit(t);
+        let w = word(t);
+        let below = if t == 0 { carry } else { word(t - 1) >> 63 };
         if w >> 63 != 0 && t + 1 < n {
             mask |= 1 << (t + 1);
         }
         // SAFETY: the caller's guarantee; a word adds at most 64 edges, 64
         // words at most.
         unsafe {
-            generic::emit_edges::<4>((first + t) as u64 * 64, w ^ ((w << 1) | below), out, k)
+            generic::emit_edges::<U>((first + t) as u64 * 64, w ^ ((w << 1) | below), out, k)
         };
     }
 }
@@ -537,8 +539,20 @@ impl<W: Words> RangeScan<W> {
                 // A run open into the batch ends in (or goes through) its
                 // first word.
                 let mask = nonzero | self.carry;
+                let first = self.i;
                 // SAFETY: the caller's guarantee.
-                unsafe { emit_sparse(src, self.i, n, mask, self.carry, out, k) };
+                unsafe {
+                    emit_sparse::<4>(
+                        first,
+                        n,
+                        mask,
+                        self.carry,
+                        |t| src.word(first + t),
+                        |_| {},
+                        out,
+                        k,
+                    )
+                };
                 self.i += n;
                 self.carry = carry;
                 if mask == 0 {

@@ -178,23 +178,3 @@ pub(crate) unsafe fn emit_edges<const U: usize>(pos: u64, e: u64, out: *mut u64,
     }
     *k += n;
 }
-
-/// Bit `j` set for each nonzero word `j` of `words` (at most 64 words):
-/// a vector's lanes compared with zero per step, the tail word by word.
-/// The one-pass harvest's test of the plain (KVM) side of a batch.
-#[inline(always)]
-pub(crate) fn nonzero_mask<V: Vector>(words: &[u64]) -> u64 {
-    let n = words.len();
-    debug_assert!(n <= 64);
-    let (mut m, mut j) = (0u64, 0);
-    let zero = V::splat(0);
-    while j + V::LANES <= n {
-        // SAFETY: `j + LANES <= n`.
-        m |= unsafe { V::load(words, j) }.ne_mask(zero) << j;
-        j += V::LANES;
-    }
-    for (k, &w) in words[j..].iter().enumerate() {
-        m |= u64::from(w != 0) << (j + k);
-    }
-    m
-}
