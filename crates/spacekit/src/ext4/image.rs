@@ -84,6 +84,11 @@ pub struct Image {
     /// Dropped by anything that removes or moves an entry, or rolls back
     /// (see `namespace/lookup.rs`).
     pub(super) last_dir: Option<(Vec<u8>, u32)>,
+    /// Bytes of pending blocks before write-behind (`None`: never; see
+    /// `tx/behind.rs`).
+    pub(super) cache_budget: Option<usize>,
+    /// The number of pending blocks at which write-behind looks next.
+    pub(super) behind_next: usize,
 }
 
 /// The geometry, mode and what is waiting to be flushed (not the cached

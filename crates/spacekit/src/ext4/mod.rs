@@ -216,6 +216,7 @@ pub use namespace::dir;
 pub use namespace::{FileTimes, NodeKind, Timestamp};
 pub use populate::{Contents, Entry, EntryKind, Meta, Populate, PopulateOptions, PopulateReport};
 pub use stat::{Stat, TreeEntry, CASEFOLD_FL, EXTENTS_FL, ROOT_INO};
+pub use tx::behind::CACHE_BUDGET;
 pub use verify::{Check, FreeHistogram, GroupChecksums, HistogramBucket, Mismatch, VerifyReport};
 
 use error::{corrupt, invalid, io};
@@ -360,6 +361,7 @@ impl Image {
             info.checksums != ChecksumKind::None
                 && layout::desc_checksum(&info, g, d.raw) != d.checksum()
         });
+        let info_bs = info.block_size as usize;
         let groups = (0..info.group_count)
             .map(|_| GroupCache::default())
             .collect();
@@ -383,6 +385,8 @@ impl Image {
             data_since_writeback: 0,
             undo: None,
             last_dir: None,
+            cache_budget: Some(tx::behind::CACHE_BUDGET),
+            behind_next: (tx::behind::CACHE_BUDGET / info_bs).max(1),
         })
     }
 

@@ -318,8 +318,25 @@ impl Image {
                 continue;
             };
             let bit = bit as u32;
+            let ino = g * ipg + bit + 1;
+            // A slot past the group's used inodes holds nothing defined
+            // (mke2fs's lazy_itable_init leaves it unwritten; write-behind
+            // may have put an inode there that a roll-back or a crash
+            // dropped): zero it, as the kernel and libext2fs write a new
+            // inode in full.
+            let unused = self.desc(g).itable_unused();
+            if self.info.uninit_flags()
+                && (self.inode_uninit(g) || bit >= ipg.saturating_sub(unused))
+            {
+                let (block, at) = self.inode_location(ino)?;
+                let size = self.info.inode_size as usize;
+                let slot = self.inode_table_block_mut(block)?;
+                if let Some(s) = slot.get_mut(at..at + size) {
+                    s.fill(0);
+                }
+            }
             self.mark_inode(g, bit, directory, true)?;
-            return Ok(g * ipg + bit + 1);
+            return Ok(ino);
         }
         Err(Ext4Error::NoFreeInodes)
     }

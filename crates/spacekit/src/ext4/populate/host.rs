@@ -32,7 +32,7 @@ use crate::ext4::populate::{Contents, Entry, EntryKind, Meta, Populate};
 pub const IN_MEMORY: u64 = 256 << 10;
 /// How many bytes of file contents the walking thread may hold ahead of
 /// the image.
-pub const BUDGET: u64 = 2 << 20;
+pub const BUDGET: u64 = 1 << 20;
 
 /// What the walking thread hands over.
 enum Kind {

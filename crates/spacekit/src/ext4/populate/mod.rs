@@ -5,7 +5,8 @@ mod node;
 #[cfg(feature = "tar")]
 mod tar;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::io::Read;
 use std::string::String;
 use std::vec::Vec;
@@ -155,6 +156,11 @@ type Progress<'i> = std::boxed::Box<dyn FnMut(&PopulateReport) + 'i>;
 /// goes straight to free blocks as it comes (those blocks stay free in the
 /// bitmaps until the flush commits them), metadata stays in the block cache,
 /// and [`Populate::finish`] writes it through the redo log with one flush.
+/// Past the cache's budget ([`Image::set_cache_budget`], 1 MiB by
+/// default) the metadata the committed image cannot see (new directory
+/// and extent blocks in free space, inode-table blocks past the used
+/// inodes) follows the file data early, so memory stays bounded however
+/// big the tree; the image after the flush is the same.
 /// An error at any entry (no space, a bad source, an I/O error) puts every
 /// in-memory change back, so the image is as it was before the populate;
 /// dropping a [`Populate`] without `finish` does the same. A crash before
@@ -183,8 +189,12 @@ pub struct Populate<'i> {
     /// The directory entries go under.
     at: u32,
     opts: PopulateOptions,
-    /// Inode of every path made so far (and of the directories met).
+    /// Inode of every directory made or met, by path.
     made: HashMap<Vec<u8>, u32>,
+    /// A hash of the path of every other entry made: enough to know that
+    /// a name is new (the common case) without keeping every path; a hit
+    /// is confirmed in the image (see [`Populate::made_file`]).
+    files: HashSet<u64>,
     /// Directories this populate created: their names need no lookup.
     fresh: std::collections::HashSet<u32>,
     /// The names of directories that were there before, read on first use
@@ -223,6 +233,7 @@ impl<'i> Populate<'i> {
             at: ino,
             opts,
             made,
+            files: HashSet::new(),
             fresh: Default::default(),
             names: HashMap::new(),
             report: PopulateReport::default(),
@@ -271,6 +282,7 @@ impl<'i> Populate<'i> {
         }
         match self.add_entry(entry) {
             Ok(()) => {
+                self.img.write_behind();
                 if let Some(f) = self.progress.as_mut() {
                     if self.report.entries().is_multiple_of(256) {
                         f(&self.report);
@@ -409,7 +421,7 @@ impl<'i> Populate<'i> {
                 self.report.bytes += b.len() as u64;
                 self.report.files += 1;
                 self.named(parent, name, ino);
-                self.made.insert(entry.path, ino);
+                self.files.insert(path_hash(&entry.path));
                 return Ok(());
             }
             EntryKind::File(c) => {
@@ -429,7 +441,7 @@ impl<'i> Populate<'i> {
                 self.img.pop_mknod(parent, name, kind, meta.perm)?
             }
             EntryKind::HardLink(target) => {
-                let &ino = self.made.get(&target).ok_or_else(|| {
+                let ino = self.made_file(&target)?.ok_or_else(|| {
                     invalid(
                         "link",
                         target.len() as u64,
@@ -439,7 +451,7 @@ impl<'i> Populate<'i> {
                 self.img.pop_link(parent, name, ino)?;
                 self.named(parent, name, ino);
                 self.report.hard_links += 1;
-                self.made.insert(entry.path, ino);
+                self.files.insert(path_hash(&entry.path));
                 return Ok(());
             }
         };
@@ -449,7 +461,11 @@ impl<'i> Populate<'i> {
         }
         self.img.stamp(ino, &meta)?;
         self.named(parent, name, ino);
-        self.made.insert(entry.path, ino);
+        if self.fresh.contains(&ino) {
+            self.made.insert(entry.path, ino);
+        } else {
+            self.files.insert(path_hash(&entry.path));
+        }
         Ok(())
     }
 
@@ -483,7 +499,13 @@ impl<'i> Populate<'i> {
         path: &[u8],
     ) -> Result<Option<u32>, Ext4Error> {
         if self.fresh.contains(&parent) {
-            return Ok(self.made.get(path).copied());
+            if let Some(&ino) = self.made.get(path) {
+                return Ok(Some(ino));
+            }
+            if !self.files.contains(&path_hash(path)) {
+                return Ok(None);
+            }
+            return Ok(self.img.find_entry(parent, name)?.map(|(e, _)| e.inode));
         }
         if !self.names.contains_key(&parent) {
             self.img.check_dir_writable(parent)?;
@@ -497,6 +519,26 @@ impl<'i> Populate<'i> {
             self.names.insert(parent, names);
         }
         Ok(self.names.get(&parent).and_then(|m| m.get(name)).copied())
+    }
+
+    /// The inode at `path` if this populate made it (a directory made or
+    /// met, or another entry whose path hash it noted, found in its
+    /// parent directory).
+    fn made_file(&mut self, path: &[u8]) -> Result<Option<u32>, Ext4Error> {
+        if let Some(&ino) = self.made.get(path) {
+            return Ok(Some(ino));
+        }
+        if !self.files.contains(&path_hash(path)) {
+            return Ok(None);
+        }
+        let (up, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&path[..0], path),
+        };
+        let Some(&parent) = self.made.get(up) else {
+            return Ok(None);
+        };
+        Ok(self.img.find_entry(parent, name)?.map(|(e, _)| e.inode))
     }
 
     /// Notes a new name in a directory that was there before.
@@ -590,4 +632,10 @@ fn check_path(path: &[u8]) -> Result<(), Ext4Error> {
         }
     }
     Ok(())
+}
+
+/// The hash [`Populate`] keeps of a path it made (SipHash with fixed
+/// keys: the same for every run).
+fn path_hash(path: &[u8]) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(path)
 }

@@ -9,6 +9,7 @@
 //! it goes to the device as it is written (see `inode/data.rs`), and the
 //! flush syncs it first.
 
+pub(super) mod behind;
 pub(super) mod cache;
 pub(super) mod redo;
 pub(super) mod undo;
@@ -70,6 +71,7 @@ impl Image {
         self.dirty_block.clear();
         self.dirty_inode.clear();
         self.freed_since_flush = false;
+        self.behind_next = self.budget_blocks();
         Ok(())
     }
 
@@ -87,6 +89,9 @@ impl Image {
         }
         let r = f(self);
         self.end_undo(r.is_ok());
+        if r.is_ok() {
+            self.write_behind();
+        }
         r
     }
 
@@ -103,6 +108,7 @@ impl Image {
             dirty_gdt: self.dirty_gdt.clone(),
             dirty_block: self.dirty_block.clone(),
             dirty_inode: self.dirty_inode.clone(),
+            clean_start: !self.is_dirty(),
             ..Undo::default()
         }));
         true

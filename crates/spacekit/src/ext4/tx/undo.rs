@@ -25,6 +25,9 @@ pub(crate) struct Undo {
     pub(crate) dirty_gdt: BTreeSet<u32>,
     pub(crate) dirty_block: BTreeSet<u32>,
     pub(crate) dirty_inode: BTreeSet<u32>,
+    /// Nothing was pending when the operation began: the committed image
+    /// is the one a roll-back returns to (see `behind.rs`).
+    pub(crate) clean_start: bool,
     /// Descriptor bytes by group.
     pub(crate) descs: BTreeMap<u32, Vec<u8>>,
     /// Bitmaps by (group, inode bitmap?): `None` when it was not loaded.
