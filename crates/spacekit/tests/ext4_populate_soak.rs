@@ -12,7 +12,10 @@
 //!
 //! `SPACEKIT_SOAK_KILLS` (default 200, what CI runs) kills in all,
 //! alternating between two configurations (1 KiB blocks without a
-//! journal, 4 KiB with one); `SPACEKIT_SOAK_SEED` replays a run's kill
+//! journal, 4 KiB with one), and in each between the default block cache
+//! and a 4 KiB one (write-behind from the first entries on: the children
+//! write new directory blocks and inode-table blocks early);
+//! `SPACEKIT_SOAK_SEED` replays a run's kill
 //! times (the seed is printed first and in every failure).
 //!
 //! The child is this test binary re-executed with
@@ -64,6 +67,10 @@ const CHILD_IMAGE: &str = "SPACEKIT_POP_SOAK_IMAGE";
 const CHILD_SRC: &str = "SPACEKIT_POP_SOAK_SRC";
 /// Set in the child by the self-test: flush part of the tree first.
 const CHILD_SPLIT: &str = "SPACEKIT_POP_SOAK_SPLIT";
+/// Set in the child for every other kill of each configuration: a block
+/// cache budget of 4 KiB, so write-behind sends the blocks the committed
+/// image cannot see out as the populate goes (`Image::set_cache_budget`).
+const CHILD_BEHIND: &str = "SPACEKIT_POP_SOAK_BEHIND";
 const TAG: &str = "POPSOAK ";
 const UUID: &str = "01234567-89ab-cdef-0123-456789abcdef";
 
@@ -158,6 +165,9 @@ fn child(image: &Path) {
     let src = PathBuf::from(std::env::var_os(CHILD_SRC).unwrap());
     say("ready");
     let mut img = Image::open(image, OpenMode::ReadWrite).unwrap();
+    if std::env::var_os(CHILD_BEHIND).is_some() {
+        img.set_cache_budget(Some(4096));
+    }
     if std::env::var_os(CHILD_SPLIT).is_some() {
         img.mkdir("/a", 0o755).unwrap();
         img.flush().unwrap();
@@ -302,7 +312,7 @@ fn soak(seed: u64, kills: u64, split: bool) -> Result<Stats, String> {
     // How long a child's populate takes: one run to its end.
     let probe = &cases[0];
     std::fs::write(&probe.work, &probe.base).unwrap();
-    let (lines, took) = run_child(&probe.work, &src, None, split)?;
+    let (lines, took) = run_child(&probe.work, &src, None, split, false)?;
     if !split && !lines.iter().any(|l| l == "done") {
         return Err(format!("the probe child did not finish: {lines:?}"));
     }
@@ -315,7 +325,8 @@ fn soak(seed: u64, kills: u64, split: bool) -> Result<Stats, String> {
         let delay = Duration::from_micros(rng.random_range(0..=max_delay.as_micros() as u64));
         std::fs::write(&case.work, &case.base).unwrap();
         let _ = std::fs::remove_file(Image::redo_log_path(&case.work));
-        let (lines, _) = run_child(&case.work, &src, Some(delay), split)?;
+        let behind = (kill / n as u64) % 2 == 1;
+        let (lines, _) = run_child(&case.work, &src, Some(delay), split, behind)?;
         check(case, &lines, &mut stats).map_err(|e| {
             let mut msg = format!(
                 "populate soak failed: seed {seed} (SPACEKIT_SOAK_SEED={seed}), kill {kill} \
@@ -349,15 +360,20 @@ fn run_child(
     src: &Path,
     delay: Option<Duration>,
     split: bool,
+    behind: bool,
 ) -> Result<(Vec<String>, Duration), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["--exact", TEST_NAME, "--ignored", "--nocapture"])
         .env(CHILD_IMAGE, image)
         .env(CHILD_SRC, src)
-        .env_remove(CHILD_SPLIT);
+        .env_remove(CHILD_SPLIT)
+        .env_remove(CHILD_BEHIND);
     if split {
         cmd.env(CHILD_SPLIT, "1");
+    }
+    if behind {
+        cmd.env(CHILD_BEHIND, "1");
     }
     let mut child = cmd
         .stdin(Stdio::null())

@@ -947,6 +947,15 @@ fn write_behind_changes_neither_the_result_nor_what_the_committed_image_sees() {
         );
         assert_fsck_clean(&behind, what);
         assert!(walk(&behind) == w, "{what}: the image reads otherwise");
+        // The kernel sees the empty image mkfs made: only lost+found.
+        let mnt = dir.path(&format!("mnt-{what}"));
+        if let Some(_m) = Mount::new(&behind, &mnt) {
+            let names: Vec<_> = fs::read_dir(&mnt)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["lost+found"], "{what}: the kernel reads");
+        }
         let now = bytes(&behind);
         let image = open_ro(&behind);
         let bs = image.info().block_size as usize;
