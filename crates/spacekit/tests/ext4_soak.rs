@@ -36,6 +36,11 @@
 //!   which go to the external xattr block), `chmod` of files and
 //!   directories, and `unlink` of symlinks.
 //!
+//! Children with an odd seed (about half) set a block cache budget of
+//! one block (`Image::set_cache_budget`), so write-behind sends each
+//! operation's new directory, extent and xattr blocks and its inode-table
+//! blocks past the used inodes to the image before the flush.
+//!
 //! Names keep their kind: files are `fNNN` and `wNNN`, directories `dNNN`,
 //! symlinks `sNNN`, and a link or rename keeps the first letter, so only
 //! `w` inodes hold written bytes. It prints `begin` before the operation,
@@ -1065,6 +1070,11 @@ fn child(image: &Path) {
     let renames = sabotage.is_some_and(Sabotage::renames);
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut img = Image::open(image, OpenMode::ReadWrite).expect("child: open");
+    if seed % 2 == 1 {
+        // Write-behind after every operation: the blocks the committed
+        // image cannot see go out before the flush.
+        img.set_cache_budget(Some(1));
+    }
     say("ready");
     for seq in 0u64.. {
         // Sometimes a pause, so that kills land between operations too.
