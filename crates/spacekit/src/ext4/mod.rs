@@ -200,7 +200,7 @@ pub use error::Ext4Error;
 pub use export::{ExportOptions, ExportReport, ListEntry, Skip, Skipped};
 pub use extent::Extent;
 pub use image::Image;
-pub use inode::copy::{COPY_CHUNK, KERNEL_CHUNK};
+pub use inode::copy::{COPY_CHUNK, KERNEL_CHUNK, READ_PIECE};
 pub use inode::data::File;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]

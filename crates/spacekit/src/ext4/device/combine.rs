@@ -18,7 +18,7 @@ use std::io;
 use std::vec::Vec;
 
 /// Most bytes gathered before they are sent.
-pub(crate) const CAPACITY: usize = 512 << 10;
+pub(crate) const CAPACITY: usize = 256 << 10;
 
 /// Bytes waiting to be written at `at`, and an error from sending them
 /// that no caller has seen yet.

@@ -126,7 +126,7 @@ pub trait Device: fmt::Debug + Send {
 
 /// An image file and its redo log beside it (`<image>.spacekit-redo`),
 /// with positioned reads and writes (`pread`/`pwrite` on Unix). Writes
-/// that follow each other are combined into one `pwrite` of up to 512 KiB
+/// that follow each other are combined into one `pwrite` of up to 256 KiB
 /// (reads see them at once; [`Device::sync`] sends them first).
 #[derive(Debug)]
 pub struct FileDevice {

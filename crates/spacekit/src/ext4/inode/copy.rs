@@ -24,7 +24,7 @@ impl Image {
     /// (`copy_file_range(2)`, in pieces of up to [`KERNEL_CHUNK`] bytes);
     /// shorter ranges, all ranges on other devices, and where the kernel
     /// cannot copy between the two files, the bytes are read in pieces of
-    /// [`COPY_CHUNK`] and pieces that are all zeros stay holes too
+    /// [`READ_PIECE`] and pieces that are all zeros stay holes too
     /// (`cp --sparse=always`). Returns
     /// the bytes written. Each piece is one [`Image::write`]; nothing is
     /// flushed. `src`'s file offset is moved (by the seeks).
@@ -43,9 +43,10 @@ impl Image {
             meta.blocks().saturating_mul(512) >= len
         };
         let kernel = self.dev.file().is_some();
-        // No larger than the file: a small file's copy must not pay for
-        // mapping a whole piece.
-        let mut buf = std::vec![0u8; (len.min(COPY_CHUNK as u64)) as usize];
+        // Made on first use, no larger than the file: a small file's copy
+        // must not pay for mapping a whole piece, and a file the kernel
+        // copies needs none.
+        let mut buf = Vec::new();
         let mut written = 0;
         let mut at = 0;
         while at < len {
@@ -72,7 +73,10 @@ impl Image {
                 off += n;
             }
             while off < hole {
-                let n = (hole - off).min(COPY_CHUNK as u64) as usize;
+                let n = (hole - off).min(READ_PIECE as u64) as usize;
+                if buf.len() < n {
+                    buf.resize(n, 0);
+                }
                 src.read_exact_at(&mut buf[..n], off)
                     .map_err(io_err("read source file"))?;
                 if !all_zero(&buf[..n]) {
@@ -221,8 +225,14 @@ fn all_zero(b: &[u8]) -> bool {
 /// host page).
 const ZERO_RUN: u32 = 4096;
 
-/// The piece size of [`Image::copy_in`] through user space.
+/// The shortest data range [`Image::copy_in`] has the kernel copy (and the
+/// piece size of [`Image::copy_from`]).
 pub const COPY_CHUNK: usize = 1 << 20;
+
+/// The piece size of [`Image::copy_in`] through user space (one
+/// [`Image::write`] each): small enough that a populate's memory stays a
+/// small part of what it copies.
+pub const READ_PIECE: usize = 256 << 10;
 
 /// The piece size of [`Image::copy_in`] in the kernel (one write, one
 /// undo record, each).

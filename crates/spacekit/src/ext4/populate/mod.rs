@@ -156,7 +156,7 @@ type Progress<'i> = std::boxed::Box<dyn FnMut(&PopulateReport) + 'i>;
 /// goes straight to free blocks as it comes (those blocks stay free in the
 /// bitmaps until the flush commits them), metadata stays in the block cache,
 /// and [`Populate::finish`] writes it through the redo log with one flush.
-/// Past the cache's budget ([`Image::set_cache_budget`], 1 MiB by
+/// Past the cache's budget ([`Image::set_cache_budget`], 512 KiB by
 /// default) the metadata the committed image cannot see (new directory
 /// and extent blocks in free space, inode-table blocks past the used
 /// inodes) follows the file data early, so memory stays bounded however

@@ -42,7 +42,7 @@ use crate::ext4::mode::OpenMode;
 /// Bytes of pending blocks a transaction keeps before write-behind sends
 /// out the ones the committed image cannot see (the default of
 /// [`Image::set_cache_budget`]).
-pub const CACHE_BUDGET: usize = 1 << 20;
+pub const CACHE_BUDGET: usize = 512 << 10;
 
 impl Image {
     /// Sets how many bytes of pending metadata blocks a transaction may
@@ -50,7 +50,7 @@ impl Image {
     /// directory, extent and xattr blocks in free space, and inode-table
     /// blocks past every group's used inodes) are written out early;
     /// `None` keeps every pending block in memory until
-    /// [`Image::flush`]. The default is [`CACHE_BUDGET`] (1 MiB). Crash
+    /// [`Image::flush`]. The default is [`CACHE_BUDGET`] (512 KiB). Crash
     /// safety is the same either way (see the module notes); the image
     /// after the flush is byte-identical.
     pub fn set_cache_budget(&mut self, bytes: Option<usize>) {
