@@ -1127,6 +1127,19 @@ enum spacekit_status spacekit_ext4_truncate(struct spacekit_ext4 *img, uint32_t 
 // `img` a live handle; `path` a NUL-terminated string.
 enum spacekit_status spacekit_ext4_unlink(struct spacekit_ext4 *img, const char *path);
 
+// Sets how many bytes of changed metadata blocks the handle keeps before
+// it writes out early the ones the image as last flushed cannot see (new
+// directory, extent and xattr blocks in free space, inode-table blocks
+// past every group's used inodes); `SIZE_MAX` keeps every block until
+// the flush. The default is 512 KiB. The image after the flush is the
+// same either way, and so is what a crash before it leaves.
+//
+// Errors: `SPACEKIT_ERROR_NULL_POINTER`.
+//
+// # Safety
+// `img` a live handle.
+enum spacekit_status spacekit_ext4_set_cache_budget(struct spacekit_ext4 *img, size_t bytes);
+
 // Writes every changed metadata block crash-safely (redo log, fsync,
 // in place, fsync, log removed); does nothing if nothing changed. On an
 // error the changes stay in memory and a later flush retries them.

@@ -496,6 +496,31 @@ pub unsafe extern "C" fn spacekit_ext4_unlink(
     })
 }
 
+/// Sets how many bytes of changed metadata blocks the handle keeps before
+/// it writes out early the ones the image as last flushed cannot see (new
+/// directory, extent and xattr blocks in free space, inode-table blocks
+/// past every group's used inodes); `SIZE_MAX` keeps every block until
+/// the flush. The default is 512 KiB. The image after the flush is the
+/// same either way, and so is what a crash before it leaves.
+///
+/// Errors: `SPACEKIT_ERROR_NULL_POINTER`.
+///
+/// # Safety
+/// `img` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn spacekit_ext4_set_cache_budget(
+    img: *mut spacekit_ext4,
+    bytes: usize,
+) -> spacekit_status {
+    guard(|| {
+        // SAFETY: the caller's contract on `img`.
+        let i = unsafe { handle_mut(img) }?;
+        i.img
+            .set_cache_budget((bytes != usize::MAX).then_some(bytes));
+        Ok(())
+    })
+}
+
 /// Writes every changed metadata block crash-safely (redo log, fsync,
 /// in place, fsync, log removed); does nothing if nothing changed. On an
 /// error the changes stay in memory and a later flush retries them.

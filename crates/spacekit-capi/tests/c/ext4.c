@@ -194,8 +194,11 @@ int main(int argc, char **argv) {
     CHECK(mismatches == 0);
     OK(spacekit_ext4_close(img));
 
-    /* contents, every kind of inode, extended attributes */
+    /* contents, every kind of inode, extended attributes; each block the
+       flushed image cannot see is written as soon as its operation ends */
     OK(spacekit_ext4_open(argv[1], true, &img));
+    OK(spacekit_ext4_set_cache_budget(img, 1));
+    EXPECT(spacekit_ext4_set_cache_budget(NULL, 1), SPACEKIT_ERROR_NULL_POINTER);
     uint32_t dir = 0, file = 0, link = 0, fifo = 0;
     OK(spacekit_ext4_mkdir(img, "/dir", 0750, &dir));
     CHECK(dir > 11);
