@@ -245,10 +245,19 @@ fn engines_are_distinct_where_possible() {
     let (bulk, unit) = Engine::portable().names();
     assert_eq!((bulk, unit), ("slicing-by-8", "portable"));
     // The bulk CRC: the `crc32` streams where the level has SSE4.2 and
-    // PCLMULQDQ, else crc-fast (with its feature) or slicing-by-8.
+    // PCLMULQDQ (with crc-fast's AVX-512 folds from 512 bytes where the
+    // level also has AVX512VL and VPCLMULQDQ), else crc-fast (with its
+    // feature) or slicing-by-8.
     for level in Level::available() {
         let bulk = Engine::at_level(level).names().0;
-        let want = if cfg!(target_arch = "x86_64") && level.has_sse42() && level.has_pclmulqdq() {
+        let streams = cfg!(target_arch = "x86_64") && level.has_sse42() && level.has_pclmulqdq();
+        let want = if streams
+            && cfg!(feature = "crc-fast")
+            && level.has_avx512vl()
+            && level.has_vpclmulqdq()
+        {
+            "crc-fast-avx512"
+        } else if streams {
             "sse4.2-crc32x3"
         } else if cfg!(feature = "crc-fast") {
             "crc-fast"
