@@ -89,6 +89,10 @@ pub struct Image {
     pub(super) cache_budget: Option<usize>,
     /// The number of pending blocks at which write-behind looks next.
     pub(super) behind_next: usize,
+    /// A flush wrote its redo log and has not removed it (it failed after):
+    /// the device may hold part of its records, so it is no committed image
+    /// write-behind may reason about until a flush completes.
+    pub(super) log_waiting: bool,
 }
 
 /// The geometry, mode and what is waiting to be flushed (not the cached

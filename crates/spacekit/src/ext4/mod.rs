@@ -387,6 +387,7 @@ impl Image {
             last_dir: None,
             cache_budget: Some(tx::behind::CACHE_BUDGET),
             behind_next: (tx::behind::CACHE_BUDGET / info_bs).max(1),
+            log_waiting: false,
         })
     }
 

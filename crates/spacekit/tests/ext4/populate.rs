@@ -1007,3 +1007,67 @@ fn write_behind_changes_neither_the_result_nor_what_the_committed_image_sees() {
         fs::remove_file(&behind).unwrap();
     }
 }
+
+/// A flush that fails after writing its redo log leaves the log for the
+/// next open, and the device may hold part of its records: write-behind
+/// must not take the device's bitmaps and descriptors for the committed
+/// image then. Here a flush fails at each of its write steps in turn, the
+/// program goes on with a one-block cache budget (one more file in the
+/// same directory: the same directory and inode-table blocks), and
+/// crashes; the next open replays or drops the log, and the image is
+/// e2fsck-clean and reads as before the first flush or as after it.
+#[test]
+fn write_behind_waits_for_a_flush_that_completes() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("behind-log");
+    let base = mkfs(&dir, &P1K);
+    let made = |img: &mut Image| {
+        img.mkdir("/d", 0o755).unwrap();
+        for i in 0..40 {
+            img.create(&format!("/d/f{i:02}"), 0o644).unwrap();
+        }
+    };
+    // (The operations stamp the clock's time: names are compared, not
+    // `image_walk`s.)
+    let names: Vec<Vec<u8>> = (0..40).map(|i| format!("f{i:02}").into_bytes()).collect();
+    let (mut failed_with_log, mut n) = (0, 0);
+    loop {
+        let p = copy(&base, &dir, "faulty.img");
+        let (mut img, faults) = open_faulty(&p);
+        img.set_cache_budget(None);
+        made(&mut img);
+        faults.fail_write_after(n);
+        if img.flush().is_ok() {
+            break;
+        }
+        if Image::redo_log_path(&p).exists() {
+            failed_with_log += 1;
+        }
+        img.set_cache_budget(Some(1));
+        img.create("/d/late", 0o644).unwrap();
+        drop(img);
+        let what = format!("flush failing at step {n}");
+        let mut img = open_rw(&p);
+        assert!(!Image::redo_log_path(&p).exists(), "{what}: log left");
+        assert_verify_clean(&img, &what);
+        match img.lookup("/d") {
+            Err(Ext4Error::NotFound { .. }) => {}
+            Ok(d) => {
+                let mut got: Vec<Vec<u8>> = img
+                    .read_dir(d)
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.name)
+                    .filter(|n| n != b"." && n != b"..")
+                    .collect();
+                got.sort();
+                assert_eq!(got, names, "{what}");
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+        drop(img);
+        assert_fsck_clean(&p, &what);
+        n += 1;
+    }
+    assert!(failed_with_log >= 3, "{failed_with_log} flushes failed with a log left");
+}

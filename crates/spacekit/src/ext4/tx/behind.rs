@@ -20,7 +20,12 @@
 //!   in full, as spacekit's allocator zeroes a slot it takes from there.
 //!
 //! A crash before the flush leaves these writes where the committed image
-//! does not look, so it is as before, e2fsck-clean.
+//! does not look, so it is as before, e2fsck-clean. The device's
+//! descriptors and bitmaps are that committed image only while no redo
+//! log is waiting: after a flush that failed between writing its log and
+//! removing it, part of its records may be in place and the next open
+//! replays the log only if the blocks it covers still hold its bytes or
+//! the old ones. So nothing is written behind until a flush completes.
 //!
 //! An operation's undo puts back the block cache as it was (see
 //! `undo.rs`), not the device. So inside an open undo, blocks go out only
@@ -51,8 +56,9 @@ impl Image {
     /// blocks past every group's used inodes) are written out early;
     /// `None` keeps every pending block in memory until
     /// [`Image::flush`]. The default is [`CACHE_BUDGET`] (512 KiB). Crash
-    /// safety is the same either way (see the module notes); the image
-    /// after the flush is byte-identical.
+    /// safety is the same either way (see the module notes), and after the
+    /// flush every block in use is byte-identical (a block written early
+    /// and freed again before the flush keeps its bytes in free space).
     pub fn set_cache_budget(&mut self, bytes: Option<usize>) {
         self.cache_budget = bytes;
         self.behind_next = self.budget_blocks();
@@ -87,7 +93,10 @@ impl Image {
     /// [`Image::write_behind`] without the budget check; returns how many
     /// blocks went out.
     pub(crate) fn write_behind_now(&mut self) -> Result<usize, Ext4Error> {
-        if self.mode == OpenMode::ReadOnly || self.undo.as_ref().is_some_and(|u| !u.clean_start) {
+        if self.mode == OpenMode::ReadOnly
+            || self.log_waiting
+            || self.undo.as_ref().is_some_and(|u| !u.clean_start)
+        {
             return Ok(0);
         }
         let out = self.unseen_pending()?;

@@ -60,6 +60,12 @@ impl Image {
         }
         // The cache's blocks are taken out while the flush writes them (and
         // put back if it fails), so the records borrow them: no copy.
+        // A flush inside an operation commits part of it: a roll-back can
+        // no longer return to the image on disk, so nothing may be written
+        // behind until the operation ends (see `behind.rs`).
+        if let Some(u) = self.undo.as_mut() {
+            u.clean_start = false;
+        }
         let pending = std::mem::take(&mut self.pending_blocks);
         let r = self.write_records(&pending);
         if let Err(e) = r {
@@ -187,14 +193,20 @@ impl Image {
             // Every block already holds its new bytes: no log needed.
             return Ok(());
         }
-        // The log: contents, then the trailer that makes it complete.
+        // The log: contents, then the trailer that makes it complete. From
+        // here until the log is removed the device's descriptors and bitmaps
+        // may be half old, half new: write-behind waits for a flush that
+        // completes (see `behind.rs`).
+        self.log_waiting = true;
         redo::write(dev, &self.info.uuid, &records).map_err(io("write redo log"))?;
         dev.sync_log().map_err(io("fsync redo log"))?;
         for r in &records {
             dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
         }
         dev.sync().map_err(io("fsync image"))?;
-        dev.remove_log().map_err(io("remove redo log"))
+        dev.remove_log().map_err(io("remove redo log"))?;
+        self.log_waiting = false;
+        Ok(())
     }
 
     /// The superblock, descriptor-table and bitmap records of a flush.
