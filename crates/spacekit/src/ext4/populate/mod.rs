@@ -5,7 +5,7 @@ mod node;
 #[cfg(feature = "tar")]
 mod tar;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::io::Read;
 use std::string::String;
@@ -194,10 +194,11 @@ pub struct Populate<'i> {
     opts: PopulateOptions,
     /// Inode of every directory made or met, by path.
     made: HashMap<Vec<u8>, u32>,
-    /// A hash of the path of every other entry made: enough to know that
-    /// a name is new (the common case) without keeping every path; a hit
-    /// is confirmed in the image (see [`Populate::made_file`]).
-    files: HashSet<u64>,
+    /// The inode of every other entry made, by a hash of its path: enough
+    /// to know that a name is new (the common case) without keeping every
+    /// path; a hit is confirmed in the image, and must name that inode
+    /// (see [`Populate::made_file`]).
+    files: HashMap<u64, u32>,
     /// Directories this populate created: their names need no lookup.
     fresh: std::collections::HashSet<u32>,
     /// The names of directories that were there before, read on first use
@@ -236,7 +237,7 @@ impl<'i> Populate<'i> {
             at: ino,
             opts,
             made,
-            files: HashSet::new(),
+            files: HashMap::new(),
             fresh: Default::default(),
             names: HashMap::new(),
             report: PopulateReport::default(),
@@ -424,7 +425,7 @@ impl<'i> Populate<'i> {
                 self.report.bytes += b.len() as u64;
                 self.report.files += 1;
                 self.named(parent, name, ino);
-                self.files.insert(path_hash(&entry.path));
+                self.files.insert(path_hash(&entry.path), ino);
                 return Ok(());
             }
             EntryKind::File(c) => {
@@ -454,7 +455,7 @@ impl<'i> Populate<'i> {
                 self.img.pop_link(parent, name, ino)?;
                 self.named(parent, name, ino);
                 self.report.hard_links += 1;
-                self.files.insert(path_hash(&entry.path));
+                self.files.insert(path_hash(&entry.path), ino);
                 return Ok(());
             }
         };
@@ -467,7 +468,7 @@ impl<'i> Populate<'i> {
         if self.fresh.contains(&ino) {
             self.made.insert(entry.path, ino);
         } else {
-            self.files.insert(path_hash(&entry.path));
+            self.files.insert(path_hash(&entry.path), ino);
         }
         Ok(())
     }
@@ -505,7 +506,7 @@ impl<'i> Populate<'i> {
             if let Some(&ino) = self.made.get(path) {
                 return Ok(Some(ino));
             }
-            if !self.files.contains(&path_hash(path)) {
+            if !self.files.contains_key(&path_hash(path)) {
                 return Ok(None);
             }
             return Ok(self.img.find_entry(parent, name)?.map(|(e, _)| e.inode));
@@ -531,9 +532,9 @@ impl<'i> Populate<'i> {
         if let Some(&ino) = self.made.get(path) {
             return Ok(Some(ino));
         }
-        if !self.files.contains(&path_hash(path)) {
+        let Some(&ino) = self.files.get(&path_hash(path)) else {
             return Ok(None);
-        }
+        };
         let (up, name) = match path.iter().rposition(|&b| b == b'/') {
             Some(i) => (&path[..i], &path[i + 1..]),
             None => (&path[..0], path),
@@ -541,7 +542,14 @@ impl<'i> Populate<'i> {
         let Some(&parent) = self.made.get(up) else {
             return Ok(None);
         };
-        Ok(self.img.find_entry(parent, name)?.map(|(e, _)| e.inode))
+        // The name must still be there and name the inode made: a path
+        // whose hash matches another's (or a name that was there before)
+        // is not one this populate made.
+        Ok(self
+            .img
+            .find_entry(parent, name)?
+            .map(|(e, _)| e.inode)
+            .filter(|&found| found == ino))
     }
 
     /// Notes a new name in a directory that was there before.
