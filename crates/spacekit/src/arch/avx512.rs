@@ -34,6 +34,9 @@ unsafe impl Vector for Avx512 {
     const LANES: usize = 8;
     // Four vectors, 256 bytes (four cache lines), per zero-lane step.
     const FOLD: usize = 4;
+    // `vpcompressb`: 1.3x faster table builds at 1% dirty than the bit
+    // loop's unconditional writes (AMD EPYC Zen 4).
+    const COMPRESS: bool = true;
 
     #[inline(always)]
     fn splat(x: u64) -> Self {

@@ -44,6 +44,10 @@ pub(crate) unsafe trait Vector: Copy {
     /// Vectors folded into one test by a step of the zero-lane search
     /// (a power of two, at most 8).
     const FOLD: usize;
+    /// [`Vector::expand`] is one compress instruction rather than a bit
+    /// loop: the table builder then expands every word with it instead of
+    /// its own unconditional writes (`dirty::arch::generic::emit_edges`).
+    const COMPRESS: bool = false;
 
     /// Every lane `x`.
     fn splat(x: u64) -> Self;

@@ -209,7 +209,7 @@ impl Job for HarvestOr<'_> {
                 // at most 64 edges each plus the unconditional writes,
                 // `2 * BATCH_ROOM - 1` slots in all, within what `reserve`
                 // gave.
-                unsafe { emit_batch(i, m, marks, &edges, flat, &mut k) };
+                unsafe { emit_batch::<V>(i, m, marks, &edges, flat, &mut k) };
             } else {
                 // As the table builder: four unconditional edge writes per
                 // word, eight once more than 5/8 of the words are marked.

@@ -379,7 +379,7 @@ impl<W: Words> Job for CountEdges<W> {
 /// As [`generic::emit_edges`], for every marked word: `out` valid for writes
 /// of slots `..*k + 2 * BATCH_ROOM - 1` when the batch began.
 #[inline(always)]
-unsafe fn emit_marked<const U: usize>(
+unsafe fn emit_marked<V: Vector, const U: usize>(
     i: usize,
     mut mask: u64,
     edges: &[u64; BATCH],
@@ -391,7 +391,26 @@ unsafe fn emit_marked<const U: usize>(
         mask &= mask - 1;
         // SAFETY: the caller's guarantee; a word adds at most 64 edges, 64
         // words at most.
-        unsafe { generic::emit_edges::<U>((i + t) as u64 * 64, edges[t], out, k) };
+        unsafe { emit_word::<V, U>((i + t) as u64 * 64, edges[t], out, k) };
+    }
+}
+
+/// One word's edges at slot `*k`: [`Vector::expand`] where it is one
+/// compress ([`Vector::COMPRESS`]), else [`generic::emit_edges`] with `U`
+/// unconditional writes.
+///
+/// # Safety
+/// `out` valid for writes of slots `..*k + max(U, 64)`.
+#[inline(always)]
+unsafe fn emit_word<V: Vector, const U: usize>(pos: u64, e: u64, out: *mut u64, k: &mut usize) {
+    if V::COMPRESS {
+        // SAFETY: the caller's guarantee covers 64 slots from `*k`.
+        let s = unsafe { core::slice::from_raw_parts_mut(out.add(*k), 64) };
+        V::expand(pos, e, s, U >= 8);
+        *k += e.count_ones() as usize;
+    } else {
+        // SAFETY: as above.
+        unsafe { generic::emit_edges::<U>(pos, e, out, k) };
     }
 }
 
@@ -446,7 +465,7 @@ pub(super) unsafe fn emit_sparse<const U: usize>(
 /// # Safety
 /// `out` must be valid for writes of slots `..*k + 2 * BATCH_ROOM - 1`.
 #[inline(always)]
-pub(super) unsafe fn emit_batch(
+pub(super) unsafe fn emit_batch<V: Vector>(
     first: usize,
     n: usize,
     m: u64,
@@ -460,12 +479,12 @@ pub(super) unsafe fn emit_batch(
     unsafe {
         if marked * 8 > n * 7 {
             for (t, &e) in edges[..n].iter().enumerate() {
-                generic::emit_edges::<DENSE_WRITES>((first + t) as u64 * 64, e, out, k);
+                emit_word::<V, DENSE_WRITES>((first + t) as u64 * 64, e, out, k);
             }
         } else if marked * 8 > n * 5 {
-            emit_marked::<8>(first, m, edges, out, k);
+            emit_marked::<V, 8>(first, m, edges, out, k);
         } else {
-            emit_marked::<4>(first, m, edges, out, k);
+            emit_marked::<V, 4>(first, m, edges, out, k);
         }
     }
 }
@@ -565,7 +584,7 @@ impl<W: Words> RangeScan<W> {
         let (m, carry) = generic::marks_edges::<V, _>(src, self.i, n, self.carry, &mut edges);
         self.sparse = m.count_ones() as usize * SPARSE_PART <= n;
         // SAFETY: the caller's guarantee.
-        unsafe { emit_batch(self.i, n, m, &edges, out, k) };
+        unsafe { emit_batch::<V>(self.i, n, m, &edges, out, k) };
         self.i += n;
         self.carry = carry;
         if m == 0 {

@@ -1069,5 +1069,8 @@ fn write_behind_waits_for_a_flush_that_completes() {
         assert_fsck_clean(&p, &what);
         n += 1;
     }
-    assert!(failed_with_log >= 3, "{failed_with_log} flushes failed with a log left");
+    assert!(
+        failed_with_log >= 3,
+        "{failed_with_log} flushes failed with a log left"
+    );
 }
