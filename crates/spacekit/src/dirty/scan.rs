@@ -307,6 +307,21 @@ pub(crate) fn count_edges<W: Words>(src: W, from: usize, end: usize, level: Leve
     )
 }
 
+/// Whether the table builder at `level` expands each word with one compress
+/// instruction ([`Vector::COMPRESS`]).
+#[cfg(feature = "rayon")]
+pub(crate) fn compresses(level: Level) -> bool {
+    struct Compress;
+    impl Job for Compress {
+        type Output = bool;
+        #[inline(always)]
+        fn run<V: Vector>(self) -> bool {
+            V::COMPRESS
+        }
+    }
+    arch::run(level, Compress)
+}
+
 /// Words per sample of [`sample_edges`].
 #[cfg(feature = "rayon")]
 const SAMPLE_WORDS: usize = 64;
