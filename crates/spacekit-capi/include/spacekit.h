@@ -1131,8 +1131,9 @@ enum spacekit_status spacekit_ext4_unlink(struct spacekit_ext4 *img, const char 
 // it writes out early the ones the image as last flushed cannot see (new
 // directory, extent and xattr blocks in free space, inode-table blocks
 // past every group's used inodes); `SIZE_MAX` keeps every block until
-// the flush. The default is 512 KiB. The image after the flush is the
-// same either way, and so is what a crash before it leaves.
+// the flush. The default is 512 KiB. What the image holds after the
+// flush (every block in use), and what a crash before it leaves, are the
+// same either way.
 //
 // Errors: `SPACEKIT_ERROR_NULL_POINTER`.
 //
