@@ -361,11 +361,10 @@ impl Image {
             info.checksums != ChecksumKind::None
                 && layout::desc_checksum(&info, g, d.raw) != d.checksum()
         });
-        let info_bs = info.block_size as usize;
         let groups = (0..info.group_count)
             .map(|_| GroupCache::default())
             .collect();
-        Ok(Image {
+        let mut img = Image {
             dev,
             mode,
             info,
@@ -385,10 +384,12 @@ impl Image {
             data_since_writeback: 0,
             undo: None,
             last_dir: None,
-            cache_budget: Some(tx::behind::CACHE_BUDGET),
-            behind_next: (tx::behind::CACHE_BUDGET / info_bs).max(1),
+            cache_budget: None,
+            behind_next: usize::MAX,
             log_waiting: false,
-        })
+        };
+        img.set_cache_budget(Some(tx::behind::CACHE_BUDGET));
+        Ok(img)
     }
 
     /// The redo log path for the image at `image`: `<image>.spacekit-redo`.

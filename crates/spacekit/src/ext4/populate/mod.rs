@@ -160,10 +160,10 @@ type Progress<'i> = std::boxed::Box<dyn FnMut(&PopulateReport) + 'i>;
 /// default) the metadata the committed image cannot see (new directory
 /// and extent blocks in free space, inode-table blocks past the used
 /// inodes) follows the file data early, so memory stays bounded however
-/// big the tree; the image after the flush is the same. (That needs a
-/// populate that starts with nothing pending: after unflushed changes
-/// every block waits for the flush, since a roll-back must return to
-/// them.)
+/// big the tree; after the flush every block in use is the same. (That
+/// needs a populate that starts with nothing pending: after unflushed
+/// changes every block waits for the flush, since a roll-back must return
+/// to them.)
 /// An error at any entry (no space, a bad source, an I/O error) puts every
 /// in-memory change back, so the image is as it was before the populate;
 /// dropping a [`Populate`] without `finish` does the same. A crash before
