@@ -10,7 +10,8 @@
 //! * [`crc32c`] — raw and standard CRC-32C, and updates in O(log n): `shift`,
 //!   `combine`, `flip_range` (a run of bits flipped) and `splice` (a region
 //!   rewritten). PCLMULQDQ with a portable fallback; bulk CRC in three `crc32` streams
-//!   (SSE4.2), else from `crc-fast`.
+//!   (SSE4.2), from `crc-fast`'s 512-bit folds from 512 bytes on CPUs with
+//!   AVX-512 and VPCLMULQDQ, else from `crc-fast`.
 //! * [`dirty`] — dirty-page logs: an atomic dirty bitmap marked a word at a
 //!   time, and dirty bitmap → `MemoryRangeTable` (Cloud Hypervisor's wire
 //!   format) without a step per dirty page.
@@ -60,7 +61,8 @@
 //! * `std` — runtime CPU feature detection (without it, the SIMD level is
 //!   fixed at compile time by `target_feature`), `LockedBuddyAllocator`;
 //! * `crc-fast` — bulk CRC-32C from the `crc-fast` crate where the CPU
-//!   lacks SSE4.2 or PCLMULQDQ, and for inputs from 16 MiB (implies `std`;
+//!   lacks SSE4.2 or PCLMULQDQ, for inputs from 16 MiB, and from 512 bytes
+//!   on CPUs with AVX-512 and VPCLMULQDQ (implies `std`;
 //!   without it a portable slicing-by-8 path is used there, and the
 //!   `crc32` streams at every size);
 //! * `rayon` — the parallel dirty-bitmap scan

@@ -11,7 +11,8 @@
 //! 2. `combine` (the CRC of A ‖ B from the CRCs of A and B) against the
 //!    `crc32c` and `crc-fast` crates' own combine, for several lengths of B.
 //! 3. Bulk CRC-32C throughput: spacekit's bulk path (three `crc32` streams
-//!    with SSE4.2 and PCLMULQDQ, else `crc-fast`),
+//!    with SSE4.2 and PCLMULQDQ, `crc-fast`'s 512-bit folds from 512 bytes
+//!    with AVX-512 and VPCLMULQDQ, else `crc-fast`),
 //!    its portable fallback, and both crates called directly.
 //!
 //! Before any timing, every variant's answer for every flip the timed loops
