@@ -26,6 +26,12 @@ pub struct ScanOpts {
     /// (so tests reach the parallel code on any bitmap).
     #[cfg(any(test, feature = "testing"))]
     pub force_parallel: bool,
+    /// Which split a forced parallel table build runs: `true` the one-pass
+    /// split (each thread scans its part into its own buffer, the parts
+    /// are joined after), `false` the counting split (a counting pass
+    /// sizes each block's share of the table, then the blocks fill it).
+    #[cfg(any(test, feature = "testing"))]
+    pub one_pass: bool,
 }
 
 impl Default for ScanOpts {
@@ -37,6 +43,8 @@ impl Default for ScanOpts {
             block_words: BLOCK_WORDS,
             #[cfg(any(test, feature = "testing"))]
             force_parallel: false,
+            #[cfg(any(test, feature = "testing"))]
+            one_pass: false,
         }
     }
 }
@@ -68,20 +76,35 @@ impl ScanOpts {
         #[cfg(not(any(test, feature = "testing")))]
         false
     }
+
+    /// Whether a forced parallel table build runs the one-pass split
+    /// (tests only).
+    #[inline]
+    #[cfg(feature = "rayon")]
+    pub(crate) fn one_pass(self) -> bool {
+        #[cfg(any(test, feature = "testing"))]
+        return self.one_pass;
+        #[cfg(not(any(test, feature = "testing")))]
+        false
+    }
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl ScanOpts {
-    /// One `ScanOpts` per CPU level this machine runs ([`Level::available`]:
+    /// Two `ScanOpts` per CPU level this machine runs ([`Level::available`]:
     /// scalar first, the detected level last), each with `block_words` words
     /// per parallel block and the parallel scan forced wherever one is asked
-    /// for: a test loops over them to run every path.
+    /// for, one with the counting split and one with the one-pass split: a
+    /// test loops over them to run every path.
     pub fn each_backend(block_words: usize) -> Vec<ScanOpts> {
         Level::available()
-            .map(|backend| ScanOpts {
-                backend,
-                block_words,
-                force_parallel: true,
+            .flat_map(|backend| {
+                [false, true].map(|one_pass| ScanOpts {
+                    backend,
+                    block_words,
+                    force_parallel: true,
+                    one_pass,
+                })
             })
             .collect()
     }

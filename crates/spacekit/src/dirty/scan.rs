@@ -683,10 +683,43 @@ pub(crate) fn extend_ranges<W: Words>(
     shift: u32,
     base: u64,
 ) {
+    let n = src.len();
+    if let Some(start) = extend_part(src, 0, n, level, out, shift, base) {
+        // The last run is still open at the end of the bitmap.
+        out.push(super::memory_range::range_of(
+            start,
+            n as u64 * 64,
+            shift,
+            base,
+        ));
+    }
+}
+
+/// Appends to `out` the ranges of words `[lo, hi)` of `src` in one pass,
+/// as the serial builder does over the whole bitmap: one part of the
+/// one-pass parallel split. A run open at `lo` (bit 63 of word `lo - 1`
+/// set) is scanned from a placeholder start at bit `64 * lo`, so if it
+/// ends inside the part, the first range appended is the rest of an
+/// earlier part's run, beginning at word `lo`'s first page. Returns the
+/// start (a bit position) of the run still open at `hi`, if any, which may
+/// be that placeholder; the caller joins the parts' runs across their
+/// seams.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn extend_part<W: Words>(
+    src: W,
+    lo: usize,
+    hi: usize,
+    level: Level,
+    out: &mut alloc::vec::Vec<MemoryRange>,
+    shift: u32,
+    base: u64,
+) -> Option<u64> {
     arch::run(
         level,
-        ExtendRanges {
+        ExtendPart {
             src,
+            lo,
+            hi,
             level,
             out,
             shift,
@@ -695,37 +728,44 @@ pub(crate) fn extend_ranges<W: Words>(
     )
 }
 
-/// The job of [`extend_ranges`].
-struct ExtendRanges<'o, W> {
+/// The job of [`extend_part`].
+struct ExtendPart<'o, W> {
     src: W,
+    lo: usize,
+    hi: usize,
     level: Level,
     out: &'o mut alloc::vec::Vec<MemoryRange>,
     shift: u32,
     base: u64,
 }
 
-impl<W: Words> Job for ExtendRanges<'_, W> {
-    type Output = ();
+impl<W: Words> Job for ExtendPart<'_, W> {
+    type Output = Option<u64>;
     #[inline(always)]
-    fn run<V: Vector>(self) {
-        let ExtendRanges {
+    fn run<V: Vector>(self) -> Option<u64> {
+        let ExtendPart {
             src,
+            lo,
+            hi,
             level,
             out,
             shift,
             base,
         } = self;
-        let n = src.len();
-        let mut s = RangeScan::new(src, 0, n, level);
-        if let Some(start) = s.emit_into::<V>(out, shift, base, None, |_| {}) {
-            // The last run is still open at the end of the bitmap.
-            out.push(super::memory_range::range_of(
-                start,
-                n as u64 * 64,
-                shift,
-                base,
-            ));
-        }
+        let mut s = RangeScan::new(src, lo, hi, level);
+        let open = (s.carry != 0).then_some(lo as u64 * 64);
+        s.emit_into::<V>(out, shift, base, open, |_| {})
+    }
+}
+
+/// The end (a bit position) of a run still open at word `hi`: the first
+/// clean page at or after it, or the end of the bitmap.
+#[cfg(feature = "rayon")]
+fn run_end<W: Words>(src: W, hi: usize, level: Level) -> u64 {
+    let n = src.len();
+    match src.skip(hi, n, !0, level) {
+        Some(j) => j as u64 * 64 + u64::from((!src.word(j)).trailing_zeros()),
+        None => n as u64 * 64,
     }
 }
 
@@ -827,11 +867,7 @@ impl<W: Words> Job for WriteBlock<'_, W> {
             // still open at `hi`: it ends at the first clean page after the
             // block, or at the end of the bitmap.
             if !(carried && start == lo as u64 * 64) {
-                let n = src.len();
-                let end = match src.skip(hi, n, !0, level) {
-                    Some(j) => j as u64 * 64 + u64::from((!src.word(j)).trailing_zeros()),
-                    None => n as u64 * 64,
-                };
+                let end = run_end(src, hi, level);
                 buf.push(super::memory_range::range_of(start, end, shift, base));
                 put(&mut buf);
             }

@@ -34,31 +34,91 @@ fn joinable(last: &MemoryRange, next: &MemoryRange, gap: u64) -> bool {
 const PAR_MIN_EDGES_PER_WORD: usize = 2;
 
 /// Threads the pool needs before a scan that expands with a compress
-/// instruction is split (see [`par_pays`]).
+/// instruction is split (see [`split_of`]).
 #[cfg(feature = "rayon")]
 const PAR_MIN_THREADS_COMPRESS: usize = 4;
 
-/// Whether the parallel scan of `src` pays: more than one thread in rayon's
-/// pool, and a sample of the bitmap's edges at least
-/// [`PAR_MIN_EDGES_PER_WORD`] a word. Below that the scan runs on one
-/// thread (the same result, sooner).
+/// Edges per word at or below which the parallel table build runs the
+/// one-pass split, as a fraction `1 / ONE_PASS_WORDS_PER_EDGE`: a quarter
+/// edge a word (a 0.1% random log has 0.13, a 1% one 1.3; a clean or a
+/// fully dirty log none).
+///
+/// There the table is small next to the log (at 0.1%, 1 byte of table per
+/// 8 of bitmap), so each thread scans its part of the log once into its
+/// own buffer, and joining the parts copies little; the threads together
+/// read the log at the two-thread memory bandwidth. Denser logs write
+/// tables as large as the log or larger, and copying the later parts would
+/// cost more than the second thread saves.
+#[cfg(feature = "rayon")]
+const ONE_PASS_WORDS_PER_EDGE: usize = 4;
+
+/// Words a log needs before the one-pass split runs (a 64 MiB log, a
+/// 2 TiB guest's with 4 KiB pages).
+///
+/// A second thread that has been idle takes time to start: about 0.1 ms
+/// for an empty `rayon::join` after a busy stretch on one thread, and a
+/// split scan of a 32 MiB log after 150 ms of other work lost 0.2-0.6 ms
+/// against one thread (1.1-2.8 ms) on an AMD EPYC Zen 4 VM, while on a
+/// 384 MiB log it won 1.2x at 0% and 1.3x at 0.1% dirty.
+#[cfg(feature = "rayon")]
+const ONE_PASS_MIN_WORDS: usize = 8 << 20;
+
+/// How a parallel table build runs.
+#[cfg(feature = "rayon")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// On one thread, as the serial build.
+    Serial,
+    /// Count each block's edges, then let every block fill its share of
+    /// the table ([`MemoryRangeTable::extend_counted`]).
+    Count,
+    /// One part per thread, each scanned once into its own buffer, joined
+    /// after ([`MemoryRangeTable::extend_one_pass`]).
+    OnePass,
+}
+
+/// How the parallel scan of `src` runs: on one thread when rayon's pool
+/// has one; else from a sample of the bitmap's edges, the one-pass split
+/// at or below [`ONE_PASS_WORDS_PER_EDGE`] on a log of at least
+/// [`ONE_PASS_MIN_WORDS`] (one thread on a smaller one), the counting
+/// split at or above
+/// [`PAR_MIN_EDGES_PER_WORD`], one thread in between.
 ///
 /// Where the scan expands words with one compress instruction
 /// ([`scan::compresses`]: AVX-512) one thread writes the table near
-/// memory speed, and on an AMD EPYC Zen 4 with two threads the split lost
-/// at every density from 1% to 50% (0.79x-0.96x: the sizing pass reads
-/// the log once more and the two threads share the memory bus). There the
-/// scan runs on one thread unless the pool has at least
+/// memory speed, and on an AMD EPYC Zen 4 with two threads the counting
+/// split lost at every density from 1% to 50% (0.79x-0.96x: the sizing
+/// pass reads the log once more and the two threads share the memory
+/// bus). There dense logs run on one thread unless the pool has at least
 /// [`PAR_MIN_THREADS_COMPRESS`] threads (not measured here: this machine
 /// has two).
 #[cfg(feature = "rayon")]
-fn par_pays<W: Words>(src: W, opts: ScanOpts) -> bool {
+fn split_of<W: Words>(src: W, opts: ScanOpts) -> Split {
+    if opts.force_parallel() {
+        return if opts.one_pass() {
+            Split::OnePass
+        } else {
+            Split::Count
+        };
+    }
     let threads = rayon::current_num_threads();
-    if threads < 2 || (threads < PAR_MIN_THREADS_COMPRESS && scan::compresses(opts.level())) {
-        return false;
+    if threads < 2 {
+        return Split::Serial;
     }
     let (edges, words) = scan::sample_edges(src, opts.level());
-    edges >= PAR_MIN_EDGES_PER_WORD * words
+    if edges * ONE_PASS_WORDS_PER_EDGE <= words {
+        if src.len() >= ONE_PASS_MIN_WORDS {
+            Split::OnePass
+        } else {
+            Split::Serial
+        }
+    } else if edges >= PAR_MIN_EDGES_PER_WORD * words
+        && (threads >= PAR_MIN_THREADS_COMPRESS || !scan::compresses(opts.level()))
+    {
+        Split::Count
+    } else {
+        Split::Serial
+    }
 }
 
 /// Bytes per range on the wire: `gpa` then `length`, little-endian `u64`s.
@@ -78,15 +138,57 @@ pub const WIRE_RANGE_BYTES: usize = 16;
 /// assert_eq!(MemoryRangeTable::from_bytes(&wire)?, table);
 /// # Ok::<(), spacekit::dirty::DirtyError>(())
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// A table keeps its memory when cleared, so one table reused pass after
+/// pass allocates only while it grows. A table built by the one-pass
+/// parallel split also keeps the buffers its later parts were scanned into
+/// (together about as large as the table), so the next parallel build
+/// fills pages already mapped.
+#[derive(Default)]
 pub struct MemoryRangeTable {
     data: Vec<MemoryRange>,
+    /// The buffers of the one-pass split's later parts, empty between
+    /// builds (see [`MemoryRangeTable::extend_one_pass`]).
+    #[cfg(feature = "rayon")]
+    parts: Vec<Vec<MemoryRange>>,
+}
+
+impl Clone for MemoryRangeTable {
+    /// The same ranges; the clone keeps no part buffers.
+    fn clone(&self) -> Self {
+        MemoryRangeTable::of(self.data.clone())
+    }
+}
+
+impl PartialEq for MemoryRangeTable {
+    /// Tables are equal when their ranges are.
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+    }
+}
+
+impl Eq for MemoryRangeTable {}
+
+impl core::fmt::Debug for MemoryRangeTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MemoryRangeTable")
+            .field("data", &self.data)
+            .finish()
+    }
 }
 
 impl MemoryRangeTable {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A table of `data`'s ranges.
+    fn of(data: Vec<MemoryRange>) -> Self {
+        MemoryRangeTable {
+            data,
+            ..Self::default()
+        }
     }
 
     /// A new table of `scan`'s ranges: [`MemoryRangeTable::extend_from`] on
@@ -167,22 +269,80 @@ impl MemoryRangeTable {
         parallel: bool,
     ) {
         #[cfg(feature = "rayon")]
-        if parallel
-            && src.len() >= 2 * opts.block()
-            && (opts.force_parallel() || par_pays(src, opts))
-        {
-            self.extend_par(src, shift, base, opts);
-            return;
+        if parallel && src.len() >= 2 * opts.block() {
+            match split_of(src, opts) {
+                Split::Count => return self.extend_counted(src, shift, base, opts),
+                Split::OnePass => return self.extend_one_pass(src, shift, base, opts),
+                Split::Serial => {}
+            }
         }
         let _ = parallel;
         scan::extend_ranges(src, opts.level(), &mut self.data, shift, base);
+    }
+
+    /// The one-pass split: the log cut into one part per thread (at least
+    /// [`ScanOpts::block`] words each), part 0 scanned straight into the
+    /// table and each later part into a buffer of its own
+    /// ([`scan::extend_part`]), then the buffers appended in order, a run
+    /// that crosses a seam joined into one range. The buffers stay with the
+    /// table, empty, for its next build.
+    #[cfg(feature = "rayon")]
+    fn extend_one_pass<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
+        use rayon::prelude::*;
+
+        let n = src.len();
+        let level = opts.level();
+        let parts = rayon::current_num_threads().clamp(2, (n / opts.block()).max(2));
+        let cut = |p: usize| n * p / parts;
+        // The later parts' buffers, kept from the last build.
+        let mut bufs = core::mem::take(&mut self.parts);
+        bufs.resize_with(parts - 1, Vec::new);
+        let (open0, rest) = rayon::join(
+            || scan::extend_part(src, 0, cut(1), level, &mut self.data, shift, base),
+            || {
+                bufs.par_iter_mut()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let p = i + 1;
+                        scan::extend_part(src, cut(p), cut(p + 1), level, v, shift, base)
+                    })
+                    .collect::<Vec<_>>()
+            },
+        );
+        // The start of the run open at the last seam, if any.
+        let mut open = open0;
+        for (p, (v, part_open)) in bufs.iter_mut().zip(rest).enumerate() {
+            // A run open at a seam goes on in the next part: its end is
+            // the end of that part's first range when one ended there (the
+            // part's scan began it at the seam); else the whole part is
+            // inside it, and the part's open run is that placeholder.
+            debug_assert_eq!(src.carry_in(cut(p + 1)) != 0, open.is_some());
+            match open {
+                Some(s) if !v.is_empty() => {
+                    let first = &mut v[0];
+                    let gpa = base + (s << shift);
+                    first.length = first.end() - gpa;
+                    first.gpa = gpa;
+                    open = part_open;
+                }
+                Some(_) => {}
+                None => open = part_open,
+            }
+            self.data.extend_from_slice(v);
+            v.clear();
+        }
+        self.parts = bufs;
+        if let Some(s) = open {
+            self.data
+                .push(super::memory_range::range_of(s, n as u64 * 64, shift, base));
+        }
     }
 
     /// The parallel scan: count edges per block, size each block's share of
     /// the output from the prefix sums, then let every block write its ranges
     /// in place.
     #[cfg(feature = "rayon")]
-    fn extend_par<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
+    fn extend_counted<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
         use core::mem::MaybeUninit;
         use rayon::prelude::*;
 
@@ -364,7 +524,7 @@ impl MemoryRangeTable {
             }
             data.push(r);
         }
-        Ok(MemoryRangeTable { data })
+        Ok(MemoryRangeTable::of(data))
     }
 }
 
@@ -374,19 +534,30 @@ mod par_tests {
     use crate::arch::{Level, LevelKind};
     use crate::dirty::scan::{compresses, One};
 
-    /// A log with `per_word` isolated set bits per word (two edges each).
-    fn log(words: usize, per_word: u32) -> std::vec::Vec<u64> {
+    /// A log of `words` words, every `every`-th with `per_word` isolated
+    /// set bits (two edges each).
+    fn log(words: usize, every: usize, per_word: u32) -> std::vec::Vec<u64> {
         let w = (0..per_word).fold(0u64, |w, b| w | 1 << (4 * b + 1));
-        std::vec![w; words]
+        (0..words)
+            .map(|i| if i % every == 0 { w } else { 0 })
+            .collect()
     }
 
-    /// Only the AVX-512 level expands with a compress; with two threads a
-    /// dense log is split at the other levels and not at that one, and a
-    /// pool of [`PAR_MIN_THREADS_COMPRESS`] threads splits it there too.
+    /// With two threads a clean or sparse log of at least
+    /// [`ONE_PASS_MIN_WORDS`] takes the one-pass split at every level (a
+    /// smaller one runs on one thread), one of about an edge a word runs
+    /// on one thread, and a dense log takes the counting split except
+    /// where the level expands with a compress (AVX-512 alone); a pool of
+    /// [`PAR_MIN_THREADS_COMPRESS`] threads splits it there too. One
+    /// thread never splits.
     #[test]
-    fn two_threads_split_a_dense_log_unless_the_level_compresses() {
-        let dense = log(1 << 16, 8);
-        let sparse = log(1 << 16, 0);
+    fn the_split_follows_the_density_the_size_the_level_and_the_threads() {
+        let words = 1 << 16;
+        let dense = log(words, 1, 8);
+        let middle = log(words, 2, 1);
+        let small_sparse = log(words, 64, 1);
+        let sparse = log(ONE_PASS_MIN_WORDS, 64, 1);
+        let clean = std::vec![0u64; ONE_PASS_MIN_WORDS];
         for level in Level::available() {
             let c = compresses(level);
             assert_eq!(c, level.kind() == LevelKind::Avx512, "{level:?}");
@@ -394,15 +565,37 @@ mod par_tests {
                 backend: level,
                 ..ScanOpts::default()
             };
-            for (threads, want) in [(2, !c), (PAR_MIN_THREADS_COMPRESS, true)] {
+            let dense_split = |threads| {
+                if c && threads < PAR_MIN_THREADS_COMPRESS {
+                    Split::Serial
+                } else {
+                    Split::Count
+                }
+            };
+            for threads in [1, 2, PAR_MIN_THREADS_COMPRESS] {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()
                     .unwrap();
-                let (d, s) =
-                    pool.install(|| (par_pays(One(&dense), opts), par_pays(One(&sparse), opts)));
-                assert_eq!(d, want, "{level:?}, {threads} threads, dense");
-                assert!(!s, "{level:?}, {threads} threads, a clean log");
+                let got = pool.install(|| {
+                    [&dense, &middle, &small_sparse, &sparse, &clean]
+                        .map(|l| split_of(One(l), opts))
+                });
+                let want = if threads == 1 {
+                    [Split::Serial; 5]
+                } else {
+                    [
+                        dense_split(threads),
+                        Split::Serial,
+                        Split::Serial,
+                        Split::OnePass,
+                        Split::OnePass,
+                    ]
+                };
+                assert_eq!(
+                    got, want,
+                    "{level:?}, {threads} threads: dense, middle, small sparse, sparse, clean"
+                );
             }
         }
     }
