@@ -3,22 +3,26 @@
 //! order), on a second thread that also reads the files, so the image is
 //! built while the next files are read.
 //!
-//! Each entry's type, permission bits (setuid, setgid and sticky too),
-//! owner, times with nanoseconds and extended attributes (`llistxattr` /
-//! `lgetxattr`: `user.*`, `security.*`, `trusted.*` as root, POSIX ACLs)
-//! come from `lstat`. Files with more than one link become one inode and
+//! Each entry is reached from its directory's descriptor (`openat`,
+//! `fstatat`: one name looked up, not the whole path). A regular file or a
+//! directory (as the listing's `d_type` says) is opened first, and its
+//! type, permission bits (setuid, setgid and sticky too), owner, times with
+//! nanoseconds and extended attributes (`flistxattr` / `fgetxattr`:
+//! `user.*`, `security.*`, `trusted.*` as root, POSIX ACLs) come through
+//! the descriptor; other entries' from `fstatat` and `llistxattr` /
+//! `lgetxattr`, not following a symlink. Files with more than one link become one inode and
 //! hard links (by device and inode number). Files up to [`IN_MEMORY`] bytes
 //! are read whole on the walking thread; larger ones are copied by
 //! [`Image::copy_in`] (holes stay holes, the kernel copies big ranges).
 //! The walking thread stays at most [`BUDGET`] bytes ahead.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::string::{String, ToString};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Condvar, Mutex};
@@ -132,6 +136,7 @@ impl Populate<'_> {
                 path: dir.display().to_string(),
             });
         }
+        let top = open_dir(dir)?;
         let budget = Budget::default();
         let (tx, rx) = sync_channel::<Vec<Result<Item, Ext4Error>>>(16);
         std::thread::scope(|s| {
@@ -144,7 +149,12 @@ impl Populate<'_> {
                     batch: Vec::new(),
                     batch_bytes: 0,
                 };
-                let top_meta = meta_of(dir, &top);
+                let top_meta = fstat(&top)
+                    .map_err(|e| host_io("fstat", dir)(e))
+                    .and_then(|st| {
+                        let x = xattrs_of(Target::Fd(top.as_raw_fd()), &|| dir.to_path_buf())?;
+                        Ok(meta_of(&st, x))
+                    });
                 let ok = match top_meta {
                     Ok(meta) => w.send(Ok(Item {
                         path: Vec::new(),
@@ -155,7 +165,7 @@ impl Populate<'_> {
                     Err(e) => w.send(Err(e)),
                 };
                 if ok {
-                    if let Err(e) = w.walk(dir, &mut Vec::new()) {
+                    if let Err(e) = w.walk(&top, dir, &mut Vec::new()) {
                         w.send(Err(e));
                     }
                 }
@@ -258,25 +268,32 @@ impl Walker<'_> {
         self.budget.take(n)
     }
 
-    /// Walks directory `dir` (relative path `rel`): its names in byte
-    /// order, each entry sent, directories walked after their entry.
-    fn walk(&mut self, dir: &Path, rel: &mut Vec<u8>) -> Result<(), Ext4Error> {
-        let mut names: Vec<std::ffi::OsString> = Vec::new();
-        for e in fs::read_dir(dir).map_err(host_io("readdir", dir))? {
-            names.push(e.map_err(host_io("readdir", dir))?.file_name());
-        }
-        names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        for name in names {
-            let path = dir.join(&name);
+    /// Walks directory `dir` (open as `fd`; relative path `rel`): its names
+    /// in byte order, each entry sent, directories walked after their
+    /// entry. Entries are reached from the directory's descriptor (one
+    /// name looked up, not the whole path), and a regular file or a
+    /// directory is opened first and then asked for its status and xattrs
+    /// through the descriptor, so each costs one lookup.
+    fn walk(&mut self, fd: &OwnedFd, dir: &Path, rel: &mut Vec<u8>) -> Result<(), Ext4Error> {
+        for name in names_of(fd, dir)? {
             let len = rel.len();
             if len > 0 {
                 rel.push(b'/');
             }
-            rel.extend_from_slice(name.as_bytes());
-            let st = fs::symlink_metadata(&path).map_err(host_io("lstat", &path))?;
-            let (kind, held) = self.kind_of(&path, rel, &st)?;
-            let is_dir = matches!(kind, Kind::Dir);
-            let meta = meta_of(&path, &st)?;
+            rel.extend_from_slice(name.name.as_bytes());
+            let path = || dir.join(std::ffi::OsStr::from_bytes(name.name.as_bytes()));
+            let (st, opened) = stat_entry(fd, &name, &path)?;
+            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let xattrs = match &opened {
+                Some(f) => xattrs_of(Target::Fd(f.as_raw_fd()), &path)?,
+                None => xattrs_of(Target::Path(&path()), &path)?,
+            };
+            let meta = meta_of(&st, xattrs);
+            let (kind, sub) = self.kind_of(opened, fd, &name.name, &path, rel, &st)?;
+            let held = match &kind {
+                Kind::Bytes(b) => b.len() as u64,
+                _ => 0,
+            };
             if held > 0 && !self.reserve(held) {
                 return Ok(());
             }
@@ -289,128 +306,361 @@ impl Walker<'_> {
             if !self.send(Ok(item)) {
                 return Ok(());
             }
-            if is_dir {
-                self.walk(&path, rel)?;
+            if let (true, Some(sub)) = (is_dir, sub) {
+                self.walk(&sub, &path(), rel)?;
             }
             rel.truncate(len);
         }
         Ok(())
     }
 
-    /// What `path` is, with its contents or target, and the bytes held.
+    /// What the entry `name` of directory `dirfd` is (`st` its status,
+    /// `opened` its descriptor when it was opened), with its contents or
+    /// target; and a directory's descriptor, to walk it.
     fn kind_of(
         &mut self,
-        path: &Path,
+        opened: Option<OwnedFd>,
+        dirfd: &OwnedFd,
+        name: &CStr,
+        path: &dyn Fn() -> PathBuf,
         rel: &[u8],
-        st: &fs::Metadata,
-    ) -> Result<(Kind, u64), Ext4Error> {
-        let ft = st.file_type();
-        if !ft.is_dir() && st.nlink() > 1 {
-            match self.links.entry((st.dev(), st.ino())) {
+        st: &libc::stat64,
+    ) -> Result<(Kind, Option<OwnedFd>), Ext4Error> {
+        let fmt = st.st_mode & libc::S_IFMT;
+        if fmt != libc::S_IFDIR && st.st_nlink > 1 {
+            match self.links.entry((st.st_dev, st.st_ino)) {
                 std::collections::hash_map::Entry::Occupied(first) => {
-                    return Ok((Kind::HardLink(first.get().clone()), 0));
+                    return Ok((Kind::HardLink(first.get().clone()), None));
                 }
                 std::collections::hash_map::Entry::Vacant(v) => {
                     v.insert(rel.to_vec());
                 }
             }
         }
-        let kind = if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            let mut f = fs::File::open(path).map_err(host_io("open", path))?;
-            if st.len() > IN_MEMORY {
-                Kind::File(f)
-            } else {
-                // The size `lstat` gave, in as few reads as the host
-                // allows (`read_to_end` would stat and seek first).
-                let mut b = std::vec![0u8; st.len() as usize];
-                let mut n = 0;
-                while n < b.len() {
-                    match f.read(&mut b[n..]) {
-                        Ok(0) => break,
-                        Ok(k) => n += k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(host_io("read", path)(e)),
-                    }
+        let kind = match fmt {
+            libc::S_IFDIR => return Ok((Kind::Dir, opened)),
+            libc::S_IFREG => {
+                let f = match opened {
+                    Some(fd) => fs::File::from(fd),
+                    None => fs::File::from(
+                        open_at(dirfd, name, libc::O_RDONLY | libc::O_NONBLOCK)
+                            .map_err(|e| host_io("open", &path())(e))?,
+                    ),
+                };
+                if st.st_size as u64 > IN_MEMORY {
+                    Kind::File(f)
+                } else {
+                    // The size the status gave, read straight into the
+                    // vector's spare room (no zeroing), in as few reads as
+                    // the host allows; a file that shrank since is cut
+                    // where it ends.
+                    let mut b = Vec::with_capacity(st.st_size as usize);
+                    (&f).take(st.st_size as u64)
+                        .read_to_end(&mut b)
+                        .map_err(|e| host_io("read", &path())(e))?;
+                    Kind::Bytes(b)
                 }
-                b.truncate(n);
-                return Ok((Kind::Bytes(b), n as u64));
             }
-        } else if ft.is_symlink() {
-            let t = fs::read_link(path).map_err(host_io("readlink", path))?;
-            Kind::Symlink(t.as_os_str().as_bytes().to_vec())
-        } else if ft.is_char_device() || ft.is_block_device() {
-            let (major, minor) = (libc::major(st.rdev()), libc::minor(st.rdev()));
-            if ft.is_char_device() {
-                Kind::Node(NodeKind::Char { major, minor })
-            } else {
-                Kind::Node(NodeKind::Block { major, minor })
+            libc::S_IFLNK => Kind::Symlink(
+                read_link_at(dirfd, name).map_err(|e| host_io("readlink", &path())(e))?,
+            ),
+            libc::S_IFCHR | libc::S_IFBLK => {
+                let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+                if fmt == libc::S_IFCHR {
+                    Kind::Node(NodeKind::Char { major, minor })
+                } else {
+                    Kind::Node(NodeKind::Block { major, minor })
+                }
             }
-        } else if ft.is_fifo() {
-            Kind::Node(NodeKind::Fifo)
-        } else {
-            Kind::Node(NodeKind::Socket)
+            libc::S_IFIFO => Kind::Node(NodeKind::Fifo),
+            _ => Kind::Node(NodeKind::Socket),
         };
-        Ok((kind, 0))
+        Ok((kind, None))
     }
 }
 
-/// Permission bits, owner, times and xattrs of `path` (`st` its `lstat`).
-fn meta_of(path: &Path, st: &fs::Metadata) -> Result<Meta, Ext4Error> {
+/// One name of a host directory, and its type as the directory listing
+/// gives it (`DT_UNKNOWN` where the file system does not say).
+struct Name {
+    name: CString,
+    dtype: u8,
+}
+
+/// The names of directory `fd` (`.` and `..` left out), in byte order.
+fn names_of(fd: &OwnedFd, dir: &Path) -> Result<Vec<Name>, Ext4Error> {
+    let err = |e: std::io::Error| host_io("readdir", dir)(e);
+    // `fdopendir` takes the descriptor it is given: a duplicate, whose
+    // offset (shared with `fd`, which nothing else reads) is at the start.
+    // SAFETY: `fd` is an open descriptor; `F_DUPFD_CLOEXEC` returns a new
+    // one or -1.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `dup` is an open directory descriptor owned by nobody else;
+    // on success the stream owns it, on failure it is closed here.
+    let d = unsafe { libc::fdopendir(dup) };
+    if d.is_null() {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: `dup` is still ours after a failed `fdopendir`.
+        unsafe { libc::close(dup) };
+        return Err(err(e));
+    }
+    let mut out = Vec::new();
+    let failed = loop {
+        // SAFETY: `errno` is this thread's; it is cleared so that the end
+        // of the stream (null, errno 0) tells apart from an error.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: `d` is an open stream, used by this thread alone.
+        let ent = unsafe { libc::readdir64(d) };
+        if ent.is_null() {
+            let e = std::io::Error::last_os_error();
+            break (e.raw_os_error() != Some(0)).then_some(e);
+        }
+        // SAFETY: a non-null entry from `readdir64` is valid until the next
+        // call on the stream, and its name is NUL-terminated.
+        let (name, dtype) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()), (*ent).d_type) };
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            out.push(Name {
+                name: CString::from(name),
+                dtype,
+            });
+        }
+    };
+    // SAFETY: `d` is open and not used after this.
+    unsafe { libc::closedir(d) };
+    if let Some(e) = failed {
+        return Err(err(e));
+    }
+    out.sort_unstable_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    Ok(out)
+}
+
+/// The status of entry `name` of directory `dirfd`, not following a
+/// symlink; a regular file or a directory (as the listing says) is opened
+/// first and its descriptor returned too. `path` names it in errors.
+fn stat_entry(
+    dirfd: &OwnedFd,
+    name: &Name,
+    path: &dyn Fn() -> PathBuf,
+) -> Result<(libc::stat64, Option<OwnedFd>), Ext4Error> {
+    let flags = match name.dtype {
+        libc::DT_REG => libc::O_RDONLY | libc::O_NONBLOCK,
+        libc::DT_DIR => libc::O_RDONLY | libc::O_DIRECTORY,
+        _ => 0,
+    };
+    if flags != 0 {
+        match open_at(dirfd, &name.name, flags) {
+            Ok(fd) => {
+                let st = fstat(&fd).map_err(|e| host_io("fstat", &path())(e))?;
+                return Ok((st, Some(fd)));
+            }
+            // Replaced by a symlink (or something else) since the listing:
+            // its status as it is now, below.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {}
+            Err(e) => return Err(host_io("open", &path())(e)),
+        }
+    }
+    let st = lstat_at(dirfd, &name.name).map_err(|e| host_io("lstat", &path())(e))?;
+    // A listing without types: open what is to be walked.
+    let opened = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Some(
+            open_at(dirfd, &name.name, libc::O_RDONLY | libc::O_DIRECTORY)
+                .map_err(|e| host_io("open", &path())(e))?,
+        ),
+        _ => None,
+    };
+    Ok((st, opened))
+}
+
+/// `openat(dirfd, name, flags)`, never following a symlink, close-on-exec.
+fn open_at(dirfd: &OwnedFd, name: &CStr, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+    // SAFETY: `dirfd` is an open descriptor and `name` NUL-terminated.
+    let fd = unsafe {
+        libc::openat(
+            dirfd.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `openat` returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens host directory `dir` for a walk.
+fn open_dir(dir: &Path) -> Result<OwnedFd, Ext4Error> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| host_io("open", dir)(std::io::ErrorKind::InvalidInput.into()))?;
+    // SAFETY: `c` is NUL-terminated.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(host_io("open", dir)(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `open` returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fstat` of an open descriptor.
+fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat64> {
+    let mut st = core::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: `fd` is open; `st` is writable for one `stat64`.
+    if unsafe { libc::fstat64(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fstat64` succeeded, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// `fstatat(dirfd, name)` not following a symlink.
+fn lstat_at(dirfd: &OwnedFd, name: &CStr) -> std::io::Result<libc::stat64> {
+    let mut st = core::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: `dirfd` is open, `name` NUL-terminated, `st` writable for one
+    // `stat64`.
+    let r = unsafe {
+        libc::fstatat64(
+            dirfd.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fstatat64` succeeded, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The target of symlink `name` in directory `dirfd`.
+fn read_link_at(dirfd: &OwnedFd, name: &CStr) -> std::io::Result<Vec<u8>> {
+    let mut buf = std::vec![0u8; 256];
+    loop {
+        // SAFETY: `dirfd` is open, `name` NUL-terminated, `buf` writable
+        // for its length.
+        let n = unsafe {
+            libc::readlinkat(
+                dirfd.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if (n as usize) < buf.len() {
+            buf.truncate(n as usize);
+            return Ok(buf);
+        }
+        // Perhaps cut short: again with more room.
+        buf.resize(buf.len() * 4, 0);
+    }
+}
+
+/// Permission bits, owner and times of status `st`, with `xattrs`.
+fn meta_of(st: &libc::stat64, xattrs: Vec<(String, Vec<u8>)>) -> Meta {
     let t = |secs: i64, nanos: i64| Timestamp {
         secs,
         nanos: nanos as u32,
     };
-    Ok(Meta {
-        perm: (st.mode() & 0o7777) as u16,
-        uid: st.uid(),
-        gid: st.gid(),
-        atime: t(st.atime(), st.atime_nsec()),
-        mtime: t(st.mtime(), st.mtime_nsec()),
-        ctime: t(st.ctime(), st.ctime_nsec()),
-        xattrs: xattrs_of(path)?,
-    })
+    Meta {
+        perm: (st.st_mode & 0o7777) as u16,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        atime: t(st.st_atime, st.st_atime_nsec),
+        mtime: t(st.st_mtime, st.st_mtime_nsec),
+        ctime: t(st.st_ctime, st.st_ctime_nsec),
+        xattrs,
+    }
 }
 
-/// The extended attributes of `path` (not following a symlink), sorted by
-/// name; none where the host file system has none.
-pub(crate) fn xattrs_of(path: &Path) -> Result<Vec<(String, Vec<u8>)>, Ext4Error> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| host_io("llistxattr", path)(std::io::ErrorKind::InvalidInput.into()))?;
-    let mut names = std::vec![0u8; 1024];
-    let n = loop {
-        // SAFETY: `c` is a NUL-terminated path and `names` is a writable
-        // buffer of the length passed; the kernel writes at most that many
-        // bytes.
-        let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) => names.resize(names.len() * 4, 0),
-            Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            _ => return Err(host_io("llistxattr", path)(e)),
+/// Where extended attributes are read from: an open descriptor, or a path
+/// (not following a symlink).
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Fd(RawFd),
+    Path(&'a Path),
+}
+
+/// The extended attributes of `target`, sorted by name; none where the
+/// host file system has none. `path` names it in errors.
+fn xattrs_of(
+    target: Target<'_>,
+    path: &dyn Fn() -> PathBuf,
+) -> Result<Vec<(String, Vec<u8>)>, Ext4Error> {
+    let c = match target {
+        Target::Fd(_) => None,
+        Target::Path(p) => Some(
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| host_io("llistxattr", p)(std::io::ErrorKind::InvalidInput.into()))?,
+        ),
+    };
+    // Most files have none: a small list on the stack first.
+    let mut small = [0u8; 256];
+    let mut big = Vec::new();
+    let list = |buf: &mut [u8]| -> isize {
+        match (&c, target) {
+            // SAFETY: `c` is a NUL-terminated path and `buf` is writable
+            // for the length passed; the kernel writes at most that many
+            // bytes.
+            (Some(c), _) => unsafe {
+                libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            },
+            // SAFETY: as above, for an open descriptor.
+            (None, Target::Fd(fd)) => unsafe {
+                libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len())
+            },
+            (None, Target::Path(_)) => unreachable!("a path target has its C string"),
         }
     };
+    let mut n = list(&mut small);
+    while n < 0 {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) => {
+                big.resize((big.len() * 4).max(4096), 0);
+                n = list(&mut big);
+            }
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(host_io("listxattr", &path())(e)),
+        }
+    }
+    let names = if big.is_empty() { &small[..] } else { &big[..] };
     let mut out = Vec::new();
-    for name in names[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+    for name in names[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+    {
         let Ok(key) = std::str::from_utf8(name) else {
             continue;
         };
         let cname = CString::new(name).unwrap_or_default();
         let mut val = std::vec![0u8; 256];
         let len = loop {
-            // SAFETY: both strings are NUL-terminated; `val` is writable
-            // for the length passed.
-            let r = unsafe {
-                libc::lgetxattr(
-                    c.as_ptr(),
-                    cname.as_ptr(),
-                    val.as_mut_ptr().cast(),
-                    val.len(),
-                )
+            let r = match (&c, target) {
+                // SAFETY: both strings are NUL-terminated; `val` is writable
+                // for the length passed.
+                (Some(c), _) => unsafe {
+                    libc::lgetxattr(
+                        c.as_ptr(),
+                        cname.as_ptr(),
+                        val.as_mut_ptr().cast(),
+                        val.len(),
+                    )
+                },
+                // SAFETY: as above, for an open descriptor.
+                (None, Target::Fd(fd)) => unsafe {
+                    libc::fgetxattr(fd, cname.as_ptr(), val.as_mut_ptr().cast(), val.len())
+                },
+                (None, Target::Path(_)) => unreachable!("a path target has its C string"),
             };
             if r >= 0 {
                 break Some(r as usize);
@@ -420,7 +670,7 @@ pub(crate) fn xattrs_of(path: &Path) -> Result<Vec<(String, Vec<u8>)>, Ext4Error
                 Some(libc::ERANGE) => val.resize(val.len() * 4, 0),
                 // Gone since the listing, or not readable: skipped.
                 Some(libc::ENODATA) => break None,
-                _ => return Err(host_io("lgetxattr", path)(e)),
+                _ => return Err(host_io("getxattr", &path())(e)),
             }
         };
         if let Some(len) = len {
