@@ -282,3 +282,68 @@ fn errors_exit_non_zero_and_change_nothing() {
     );
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A tree 200 directories deep and 64 files too large to be read ahead
+/// (over 256 KiB: they wait open) populate with 40 file descriptors: the
+/// walk keeps two directories open, not one per level, and at most a few
+/// large files wait open at once. The image is e2fsck-clean and holds the
+/// deepest file and every large file byte for byte.
+#[test]
+fn a_deep_tree_and_many_large_files_need_few_descriptors() {
+    let dir = scratch("fds");
+    let Some(img) = image(&dir, "img", "64M", "2048") else {
+        return;
+    };
+    let src = dir.join("src");
+    let mut deep = src.clone();
+    for _ in 0..200 {
+        deep.push("d");
+    }
+    fs::create_dir_all(&deep).unwrap();
+    fs::write(deep.join("bottom"), b"the deepest file").unwrap();
+    let big = src.join("big");
+    fs::create_dir_all(&big).unwrap();
+    let mut want = Vec::new();
+    for i in 0..64u32 {
+        let bytes: Vec<u8> = (0..300u32 << 10)
+            .map(|j| (j.wrapping_mul(2_654_435_761).wrapping_add(i) >> 13) as u8)
+            .collect();
+        fs::write(big.join(format!("f{i:02}")), &bytes).unwrap();
+        want.push(bytes);
+    }
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 40 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_spacekit"))
+        .args(["ext4", "populate"])
+        .arg(&img)
+        .arg("--from")
+        .arg(&src)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "populate with 40 descriptors: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fsck = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(fsck.status.success(), "e2fsck after the populate");
+    let mut image = Image::open(&img, OpenMode::ReadOnly).unwrap();
+    let bottom = format!("{}/bottom", "/d".repeat(200));
+    let ino = image.lookup(&bottom).unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = image.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"the deepest file");
+    for (i, bytes) in want.iter().enumerate() {
+        let ino = image.lookup(&format!("/big/f{i:02}")).unwrap();
+        let mut got = vec![0u8; bytes.len() + 1];
+        let n = image.read(ino, 0, &mut got).unwrap();
+        assert!(n == bytes.len() && got[..n] == bytes[..], "/big/f{i:02}");
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}

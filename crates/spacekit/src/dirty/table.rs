@@ -47,8 +47,9 @@ const PAR_MIN_THREADS_COMPRESS: usize = 4;
 /// 8 of bitmap), so each thread scans its part of the log once into its
 /// own buffer, and joining the parts copies little; the threads together
 /// read the log at the two-thread memory bandwidth. Denser logs write
-/// tables as large as the log or larger, and copying the later parts would
-/// cost more than the second thread saves.
+/// larger tables (a quarter of the log's size at this threshold, as large
+/// as the log from one edge a word), and copying the later parts costs
+/// more of what the second thread saves (at 1% it saved nothing).
 #[cfg(feature = "rayon")]
 const ONE_PASS_WORDS_PER_EDGE: usize = 4;
 
@@ -59,7 +60,7 @@ const ONE_PASS_WORDS_PER_EDGE: usize = 4;
 /// for an empty `rayon::join` after a busy stretch on one thread, and a
 /// split scan of a 32 MiB log after 150 ms of other work lost 0.2-0.6 ms
 /// against one thread (1.1-2.8 ms) on an AMD EPYC Zen 4 VM, while on a
-/// 384 MiB log it won 1.2x at 0% and 1.3x at 0.1% dirty.
+/// 384 MiB log it won 1.1x-1.2x at 0% and 1.3x-1.4x at 0.1% dirty.
 #[cfg(feature = "rayon")]
 const ONE_PASS_MIN_WORDS: usize = 8 << 20;
 
@@ -79,7 +80,8 @@ enum Split {
 
 /// How the parallel scan of `src` runs: on one thread when rayon's pool
 /// has one; else from a sample of the bitmap's edges, the one-pass split
-/// at or below [`ONE_PASS_WORDS_PER_EDGE`] on a log of at least
+/// at or below a quarter edge a word (one edge per
+/// [`ONE_PASS_WORDS_PER_EDGE`] words) on a log of at least
 /// [`ONE_PASS_MIN_WORDS`] (one thread on a smaller one), the counting
 /// split at or above
 /// [`PAR_MIN_EDGES_PER_WORD`], one thread in between.
@@ -142,8 +144,10 @@ pub const WIRE_RANGE_BYTES: usize = 16;
 /// A table keeps its memory when cleared, so one table reused pass after
 /// pass allocates only while it grows. A table built by the one-pass
 /// parallel split also keeps the buffers its later parts were scanned into
-/// (together about as large as the table), so the next parallel build
-/// fills pages already mapped.
+/// (together about `(parts - 1) / parts` of its ranges: half with two
+/// threads), so the next parallel build fills pages already mapped. They
+/// keep the capacity of the largest such build until the table is
+/// dropped.
 #[derive(Default)]
 pub struct MemoryRangeTable {
     data: Vec<MemoryRange>,
@@ -187,7 +191,8 @@ impl MemoryRangeTable {
     fn of(data: Vec<MemoryRange>) -> Self {
         MemoryRangeTable {
             data,
-            ..Self::default()
+            #[cfg(feature = "rayon")]
+            parts: Vec::new(),
         }
     }
 
@@ -597,6 +602,78 @@ mod par_tests {
                     "{level:?}, {threads} threads: dense, middle, small sparse, sparse, clean"
                 );
             }
+        }
+    }
+
+    /// The one-pass split on a pool of four threads, into one table again
+    /// and again (its kept buffers reused), after ranges already there:
+    /// runs that cross one seam, that cover whole parts, that end on a
+    /// seam or at the end of the log, and parts without ranges, each
+    /// against a serial build of the same log.
+    #[test]
+    fn the_one_pass_split_joins_runs_across_parts_on_four_threads() {
+        use super::super::geometry::Geometry;
+        let words = 4096;
+        let mut logs: std::vec::Vec<std::vec::Vec<u64>> = std::vec::Vec::new();
+        // One run from the middle of part 0 to the middle of part 3.
+        let mut l = std::vec![0u64; words];
+        l[500..3500].fill(!0);
+        logs.push(l);
+        // A run ending exactly on the seam at word 1024, and one through
+        // the end of the log; part 1 and 2 without ranges.
+        let mut l = std::vec![0u64; words];
+        l[1000..1024].fill(!0);
+        l[3900..].fill(!0);
+        logs.push(l);
+        // Every word dirty: one range from four parts.
+        logs.push(std::vec![!0u64; words]);
+        // Sparse bits everywhere, some at word edges.
+        logs.push(
+            (0..words as u64)
+                .map(|i| (1 << (i % 64)) | if i % 7 == 0 { 1 << 63 } else { 0 })
+                .collect(),
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        let g = Geometry::new(1 << 32, 4096).unwrap();
+        for level in Level::available() {
+            let forced = ScanOpts {
+                backend: level,
+                block_words: 64,
+                force_parallel: true,
+                one_pass: true,
+            };
+            let mut table = MemoryRangeTable::new();
+            for round in 0..3 {
+                for (k, log) in logs.iter().enumerate() {
+                    let mut want = MemoryRangeTable::new();
+                    want.push(MemoryRange {
+                        gpa: 0,
+                        length: 4096,
+                    });
+                    want.extend_from(Scan::new(log, g).unwrap());
+                    table.clear();
+                    table.push(MemoryRange {
+                        gpa: 0,
+                        length: 4096,
+                    });
+                    let mut scan = Scan::new(log, g).unwrap().parallel(true);
+                    scan.opts = forced;
+                    pool.install(|| table.extend_from(scan));
+                    assert_eq!(table, want, "{level:?}, round {round}, log {k}");
+                    assert!(
+                        table.parts.iter().all(|v| v.is_empty()),
+                        "kept buffers are empty between builds"
+                    );
+                }
+            }
+            assert_eq!(
+                table.parts.len(),
+                3,
+                "{level:?}: four parts, three kept buffers"
+            );
         }
     }
 }

@@ -5,21 +5,26 @@
 //!
 //! Each entry is reached from its directory's descriptor (`openat`,
 //! `fstatat`: one name looked up, not the whole path). A regular file or a
-//! directory (as the listing's `d_type` says) is opened first, and its
-//! type, permission bits (setuid, setgid and sticky too), owner, times with
-//! nanoseconds and extended attributes (`flistxattr` / `fgetxattr`:
-//! `user.*`, `security.*`, `trusted.*` as root, POSIX ACLs) come through
-//! the descriptor; other entries' from `fstatat` and `llistxattr` /
-//! `lgetxattr`, not following a symlink. Files with more than one link become one inode and
+//! directory (as the listing's `d_type` says) is opened first (a file
+//! without blocking, so a name replaced by a FIFO cannot hang the walk),
+//! and its type, permission bits (setuid, setgid and sticky too), owner,
+//! times with nanoseconds and extended attributes (`flistxattr` /
+//! `fgetxattr`: `user.*`, `security.*`, `trusted.*` as root, POSIX ACLs)
+//! come through the descriptor. Other entries' (symlinks, device nodes,
+//! FIFOs, sockets, and any entry of a listing without types) come from
+//! `fstatat`, and their xattrs from `llistxattr` / `lgetxattr` on the
+//! whole path, not following a symlink. Two directories of the path are
+//! open at a time, however deep the tree. Files with more than one link become one inode and
 //! hard links (by device and inode number). Files up to [`IN_MEMORY`] bytes
 //! are read whole on the walking thread; larger ones are copied by
 //! [`Image::copy_in`] (holes stay holes, the kernel copies big ranges).
-//! The walking thread stays at most [`BUDGET`] bytes ahead.
+//! The walking thread stays at most [`BUDGET`] bytes ahead, a larger file
+//! (handed over open) counting as [`FILE_HELD`] bytes, so at most a few
+//! of them are open at once.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fs;
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -37,6 +42,9 @@ pub const IN_MEMORY: u64 = 256 << 10;
 /// How many bytes of file contents the walking thread may hold ahead of
 /// the image.
 pub const BUDGET: u64 = 1 << 20;
+/// What a file larger than [`IN_MEMORY`], handed over open, counts against
+/// [`BUDGET`]: at most 16 such files wait open at once.
+pub const FILE_HELD: u64 = BUDGET / 16;
 
 /// What the walking thread hands over.
 enum Kind {
@@ -53,7 +61,8 @@ struct Item {
     path: Vec<u8>,
     kind: Kind,
     meta: Meta,
-    /// Bytes of contents held in memory (counted against [`BUDGET`]).
+    /// Bytes of contents held in memory, or [`FILE_HELD`] for a file
+    /// handed over open (counted against [`BUDGET`]).
     held: u64,
 }
 
@@ -165,7 +174,7 @@ impl Populate<'_> {
                     Err(e) => w.send(Err(e)),
                 };
                 if ok {
-                    if let Err(e) = w.walk(&top, dir, &mut Vec::new()) {
+                    if let Err(e) = w.walk(top, dir, &mut Vec::new()) {
                         w.send(Err(e));
                     }
                 }
@@ -273,29 +282,34 @@ impl Walker<'_> {
     /// entry. Entries are reached from the directory's descriptor (one
     /// name looked up, not the whole path), and a regular file or a
     /// directory is opened first and then asked for its status and xattrs
-    /// through the descriptor, so each costs one lookup.
-    fn walk(&mut self, fd: &OwnedFd, dir: &Path, rel: &mut Vec<u8>) -> Result<(), Ext4Error> {
-        for name in names_of(fd, dir)? {
+    /// through the descriptor, so each costs one lookup. Returns the
+    /// directory's descriptor: while a subdirectory is walked its parent's
+    /// is closed, and reopened from it (`..`) after, so a deep tree keeps
+    /// two directories open, not one per level.
+    fn walk(&mut self, fd: OwnedFd, dir: &Path, rel: &mut Vec<u8>) -> Result<OwnedFd, Ext4Error> {
+        let mut fd = fd;
+        for name in names_of(&fd, dir)? {
             let len = rel.len();
             if len > 0 {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name.name.as_bytes());
             let path = || dir.join(std::ffi::OsStr::from_bytes(name.name.as_bytes()));
-            let (st, opened) = stat_entry(fd, &name, &path)?;
+            let (st, opened) = stat_entry(&fd, &name, &path)?;
             let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
             let xattrs = match &opened {
                 Some(f) => xattrs_of(Target::Fd(f.as_raw_fd()), &path)?,
                 None => xattrs_of(Target::Path(&path()), &path)?,
             };
             let meta = meta_of(&st, xattrs);
-            let (kind, sub) = self.kind_of(opened, fd, &name.name, &path, rel, &st)?;
+            let (kind, sub) = self.kind_of(opened, &fd, &name.name, &path, rel, &st)?;
             let held = match &kind {
                 Kind::Bytes(b) => b.len() as u64,
+                Kind::File(_) => FILE_HELD,
                 _ => 0,
             };
             if held > 0 && !self.reserve(held) {
-                return Ok(());
+                return Ok(fd);
             }
             let item = Item {
                 path: rel.clone(),
@@ -304,14 +318,17 @@ impl Walker<'_> {
                 held,
             };
             if !self.send(Ok(item)) {
-                return Ok(());
+                return Ok(fd);
             }
             if let (true, Some(sub)) = (is_dir, sub) {
-                self.walk(&sub, &path(), rel)?;
+                drop(fd);
+                let sub = self.walk(sub, &path(), rel)?;
+                fd = open_at(&sub, c"..", libc::O_RDONLY | libc::O_DIRECTORY)
+                    .map_err(|e| host_io("open", &dir.join(".."))(e))?;
             }
             rel.truncate(len);
         }
-        Ok(())
+        Ok(fd)
     }
 
     /// What the entry `name` of directory `dirfd` is (`st` its status,
@@ -343,22 +360,17 @@ impl Walker<'_> {
                 let f = match opened {
                     Some(fd) => fs::File::from(fd),
                     None => fs::File::from(
-                        open_at(dirfd, name, libc::O_RDONLY | libc::O_NONBLOCK)
+                        open_at(dirfd, name, libc::O_RDONLY)
                             .map_err(|e| host_io("open", &path())(e))?,
                     ),
                 };
                 if st.st_size as u64 > IN_MEMORY {
                     Kind::File(f)
                 } else {
-                    // The size the status gave, read straight into the
-                    // vector's spare room (no zeroing), in as few reads as
-                    // the host allows; a file that shrank since is cut
-                    // where it ends.
-                    let mut b = Vec::with_capacity(st.st_size as usize);
-                    (&f).take(st.st_size as u64)
-                        .read_to_end(&mut b)
-                        .map_err(|e| host_io("read", &path())(e))?;
-                    Kind::Bytes(b)
+                    Kind::Bytes(
+                        read_whole(&f, st.st_size as usize)
+                            .map_err(|e| host_io("read", &path())(e))?,
+                    )
                 }
             }
             libc::S_IFLNK => Kind::Symlink(
@@ -377,6 +389,34 @@ impl Walker<'_> {
         };
         Ok((kind, None))
     }
+}
+
+/// The first `size` bytes of `f` (fewer if it ends sooner), read straight
+/// into the vector's spare room (no zeroing), one `read` for a file that
+/// has them all.
+fn read_whole(f: &fs::File, size: usize) -> std::io::Result<Vec<u8>> {
+    let mut b: Vec<u8> = Vec::with_capacity(size);
+    while b.len() < size {
+        let want = size - b.len();
+        let spare = &mut b.spare_capacity_mut()[..want];
+        // SAFETY: `f` is an open file; the kernel writes at most
+        // `spare.len()` bytes into the vector's spare room.
+        let r = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            break;
+        }
+        // SAFETY: `read` initialised the `r` bytes after the length, all
+        // within the capacity (`r <= spare.len()`).
+        unsafe { b.set_len(b.len() + r as usize) };
+    }
+    Ok(b)
 }
 
 /// One name of a host directory, and its type as the directory listing
@@ -418,8 +458,15 @@ fn names_of(fd: &OwnedFd, dir: &Path) -> Result<Vec<Name>, Ext4Error> {
             break (e.raw_os_error() != Some(0)).then_some(e);
         }
         // SAFETY: a non-null entry from `readdir64` is valid until the next
-        // call on the stream, and its name is NUL-terminated.
-        let (name, dtype) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()), (*ent).d_type) };
+        // call on the stream and its name is NUL-terminated; the name is
+        // reached by a raw pointer to the field, never through a reference
+        // to the whole 256-byte array (the record may end before it does).
+        let (name, dtype) = unsafe {
+            (
+                CStr::from_ptr(core::ptr::addr_of!((*ent).d_name).cast::<libc::c_char>()),
+                (*ent).d_type,
+            )
+        };
         if name.to_bytes() != b"." && name.to_bytes() != b".." {
             out.push(Name {
                 name: CString::from(name),
@@ -455,9 +502,15 @@ fn stat_entry(
                 let st = fstat(&fd).map_err(|e| host_io("fstat", &path())(e))?;
                 return Ok((st, Some(fd)));
             }
-            // Replaced by a symlink (or something else) since the listing:
-            // its status as it is now, below.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {}
+            // Replaced by a symlink, a socket or something else since the
+            // listing, or a file under a lease that a non-blocking open
+            // does not wait for: its status as it is now, below (a regular
+            // file is then opened blocking, as `kind_of` does).
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ELOOP | libc::ENOTDIR | libc::ENXIO | libc::EWOULDBLOCK)
+                ) => {}
             Err(e) => return Err(host_io("open", &path())(e)),
         }
     }
@@ -498,7 +551,7 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, Ext4Error> {
     let fd = unsafe {
         libc::open(
             c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
@@ -630,7 +683,14 @@ fn xattrs_of(
                 n = list(&mut big);
             }
             Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            _ => return Err(host_io("listxattr", &path())(e)),
+            _ => {
+                let call = if c.is_some() {
+                    "llistxattr"
+                } else {
+                    "flistxattr"
+                };
+                return Err(host_io(call, &path())(e));
+            }
         }
     }
     let names = if big.is_empty() { &small[..] } else { &big[..] };
@@ -670,7 +730,14 @@ fn xattrs_of(
                 Some(libc::ERANGE) => val.resize(val.len() * 4, 0),
                 // Gone since the listing, or not readable: skipped.
                 Some(libc::ENODATA) => break None,
-                _ => return Err(host_io("getxattr", &path())(e)),
+                _ => {
+                    let call = if c.is_some() {
+                        "lgetxattr"
+                    } else {
+                        "fgetxattr"
+                    };
+                    return Err(host_io(call, &path())(e));
+                }
             }
         };
         if let Some(len) = len {
