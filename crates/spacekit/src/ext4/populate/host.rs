@@ -161,7 +161,7 @@ impl Populate<'_> {
                 let top_meta = fstat(&top)
                     .map_err(|e| host_io("fstat", dir)(e))
                     .and_then(|st| {
-                        let x = xattrs_of(Target::Fd(top.as_raw_fd()), &|| dir.to_path_buf())?;
+                        let x = xattrs_of(&Target::Fd(top.as_raw_fd()), &|| dir.to_path_buf())?;
                         Ok(meta_of(&st, x))
                     });
                 let ok = match top_meta {
@@ -296,11 +296,11 @@ impl Walker<'_> {
             rel.extend_from_slice(name.name.as_bytes());
             let path = || dir.join(std::ffi::OsStr::from_bytes(name.name.as_bytes()));
             let (st, opened) = stat_entry(&fd, &name, &path)?;
-            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-            let xattrs = match &opened {
-                Some(f) => xattrs_of(Target::Fd(f.as_raw_fd()), &path)?,
-                None => xattrs_of(Target::Path(&path()), &path)?,
+            let target = match &opened {
+                Some(f) => Target::Fd(f.as_raw_fd()),
+                None => Target::path(&path())?,
             };
+            let xattrs = xattrs_of(&target, &path)?;
             let meta = meta_of(&st, xattrs);
             let (kind, sub) = self.kind_of(opened, &fd, &name.name, &path, rel, &st)?;
             let held = match &kind {
@@ -320,7 +320,8 @@ impl Walker<'_> {
             if !self.send(Ok(item)) {
                 return Ok(fd);
             }
-            if let (true, Some(sub)) = (is_dir, sub) {
+            // Only a directory comes back open from `kind_of`.
+            if let Some(sub) = sub {
                 drop(fd);
                 let sub = self.walk(sub, &path(), rel)?;
                 fd = open_at(&sub, c"..", libc::O_RDONLY | libc::O_DIRECTORY)
@@ -637,60 +638,82 @@ fn meta_of(st: &libc::stat64, xattrs: Vec<(String, Vec<u8>)>) -> Meta {
 
 /// Where extended attributes are read from: an open descriptor, or a path
 /// (not following a symlink).
-#[derive(Clone, Copy)]
-enum Target<'a> {
+enum Target {
     Fd(RawFd),
-    Path(&'a Path),
+    Path(CString),
+}
+
+impl Target {
+    /// The target for host path `p`.
+    fn path(p: &Path) -> Result<Target, Ext4Error> {
+        CString::new(p.as_os_str().as_bytes())
+            .map(Target::Path)
+            .map_err(|_| host_io("llistxattr", p)(std::io::ErrorKind::InvalidInput.into()))
+    }
+
+    /// `flistxattr` or `llistxattr` into `buf`: the list's length, or -1.
+    fn list(&self, buf: &mut [u8]) -> isize {
+        match self {
+            // SAFETY: `fd` is an open descriptor and `buf` is writable for
+            // the length passed; the kernel writes at most that many bytes.
+            Target::Fd(fd) => unsafe { libc::flistxattr(*fd, buf.as_mut_ptr().cast(), buf.len()) },
+            // SAFETY: as above, for a NUL-terminated path.
+            Target::Path(c) => unsafe {
+                libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            },
+        }
+    }
+
+    /// `fgetxattr` or `lgetxattr` of `name` into `buf`: the value's
+    /// length, or -1.
+    fn get(&self, name: &CStr, buf: &mut [u8]) -> isize {
+        match self {
+            // SAFETY: `fd` is open, `name` NUL-terminated and `buf`
+            // writable for the length passed.
+            Target::Fd(fd) => unsafe {
+                libc::fgetxattr(*fd, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            },
+            // SAFETY: as above, for a NUL-terminated path.
+            Target::Path(c) => unsafe {
+                libc::lgetxattr(
+                    c.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            },
+        }
+    }
+
+    /// The names of the list and get calls, for errors.
+    fn calls(&self) -> (&'static str, &'static str) {
+        match self {
+            Target::Fd(_) => ("flistxattr", "fgetxattr"),
+            Target::Path(_) => ("llistxattr", "lgetxattr"),
+        }
+    }
 }
 
 /// The extended attributes of `target`, sorted by name; none where the
 /// host file system has none. `path` names it in errors.
 fn xattrs_of(
-    target: Target<'_>,
+    target: &Target,
     path: &dyn Fn() -> PathBuf,
 ) -> Result<Vec<(String, Vec<u8>)>, Ext4Error> {
-    let c = match target {
-        Target::Fd(_) => None,
-        Target::Path(p) => Some(
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| host_io("llistxattr", p)(std::io::ErrorKind::InvalidInput.into()))?,
-        ),
-    };
+    let (list_call, get_call) = target.calls();
     // Most files have none: a small list on the stack first.
     let mut small = [0u8; 256];
     let mut big = Vec::new();
-    let list = |buf: &mut [u8]| -> isize {
-        match (&c, target) {
-            // SAFETY: `c` is a NUL-terminated path and `buf` is writable
-            // for the length passed; the kernel writes at most that many
-            // bytes.
-            (Some(c), _) => unsafe {
-                libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-            },
-            // SAFETY: as above, for an open descriptor.
-            (None, Target::Fd(fd)) => unsafe {
-                libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len())
-            },
-            (None, Target::Path(_)) => unreachable!("a path target has its C string"),
-        }
-    };
-    let mut n = list(&mut small);
+    let mut n = target.list(&mut small);
     while n < 0 {
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::ERANGE) => {
                 big.resize((big.len() * 4).max(4096), 0);
-                n = list(&mut big);
+                n = target.list(&mut big);
             }
             Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            _ => {
-                let call = if c.is_some() {
-                    "llistxattr"
-                } else {
-                    "flistxattr"
-                };
-                return Err(host_io(call, &path())(e));
-            }
+            _ => return Err(host_io(list_call, &path())(e)),
         }
     }
     let names = if big.is_empty() { &small[..] } else { &big[..] };
@@ -705,23 +728,7 @@ fn xattrs_of(
         let cname = CString::new(name).unwrap_or_default();
         let mut val = std::vec![0u8; 256];
         let len = loop {
-            let r = match (&c, target) {
-                // SAFETY: both strings are NUL-terminated; `val` is writable
-                // for the length passed.
-                (Some(c), _) => unsafe {
-                    libc::lgetxattr(
-                        c.as_ptr(),
-                        cname.as_ptr(),
-                        val.as_mut_ptr().cast(),
-                        val.len(),
-                    )
-                },
-                // SAFETY: as above, for an open descriptor.
-                (None, Target::Fd(fd)) => unsafe {
-                    libc::fgetxattr(fd, cname.as_ptr(), val.as_mut_ptr().cast(), val.len())
-                },
-                (None, Target::Path(_)) => unreachable!("a path target has its C string"),
-            };
+            let r = target.get(&cname, &mut val);
             if r >= 0 {
                 break Some(r as usize);
             }
@@ -730,14 +737,7 @@ fn xattrs_of(
                 Some(libc::ERANGE) => val.resize(val.len() * 4, 0),
                 // Gone since the listing, or not readable: skipped.
                 Some(libc::ENODATA) => break None,
-                _ => {
-                    let call = if c.is_some() {
-                        "lgetxattr"
-                    } else {
-                        "fgetxattr"
-                    };
-                    return Err(host_io(call, &path())(e));
-                }
+                _ => return Err(host_io(get_call, &path())(e)),
             }
         };
         if let Some(len) = len {
