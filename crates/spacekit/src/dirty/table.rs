@@ -39,9 +39,9 @@ const PAR_MIN_EDGES_PER_WORD: usize = 2;
 const PAR_MIN_THREADS_COMPRESS: usize = 4;
 
 /// Edges per word at or below which the parallel table build runs the
-/// one-pass split, as a fraction `1 / ONE_PASS_WORDS_PER_EDGE`: a quarter
-/// edge a word (a 0.1% random log has 0.13, a 1% one 1.3; a clean or a
-/// fully dirty log none).
+/// one-pass split on any log of [`ONE_PASS_MIN_WORDS`], as a fraction
+/// `1 / ONE_PASS_WORDS_PER_EDGE`: a quarter edge a word (a 0.1% random log
+/// has 0.13, a 1% one 1.3; a clean or a fully dirty log none).
 ///
 /// There the table is small next to the log (at 0.1%, 1 byte of table per
 /// 8 of bitmap), so each thread scans its part of the log once into its
@@ -49,7 +49,8 @@ const PAR_MIN_THREADS_COMPRESS: usize = 4;
 /// read the log at the two-thread memory bandwidth. Denser logs write
 /// larger tables (a quarter of the log's size at this threshold, as large
 /// as the log from one edge a word), and copying the later parts costs
-/// more of what the second thread saves (at 1% it saved nothing).
+/// more of what the second thread saves, unless the log is large or one
+/// thread's scan slow (see [`ONE_PASS_EDGES_PER_WORD`]).
 #[cfg(feature = "rayon")]
 const ONE_PASS_WORDS_PER_EDGE: usize = 4;
 
@@ -63,6 +64,27 @@ const ONE_PASS_WORDS_PER_EDGE: usize = 4;
 /// 384 MiB log it won 1.1x-1.2x at 0% and 1.3x-1.4x at 0.1% dirty.
 #[cfg(feature = "rayon")]
 const ONE_PASS_MIN_WORDS: usize = 8 << 20;
+
+/// Edges per word at or below which the one-pass split also runs on a log
+/// of [`ONE_PASS_BIG_WORDS`], and on any log of [`ONE_PASS_MIN_WORDS`] at
+/// a level that does not expand words with one compress (below AVX-512):
+/// two edges a word, about 1.6% dirty at random.
+///
+/// Measured on an AMD EPYC Zen 4 VM with two threads, medians against one
+/// thread: at AVX-512 a 256 MiB log gained 1.1x-1.2x from 0.5% to 1.5%
+/// dirty and a 384 MiB one 1.2x at 0.3%-2% (even at 3%), while a 128 MiB
+/// log gained nothing at 0.5%-1.5% (the copy of the later parts eats the
+/// second thread's share there); at AVX2, where one thread scans dense
+/// logs more slowly, a 128 MiB log gained 1.2x at 1% and a 384 MiB one
+/// 1.4x at 1% and 1.3x at 2%-3%, more than the counting split.
+#[cfg(feature = "rayon")]
+const ONE_PASS_EDGES_PER_WORD: usize = 2;
+
+/// Words from which a log takes the one-pass split up to
+/// [`ONE_PASS_EDGES_PER_WORD`] at every level: a 256 MiB log (an 8 TiB
+/// guest's with 4 KiB pages).
+#[cfg(feature = "rayon")]
+const ONE_PASS_BIG_WORDS: usize = 32 << 20;
 
 /// How a parallel table build runs.
 #[cfg(feature = "rayon")]
@@ -79,12 +101,13 @@ enum Split {
 }
 
 /// How the parallel scan of `src` runs: on one thread when rayon's pool
-/// has one; else from a sample of the bitmap's edges, the one-pass split
-/// at or below a quarter edge a word (one edge per
-/// [`ONE_PASS_WORDS_PER_EDGE`] words) on a log of at least
-/// [`ONE_PASS_MIN_WORDS`] (one thread on a smaller one), the counting
-/// split at or above
-/// [`PAR_MIN_EDGES_PER_WORD`], one thread in between.
+/// has one; else from a sample of the bitmap's edges, on a log of at least
+/// [`ONE_PASS_MIN_WORDS`] the one-pass split at or below a quarter edge a
+/// word (one edge per [`ONE_PASS_WORDS_PER_EDGE`] words), and at or below
+/// [`ONE_PASS_EDGES_PER_WORD`] where the level does not compress or the
+/// log has [`ONE_PASS_BIG_WORDS`]; then the counting split at or above
+/// [`PAR_MIN_EDGES_PER_WORD`]; one thread otherwise (and on smaller logs
+/// below the counting split).
 ///
 /// Where the scan expands words with one compress instruction
 /// ([`scan::compresses`]: AVX-512) one thread writes the table near
@@ -108,12 +131,13 @@ fn split_of<W: Words>(src: W, opts: ScanOpts) -> Split {
         return Split::Serial;
     }
     let (edges, words) = scan::sample_edges(src, opts.level());
-    if edges * ONE_PASS_WORDS_PER_EDGE <= words {
-        if src.len() >= ONE_PASS_MIN_WORDS {
-            Split::OnePass
-        } else {
-            Split::Serial
-        }
+    let n = src.len();
+    let one_pass = n >= ONE_PASS_MIN_WORDS
+        && (edges * ONE_PASS_WORDS_PER_EDGE <= words
+            || edges <= ONE_PASS_EDGES_PER_WORD * words
+                && (n >= ONE_PASS_BIG_WORDS || !scan::compresses(opts.level())));
+    if one_pass {
+        Split::OnePass
     } else if edges >= PAR_MIN_EDGES_PER_WORD * words
         && (threads >= PAR_MIN_THREADS_COMPRESS || !scan::compresses(opts.level()))
     {
@@ -550,9 +574,11 @@ mod par_tests {
 
     /// With two threads a clean or sparse log of at least
     /// [`ONE_PASS_MIN_WORDS`] takes the one-pass split at every level (a
-    /// smaller one runs on one thread), one of about an edge a word runs
-    /// on one thread, and a dense log takes the counting split except
-    /// where the level expands with a compress (AVX-512 alone); a pool of
+    /// smaller one runs on one thread); one of about an edge a word takes
+    /// it from that size where the level does not compress and from
+    /// [`ONE_PASS_BIG_WORDS`] at every level, and runs on one thread
+    /// below; a dense log takes the counting split except where the level
+    /// expands with a compress (AVX-512 alone); a pool of
     /// [`PAR_MIN_THREADS_COMPRESS`] threads splits it there too. One
     /// thread never splits.
     #[test]
@@ -560,6 +586,8 @@ mod par_tests {
         let words = 1 << 16;
         let dense = log(words, 1, 8);
         let middle = log(words, 2, 1);
+        let middle_min = log(ONE_PASS_MIN_WORDS, 2, 1);
+        let middle_big = log(ONE_PASS_BIG_WORDS, 2, 1);
         let small_sparse = log(words, 64, 1);
         let sparse = log(ONE_PASS_MIN_WORDS, 64, 1);
         let clean = std::vec![0u64; ONE_PASS_MIN_WORDS];
@@ -577,21 +605,32 @@ mod par_tests {
                     Split::Count
                 }
             };
+            let middle_min_split = if c { Split::Serial } else { Split::OnePass };
             for threads in [1, 2, PAR_MIN_THREADS_COMPRESS] {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()
                     .unwrap();
                 let got = pool.install(|| {
-                    [&dense, &middle, &small_sparse, &sparse, &clean]
-                        .map(|l| split_of(One(l), opts))
+                    [
+                        &dense,
+                        &middle,
+                        &middle_min,
+                        &middle_big,
+                        &small_sparse,
+                        &sparse,
+                        &clean,
+                    ]
+                    .map(|l| split_of(One(l), opts))
                 });
                 let want = if threads == 1 {
-                    [Split::Serial; 5]
+                    [Split::Serial; 7]
                 } else {
                     [
                         dense_split(threads),
                         Split::Serial,
+                        middle_min_split,
+                        Split::OnePass,
                         Split::Serial,
                         Split::OnePass,
                         Split::OnePass,
@@ -599,7 +638,8 @@ mod par_tests {
                 };
                 assert_eq!(
                     got, want,
-                    "{level:?}, {threads} threads: dense, middle, small sparse, sparse, clean"
+                    "{level:?}, {threads} threads: dense, middle (small, 64 MiB, 256 MiB), \
+                     small sparse, sparse, clean"
                 );
             }
         }
