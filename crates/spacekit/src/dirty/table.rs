@@ -54,6 +54,12 @@ const PAR_MIN_THREADS_COMPRESS: usize = 4;
 #[cfg(feature = "rayon")]
 const ONE_PASS_WORDS_PER_EDGE: usize = 4;
 
+/// Ranges per task when the one-pass split's later parts are copied into
+/// the table by all threads (1 MiB; parts under two chunks are copied by
+/// one).
+#[cfg(feature = "rayon")]
+const JOIN_CHUNK: usize = 1 << 16;
+
 /// Words a log needs before the one-pass split runs (a 64 MiB log, a
 /// 2 TiB guest's with 4 KiB pages).
 ///
@@ -357,13 +363,59 @@ impl MemoryRangeTable {
                 Some(_) => {}
                 None => open = part_open,
             }
-            self.data.extend_from_slice(v);
-            v.clear();
         }
+        self.append_parts(&mut bufs);
         self.parts = bufs;
         if let Some(s) = open {
             self.data
                 .push(super::memory_range::range_of(s, n as u64 * 64, shift, base));
+        }
+    }
+
+    /// Appends the one-pass split's later parts in order and empties them.
+    /// Large parts are copied by all threads at once, [`JOIN_CHUNK`]
+    /// ranges per task: one thread copies about 10 GB/s, and at 1% of a
+    /// 384 MiB log the later part is 254 MB, a quarter of the build's time.
+    #[cfg(feature = "rayon")]
+    fn append_parts(&mut self, bufs: &mut [Vec<MemoryRange>]) {
+        use rayon::prelude::*;
+
+        let total: usize = bufs.iter().map(Vec::len).sum();
+        if total < 2 * JOIN_CHUNK {
+            for v in bufs.iter_mut() {
+                self.data.extend_from_slice(v);
+                v.clear();
+            }
+            return;
+        }
+        let old = self.data.len();
+        self.data.reserve(total);
+        let mut rest = &mut self.data.spare_capacity_mut()[..total];
+        let mut jobs = Vec::with_capacity(total.div_ceil(JOIN_CHUNK) + bufs.len());
+        for v in bufs.iter() {
+            let (head, tail) = rest.split_at_mut(v.len());
+            rest = tail;
+            jobs.extend(v.chunks(JOIN_CHUNK).zip(head.chunks_mut(JOIN_CHUNK)));
+        }
+        jobs.into_par_iter().for_each(|(from, to)| {
+            debug_assert_eq!(from.len(), to.len());
+            // SAFETY: `to` is `from.len()` slots of the table's spare
+            // capacity (the chunks pair up slot for slot), no other task
+            // writes them, and `from` is a buffer the table owns, apart
+            // from `to`; `MemoryRange` is `Copy`.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    from.as_ptr(),
+                    to.as_mut_ptr().cast::<MemoryRange>(),
+                    from.len(),
+                )
+            };
+        });
+        // SAFETY: every slot `old..old + total` was written above, in
+        // capacity that `reserve` made.
+        unsafe { self.data.set_len(old + total) };
+        for v in bufs.iter_mut() {
+            v.clear();
         }
     }
 
@@ -714,6 +766,62 @@ mod par_tests {
                 3,
                 "{level:?}: four parts, three kept buffers"
             );
+        }
+    }
+
+    /// Later parts large enough to be copied into the table by all
+    /// threads ([`JOIN_CHUNK`] ranges per task), on pools of two and four
+    /// threads, with runs across the seams and ranges already in the
+    /// table: the same table as a serial build.
+    #[test]
+    fn large_parts_are_joined_by_every_thread() {
+        use super::super::geometry::Geometry;
+        let words = 16 * 1024;
+        // 32 ranges a word, and all-dirty stretches over each seam of two
+        // and of four parts.
+        let mut log = std::vec![0x5555_5555_5555_5555u64; words];
+        for seam in [words / 4, words / 2, 3 * words / 4] {
+            log[seam - 3..seam + 5].fill(!0);
+        }
+        let g = Geometry::new(1 << 32, 4096).unwrap();
+        let mut want = MemoryRangeTable::new();
+        want.push(MemoryRange {
+            gpa: 0,
+            length: 4096,
+        });
+        want.extend_from(Scan::new(&log, g).unwrap());
+        assert!(want.len() > 4 * JOIN_CHUNK, "{}", want.len());
+        for threads in [2, 4] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for level in Level::available() {
+                let mut table = MemoryRangeTable::new();
+                for round in 0..2 {
+                    table.clear();
+                    table.push(MemoryRange {
+                        gpa: 0,
+                        length: 4096,
+                    });
+                    let mut scan = Scan::new(&log, g).unwrap().parallel(true);
+                    scan.opts = ScanOpts {
+                        backend: level,
+                        block_words: 64,
+                        force_parallel: true,
+                        one_pass: true,
+                    };
+                    pool.install(|| table.extend_from(scan));
+                    assert!(
+                        table == want,
+                        "{threads} threads, {level:?}, round {round}: {} ranges, want {}, first difference at {:?}",
+                        table.len(),
+                        want.len(),
+                        table.ranges().iter().zip(want.ranges()).position(|(a, b)| a != b)
+                    );
+                    assert!(table.parts.iter().all(|v| v.is_empty()));
+                }
+            }
         }
     }
 }
