@@ -74,3 +74,58 @@ fn inode_round_trip_is_fsck_clean() {
         fs::remove_file(&path).unwrap();
     }
 }
+
+/// An inode taken from an inode-table block that lies wholly past its
+/// group's used inodes (here an INODE_UNINIT group's first block, filled
+/// with garbage as a reused device would hold it) starts that block from
+/// zeros instead of reading it: after the flush the block's other slots
+/// are zero, and e2fsck is clean once the inode is freed again. (Without
+/// descriptor checksums there is no such watermark: e2fsck reads every
+/// slot, so the block is read and kept, and garbage there is damage.)
+#[test]
+fn a_block_past_the_used_inodes_starts_from_zeros() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("inodes-fresh");
+    for cfg in CONFIGS {
+        let path = mkfs(&dir, cfg);
+        let img = open_ro(&path);
+        let info = img.info().clone();
+        if info.checksums == ChecksumKind::None {
+            continue;
+        }
+        let ug = (1..info.group_count)
+            .find(|&g| {
+                let gi = img.group(g).unwrap();
+                gi.flags & BG_INODE_UNINIT != 0 || gi.itable_unused == info.inodes_per_group
+            })
+            .unwrap_or_else(|| panic!("{}: no group with unused inodes", cfg.name));
+        let table = img.group(ug).unwrap().inode_table;
+        drop(img);
+        let bs = u64::from(info.block_size);
+        let garbage = vec![0xA5u8; bs as usize];
+        {
+            use std::os::unix::fs::FileExt;
+            let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&garbage, table * bs).unwrap();
+        }
+        let mut img = open_rw(&path);
+        let ino = img.alloc_inode(Some(ug), false).unwrap();
+        assert_eq!(ino, ug * info.inodes_per_group + 1, "{}", cfg.name);
+        img.free_inode(ino, false).unwrap();
+        img.flush().unwrap();
+        drop(img);
+        let mut block = vec![0u8; bs as usize];
+        {
+            use std::os::unix::fs::FileExt;
+            let f = fs::File::open(&path).unwrap();
+            f.read_exact_at(&mut block, table * bs).unwrap();
+        }
+        assert!(
+            block.iter().all(|&b| b == 0),
+            "{}: the block past the used inodes was read, not started from zeros",
+            cfg.name
+        );
+        assert_fsck_clean(&path, cfg.name);
+        fs::remove_file(&path).unwrap();
+    }
+}

@@ -324,13 +324,25 @@ impl Image {
             // may have put an inode there that a roll-back or a crash
             // dropped): zero it, as the kernel and libext2fs write a new
             // inode in full.
+            // When every slot of its inode-table block lies there too, the
+            // block holds nothing anyone reads: it starts from zeros instead
+            // of being read (a populate's new inodes fill fresh blocks, and
+            // a lazily initialised table is a hole in a sparse image).
             let unused = self.desc(g).itable_unused();
-            if self.info.uninit_flags()
-                && (self.inode_uninit(g) || bit >= ipg.saturating_sub(unused))
-            {
+            let watermark = if self.inode_uninit(g) {
+                0
+            } else {
+                ipg.saturating_sub(unused)
+            };
+            if self.info.uninit_flags() && bit >= watermark {
                 let (block, at) = self.inode_location(ino)?;
                 let size = self.info.inode_size as usize;
-                let slot = self.inode_table_block_mut(block)?;
+                let per_block = (self.info.block_size / self.info.inode_size).max(1);
+                let slot = if bit - bit % per_block >= watermark {
+                    self.unused_inode_table_block_mut(block)?
+                } else {
+                    self.inode_table_block_mut(block)?
+                };
                 if let Some(s) = slot.get_mut(at..at + size) {
                     s.fill(0);
                 }

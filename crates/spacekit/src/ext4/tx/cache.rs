@@ -111,6 +111,28 @@ impl Image {
             .ok_or_else(|| invalid("block", block, "not in the block cache"))
     }
 
+    /// [`Image::inode_table_block_mut`] for a block whose every slot lies
+    /// past its group's used inodes (`bg_itable_unused`, or an
+    /// `INODE_UNINIT` group), which nothing reads: when not pending, it
+    /// starts as zeros, without reading the device.
+    ///
+    /// # Errors
+    /// As [`Image::inode_table_block_mut`].
+    pub(crate) fn unused_inode_table_block_mut(
+        &mut self,
+        block: u64,
+    ) -> Result<&mut [u8], Ext4Error> {
+        if self.pending_blocks.contains_key(&block) {
+            return self.inode_table_block_mut(block);
+        }
+        let bs = self.info.block_size as usize;
+        self.write_block_as(block, vec![0u8; bs], BlockKind::InodeTable)?;
+        self.pending_blocks
+            .get_mut(&block)
+            .map(|b| &mut b[..])
+            .ok_or_else(|| invalid("block", block, "not in the block cache"))
+    }
+
     /// Drops the pending version of `block`, if any (for a block freed
     /// before the flush, whose contents no longer matter); returns whether
     /// there was one.
