@@ -386,6 +386,7 @@ impl Image {
             last_dir: None,
             cache_budget: None,
             behind_next: usize::MAX,
+            recent: Default::default(),
             log_waiting: false,
         };
         img.set_cache_budget(Some(tx::behind::CACHE_BUDGET));

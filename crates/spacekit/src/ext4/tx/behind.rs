@@ -55,7 +55,9 @@ impl Image {
     /// directory, extent and xattr blocks in free space, and inode-table
     /// blocks past every group's used inodes) are written out early;
     /// `None` keeps every pending block in memory until
-    /// [`Image::flush`]. The default is [`CACHE_BUDGET`] (512 KiB). Crash
+    /// [`Image::flush`]; the last 16 blocks changed always stay (the
+    /// blocks being filled, which would otherwise be read back by the next
+    /// change). The default is [`CACHE_BUDGET`] (512 KiB). Crash
     /// safety is the same either way (see the module notes), and after the
     /// flush every block in use is byte-identical (a block written early
     /// and freed again before the flush keeps its bytes in free space).
@@ -73,7 +75,8 @@ impl Image {
     }
 
     /// Writes out early the pending blocks the committed image cannot
-    /// see, once the cache holds more than its budget. Best effort: on an
+    /// see, once the cache holds more than its budget, except the last
+    /// few changed (`Recent`), which are still being filled. Best effort: on an
     /// I/O error the blocks stay pending (the flush writes them, or
     /// reports the error), so an operation that succeeded stays done.
     pub(crate) fn write_behind(&mut self) {
@@ -129,6 +132,9 @@ impl Image {
         let mut maps: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
         let mut out = Vec::new();
         for &b in self.pending_blocks.keys() {
+            if self.recent.contains(b) {
+                continue;
+            }
             let unseen = match meta_in(&self.meta, b, b + 1).next() {
                 None => {
                     let Some((g, bit)) = self.info.group_of_block(b) else {

@@ -101,6 +101,7 @@ impl Image {
         if self.pending_blocks.contains_key(&block) {
             self.check_block_kind(block, BlockKind::InodeTable)?;
             self.keep_for_undo(block);
+            self.recent.touch(block);
         } else {
             let data = self.read_block(block)?.into_owned();
             self.write_block_as(block, data, BlockKind::InodeTable)?;
@@ -157,6 +158,7 @@ impl Image {
         }
         self.check_block_kind(block, kind)?;
         self.keep_for_undo(block);
+        self.recent.touch(block);
         self.pending_blocks.insert(block, data);
         Ok(())
     }
@@ -314,6 +316,57 @@ mod tests {
             ro.write_block(data, vec![0u8; bs]),
             Err(Ext4Error::ReadOnly)
         ));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Write-behind sends out the blocks the committed image cannot see,
+    /// except the last [`Recent::LEN`](crate::ext4::image::Recent::LEN)
+    /// changed, which stay pending (they are still being filled).
+    #[test]
+    fn write_behind_keeps_the_blocks_changed_last() {
+        let Some((dir, path)) = image("behind-recent") else {
+            std::eprintln!("skipping: mkfs.ext4 not found");
+            return;
+        };
+        let mut img = Image::open(&path, OpenMode::ReadWrite).unwrap();
+        let bs = img.info.block_size as usize;
+        let (start, _) = img
+            .free_extents(0)
+            .unwrap()
+            .into_iter()
+            .find(|&(a, b)| b + 1 - a >= 64)
+            .expect("64 free blocks in a row");
+        let keep = crate::ext4::image::Recent::LEN as u64;
+        let write = |img: &mut Image, blocks: core::ops::Range<u64>| {
+            for b in blocks {
+                img.write_block(start + b, vec![b as u8; bs]).unwrap();
+            }
+        };
+        let pending = |img: &Image| {
+            img.pending_blocks
+                .keys()
+                .map(|b| b - start)
+                .collect::<Vec<_>>()
+        };
+        write(&mut img, 0..40);
+        assert_eq!(img.write_behind_now().unwrap(), 40 - keep as usize);
+        assert_eq!(pending(&img), (40 - keep..40).collect::<Vec<_>>());
+        // A kept block changed again stays; the others go once newer
+        // blocks take their places.
+        write(&mut img, 39..40);
+        write(&mut img, 40..40 + keep - 1);
+        assert_eq!(img.write_behind_now().unwrap(), keep as usize - 1);
+        assert_eq!(pending(&img), (39..40 + keep - 1).collect::<Vec<_>>());
+        img.flush().unwrap();
+        drop(img);
+        let bytes = std::fs::read(&path).unwrap();
+        for b in 0..40 + keep - 1 {
+            let at = (start + b) as usize * bs;
+            assert!(
+                bytes[at..at + bs].iter().all(|&x| x == b as u8),
+                "block {b}"
+            );
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 }
