@@ -140,8 +140,8 @@ fn split_of<W: Words>(src: W, opts: ScanOpts) -> Split {
     let n = src.len();
     let one_pass = n >= ONE_PASS_MIN_WORDS
         && (edges * ONE_PASS_WORDS_PER_EDGE <= words
-            || edges <= ONE_PASS_EDGES_PER_WORD * words
-                && (n >= ONE_PASS_BIG_WORDS || !scan::compresses(opts.level())));
+            || (edges <= ONE_PASS_EDGES_PER_WORD * words
+                && (n >= ONE_PASS_BIG_WORDS || !scan::compresses(opts.level()))));
     if one_pass {
         Split::OnePass
     } else if edges >= PAR_MIN_EDGES_PER_WORD * words

@@ -246,8 +246,8 @@ const BATCH: usize = 64;
 
 impl Walker<'_> {
     /// Queues `item` for the consumer, handing the batch over when it is
-    /// full (or holds a quarter of [`BUDGET`], or is an error); false when the consumer has
-    /// gone.
+    /// full (or holds a quarter of [`BUDGET`], or is an error); false when
+    /// the consumer has gone.
     fn send(&mut self, item: Result<Item, Ext4Error>) -> bool {
         let last = item.is_err();
         self.batch_bytes += item.as_ref().map_or(0, |i| i.held);

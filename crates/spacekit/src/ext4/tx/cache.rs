@@ -123,15 +123,11 @@ impl Image {
         &mut self,
         block: u64,
     ) -> Result<&mut [u8], Ext4Error> {
-        if self.pending_blocks.contains_key(&block) {
-            return self.inode_table_block_mut(block);
+        if !self.pending_blocks.contains_key(&block) {
+            let bs = self.info.block_size as usize;
+            self.write_block_as(block, vec![0u8; bs], BlockKind::InodeTable)?;
         }
-        let bs = self.info.block_size as usize;
-        self.write_block_as(block, vec![0u8; bs], BlockKind::InodeTable)?;
-        self.pending_blocks
-            .get_mut(&block)
-            .map(|b| &mut b[..])
-            .ok_or_else(|| invalid("block", block, "not in the block cache"))
+        self.inode_table_block_mut(block)
     }
 
     /// Drops the pending version of `block`, if any (for a block freed
