@@ -96,7 +96,7 @@ impl Variant {
 /// into it first (`len` is the checksummed length of `buf`).
 fn write(buf: &mut [u8], crc: Option<&mut u32>, len: usize, at: usize, new: &[u8]) {
     let old = &buf[at..at + new.len()];
-    if old == new {
+    if same(old, new) {
         return;
     }
     if let Some(crc) = crc {
@@ -104,6 +104,15 @@ fn write(buf: &mut [u8], crc: Option<&mut u32>, len: usize, at: usize, new: &[u8
             .expect("a field inside the buffer");
     }
     buf[at..at + new.len()].copy_from_slice(new);
+}
+
+/// Whether two fields of a few bytes are equal, compared in registers: a
+/// slice `==` is a call to `memcmp`, which cost a third of a 64 KiB-block
+/// request's time in the fastest variant (every variant writes its fields
+/// through here).
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// The longest region an [`Edit`] splices (the superblock's free count:
@@ -142,7 +151,7 @@ impl<'a> Edit<'a> {
 
     fn write(&mut self, at: usize, new: &[u8]) {
         let old = &mut self.buf[at..at + new.len()];
-        if old == new {
+        if same(old, new) {
             return;
         }
         if self.track {
