@@ -48,6 +48,13 @@
 //! up in a 64-entry table of Montgomery-form powers, and the few factors are
 //! multiplied as a balanced tree: depth 2 for exponents below 2^24 (buffers
 //! under 2 MiB), depth 3 up to 2^36. The tables take 5 * 64 * 8 = 2560 bytes.
+//!
+//! [`mul_xpow`] (a CRC shifted by `e` bits) makes the CRC a factor of that
+//! tree rather than a product after it, so the tree is one product deeper
+//! only where the leaf joins it: depth 2 below 2^18, 3 above. A shift by
+//! fewer than 1024 whole bytes (every field of an inode, a group
+//! descriptor or a superblock, spliced into its checksum) looks its factor
+//! up in a second table of 8 KiB and is one product.
 
 /// CRC-32C's generator polynomial, normal bit order, with its `x^32` term.
 pub(crate) const P: u64 = 0x1_1EDC_6F41;
@@ -69,6 +76,25 @@ pub(crate) const EXP_LIMIT: u64 = 1 << (DIGIT_BITS * (DIGITS as u32 + 1));
 
 /// `TABLE[j][d] = x^(d * 2^(6 + 6j)) * x^64 mod Q`.
 static TABLE: [[u64; 64]; DIGITS] = build_table();
+
+/// Shifts by fewer bytes than this take their factor from [`BYTES`].
+const BYTES_LEN: usize = 1024;
+/// `BYTES[n] = x^(8n) * x^64 mod Q`: a CRC shifted by `n < 1024` bytes (a
+/// splice inside an inode, a group descriptor or a superblock) is one
+/// Montgomery product, with no digits to multiply first. 8 KiB.
+static BYTES: [u64; BYTES_LEN] = build_bytes();
+
+const fn build_bytes() -> [u64; BYTES_LEN] {
+    let mut t = [0u64; BYTES_LEN];
+    let step = xpow_mod_q(8);
+    t[0] = xpow_mod_q(64);
+    let mut n = 1;
+    while n < BYTES_LEN {
+        t[n] = mulmod_q(t[n - 1], step);
+        n += 1;
+    }
+    t
+}
 
 /// Carry-less product of two polynomials of degree < 64 (portable).
 #[inline(always)]
@@ -242,10 +268,36 @@ pub(crate) fn flip_delta<M: Mont>(a: u64, b: u64) -> u32 {
 /// `crc * x^e mod P` on reflected CRC values (`e < EXP_LIMIT`).
 #[inline(always)]
 pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
-    let c = M::load(u64::from(crc.reverse_bits()));
-    let xe: M = pow_x(1 << (e & 63), e);
-    // c * xe * x^-64, then * x^128 * x^-64.
-    let r = c.mul(xe).mul(M::load(MONT_R2)).get();
+    debug_assert!(e < EXP_LIMIT);
+    if e.is_multiple_of(8) && e < 8 * BYTES_LEN as u64 {
+        let r = M::load(u64::from(crc.reverse_bits()))
+            .mul(M::load(BYTES[(e / 8) as usize]))
+            .get();
+        let r = if r >> 32 != 0 { r ^ P } else { r };
+        return (r as u32).reverse_bits();
+    }
+    let h = e >> DIGIT_BITS;
+    let digit = |j: usize| M::load(TABLE[j][((h >> (DIGIT_BITS as usize * j)) & 63) as usize]);
+    // The CRC is one more factor of the tree, not a product after it: `c`
+    // (plain) times digit 0 is plain, and `x^(e & 63)` enters in
+    // Montgomery form (times `x^128 * x^-64`), so the last product of the
+    // tree is plain again with no product to undo an `x^-64` after it.
+    // Depth 2 for exponents below 2^18 (fields of buffers up to 32 KiB),
+    // 3 up to 2^36.
+    let a = M::load(u64::from(crc.reverse_bits())).mul(digit(0));
+    let low = M::load(1 << (e & 63)).mul(M::load(MONT_R2));
+    let r = if h < 1 << DIGIT_BITS {
+        a.mul(low)
+    } else if h < 1 << (2 * DIGIT_BITS) {
+        a.mul(digit(1).mul(low))
+    } else if h < 1 << (3 * DIGIT_BITS) {
+        a.mul(digit(1).mul(digit(2))).mul(low)
+    } else {
+        let b = digit(1).mul(digit(2));
+        let g = digit(3).mul(digit(4));
+        a.mul(b).mul(g.mul(low))
+    };
+    let r = r.get();
     let r = if r >> 32 != 0 { r ^ P } else { r };
     (r as u32).reverse_bits()
 }
@@ -320,6 +372,42 @@ mod tests {
                     mul_xpow::<Portable>(crc, e),
                     "e {e} crc {crc:#x}"
                 );
+            }
+        }
+    }
+
+    /// `crc * x^e mod P` on reflected CRC values, the slow way.
+    fn slow_mul_xpow(crc: u32, e: u64) -> u32 {
+        let r = mulmod_q(u64::from(crc.reverse_bits()), xpow_mod_q(e));
+        let r = if r >> 32 != 0 { r ^ P } else { r };
+        (r as u32).reverse_bits()
+    }
+
+    #[test]
+    fn mul_xpow_matches_square_and_multiply() {
+        // Every byte shift the byte table covers and the bit shifts between
+        // them, then a spread over each digit count up to the limit.
+        let mut exps: std::vec::Vec<u64> = (0..8 * BYTES_LEN as u64 + 64).collect();
+        let mut e = 7u64;
+        for k in 0..4000u64 {
+            e = e
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let bits = 12 + k % 25;
+            exps.push((e >> (64 - bits)) & !(k % 2 * 7));
+        }
+        #[cfg(target_arch = "x86_64")]
+        let clmul = std::arch::is_x86_feature_detected!("pclmulqdq");
+        let mut crc = 0x1234_5678u32;
+        for &e in &exps {
+            crc = crc.rotate_left(5) ^ e as u32;
+            let want = slow_mul_xpow(crc, e);
+            assert_eq!(mul_xpow::<Portable>(crc, e), want, "crc {crc:#x} e {e}");
+            #[cfg(target_arch = "x86_64")]
+            if clmul {
+                // SAFETY: the CPU has PCLMULQDQ (checked above).
+                let got = unsafe { super::super::arch::x86_64::mul_xpow(crc, e) };
+                assert_eq!(got, want, "PCLMULQDQ: crc {crc:#x} e {e}");
             }
         }
     }
