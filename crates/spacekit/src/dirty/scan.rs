@@ -509,6 +509,15 @@ pub(super) unsafe fn emit_batch<V: Vector>(
 /// with more edges than [`DENSE_WRITES`] writes only its own).
 pub(super) const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
 
+/// Edges (slots) a round of [`RangeScan::emit_into`] gathers before it
+/// converts them (8 KiB: the round stays in the first-level cache).
+const ROUND_SLOTS: usize = 1024;
+/// Batches per round of [`RangeScan::emit_into`], at most.
+const ROUND_BATCHES: usize = 8;
+/// Ranges a round may write into: a batch begins below [`ROUND_SLOTS`] and
+/// needs `2 * BATCH_ROOM - 1` slots from there.
+const ROUND_ROOM: usize = ROUND_SLOTS / 2 + BATCH_ROOM;
+
 /// Unconditional edge writes per word in a dense stretch.
 const DENSE_WRITES: usize = 10;
 
@@ -613,9 +622,11 @@ impl<W: Words> RangeScan<W> {
 
     /// Runs the scan to its end, appending each complete range to `out`
     /// (converted by `shift` and `base`). `open`: the start of a run still
-    /// open at the scan's first word, if any. Calls `flush` with `out` after
-    /// every batch (it may drain `out`). Returns the start of the run still
-    /// open at the end, if any.
+    /// open at the scan's first word, if any. Batches go in rounds of up to
+    /// [`ROUND_BATCHES`] (or [`ROUND_SLOTS`] edges), each round's ranges
+    /// converted at its end. Calls `flush` with `out` after every round (it
+    /// may drain `out`). Returns the start of the run still open at the end,
+    /// if any.
     #[inline(always)]
     fn emit_into<V: Vector>(
         &mut self,
@@ -626,20 +637,31 @@ impl<W: Words> RangeScan<W> {
         mut flush: impl FnMut(&mut alloc::vec::Vec<MemoryRange>),
     ) -> Option<u64> {
         while !self.done() {
-            out.reserve(BATCH_ROOM);
+            out.reserve(ROUND_ROOM);
             let len = out.len();
             let p = out.spare_capacity_mut().as_mut_ptr().cast::<MemoryRange>();
             let flat = p.cast::<u64>();
             let mut k = 0;
             if let Some(s) = open {
-                // SAFETY: `reserve` made room for `BATCH_ROOM` ranges past
+                // SAFETY: `reserve` made room for `ROUND_ROOM` ranges past
                 // `len`; slot 0 is the first range's `gpa`.
                 unsafe { flat.write(s) };
                 k = 1;
             }
-            // SAFETY: the batch begins at slot `k <= 1`; the room it needs
-            // is `2 * BATCH_ROOM - 1` slots past that, which `reserve` gave.
-            unsafe { self.batch::<V>(flat, &mut k) };
+            // Batches until the round holds `ROUND_SLOTS` edges (or has
+            // `ROUND_BATCHES` batches), then one conversion: a sparse log's
+            // batches have a few edges each, and the reservation,
+            // conversion and length update per batch cost as much as
+            // their words.
+            for _ in 0..ROUND_BATCHES {
+                // SAFETY: the batch begins at slot `k < ROUND_SLOTS`; the
+                // room it needs is `2 * BATCH_ROOM - 1` slots past that,
+                // within the `2 * ROUND_ROOM` that `reserve` gave.
+                unsafe { self.batch::<V>(flat, &mut k) };
+                if self.done() || k >= ROUND_SLOTS {
+                    break;
+                }
+            }
             let ne = k / 2;
             // SAFETY: slots `..k` hold edges, so ranges `..k / 2` had their
             // start and end written and are initialised; all lie within the
@@ -835,7 +857,7 @@ impl<W: Words> Job for WriteBlock<'_, W> {
         // placeholder start, and its range (the first complete one) dropped.
         let carried = s.carry != 0;
         let mut skip = usize::from(carried);
-        let mut buf = alloc::vec::Vec::with_capacity(BLOCK_FLUSH + BATCH_ROOM);
+        let mut buf = alloc::vec::Vec::with_capacity(BLOCK_FLUSH + ROUND_ROOM);
         let mut w = 0;
         let mut put = |buf: &mut alloc::vec::Vec<MemoryRange>| {
             let from = skip.min(buf.len());
