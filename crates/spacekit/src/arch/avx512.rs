@@ -52,11 +52,49 @@ unsafe impl Vector for Avx512 {
         Avx512(unsafe { _mm512_loadu_si512(words.as_ptr().add(i).cast()) })
     }
 
-    /// The AVX2 form (AVX2 is enabled in `run` too).
+    /// The AVX2 form's steps on four pairs a vector, the last up to three
+    /// with a masked load and store (no scalar tail: a table builder's
+    /// round ends on any number of pairs).
     #[inline(always)]
     fn pairs_to_ranges(pairs: &mut [u64], shift: u32, base: u64) {
-        // SAFETY: only reached inside `run`, which enables AVX2.
-        unsafe { super::avx2::pairs_to_ranges_avx2(pairs, shift, base) }
+        if shift > 63 {
+            return super::vector::pairs_to_ranges_scalar(pairs, shift, base);
+        }
+        let n = pairs.len();
+        let p = pairs.as_mut_ptr();
+        // SAFETY: AVX-512 F as above. Each full step loads and stores the
+        // eight words `i..i + 8` with `i + 8 <= n`; the last step's mask
+        // covers only words `i..n`, and masked-off lanes are neither read
+        // nor written.
+        unsafe {
+            let b = _mm512_set_epi64(
+                0,
+                base as i64,
+                0,
+                base as i64,
+                0,
+                base as i64,
+                0,
+                base as i64,
+            );
+            let c = _mm_cvtsi32_si128(shift as i32);
+            let step = |v: __m512i| {
+                let starts = _mm512_unpacklo_epi64(v, v);
+                let r = _mm512_mask_blend_epi64(0b1010_1010, v, _mm512_sub_epi64(v, starts));
+                _mm512_add_epi64(_mm512_sll_epi64(r, c), b)
+            };
+            let mut i = 0;
+            while i + 8 <= n {
+                let v = _mm512_loadu_si512(p.add(i).cast());
+                _mm512_storeu_si512(p.add(i).cast(), step(v));
+                i += 8;
+            }
+            if i < n {
+                let m = ((1u32 << (n - i)) - 1) as __mmask8;
+                let v = _mm512_maskz_loadu_epi64(m, p.add(i).cast());
+                _mm512_mask_storeu_epi64(p.add(i).cast(), m, step(v));
+            }
+        }
     }
 
     #[inline(always)]
