@@ -66,12 +66,14 @@ const DENSITIES: [Density; 6] = [
     Density::Full,
 ];
 
-/// Rewrites `w` with the given pattern, every word. The same buffer serves
-/// every density, so each reads the same memory (fresh allocations for
-/// later densities, made after the earlier ones' gigabyte tables, read up
-/// to half again slower here: the `limit` row at 100% against 0%). Written
-/// anew each time: the host may merge identical pages of a long-lived zero
-/// buffer, after which reads come from one cached page instead of memory.
+/// Rewrites `w` with the given pattern, every word. The same buffer (on
+/// huge pages where the kernel gives them, as membw's: see
+/// [`membw::huge_capacity`]) serves every density, so each reads the same
+/// memory (fresh allocations for later densities, made after the earlier
+/// ones' gigabyte tables, read up to half again slower here: the `limit`
+/// row at 100% against 0%). Written anew each time: the host may merge
+/// identical pages of a long-lived zero buffer, after which reads come from
+/// one cached page instead of memory.
 fn fill_bitmap(w: &mut [u64], d: Density, rng: &mut SmallRng) {
     black_box(&mut w[..]).fill(0);
     let bits = w.len() as u64 * 64;
@@ -249,7 +251,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     // One output buffer per variant, reused by every call and every density.
     let mut outs = Outputs::default();
     let mut results = Vec::new();
-    let mut bm = vec![!0u64; words];
+    let mut bm = membw::huge_vec(words, !0)?;
     for d in DENSITIES {
         progress(NAME, &format!("{} MiB at {}", bytes >> 20, d.label()));
         fill_bitmap(&mut bm, d, &mut rng);

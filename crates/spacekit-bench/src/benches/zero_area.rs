@@ -521,7 +521,8 @@ fn scan_case(
     // A fresh, freshly written buffer per variant: the host may merge
     // identical (zero) pages of a buffer that lives long, after which reads
     // come from one cached page instead of memory.
-    let mut words = vec![!fill; bytes / 8];
+    // On huge pages where the kernel gives them, as membw's buffer.
+    let mut words = membw::huge_vec(bytes / 8, !fill)?;
     black_box(&mut words[..]).fill(fill);
     let view = BitView::new(&words, nbits).map_err(|e| BenchError(e.to_string()))?;
     let scalar = AtLevel(view, Level::scalar());

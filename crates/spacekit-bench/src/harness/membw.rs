@@ -99,9 +99,7 @@ pub fn buffer(ctx: &Ctx) -> Result<Vec<u64>, BenchError> {
     };
     progress("membw", &format!("filling {} MiB", bytes >> 20));
     let words = bytes / 8;
-    let mut buf: Vec<u64> = Vec::new();
-    buf.try_reserve_exact(words)
-        .map_err(|e| BenchError(format!("cannot allocate {} MiB: {e}", bytes >> 20)))?;
+    let mut buf = huge_capacity(words)?;
     buf.extend((0..words as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
     let expect = buf.iter().fold(0u64, |a, &w| a ^ w);
     verify(
@@ -109,6 +107,50 @@ pub fn buffer(ctx: &Ctx) -> Result<Vec<u64>, BenchError> {
         &[("scalar", expect), ("read loop", read_xor(&buf))],
     )?;
     Ok(buf)
+}
+
+/// An empty vector with room for `words` words, its memory asked to be
+/// backed by huge pages where the kernel gives them on request (Linux
+/// `madvise(MADV_HUGEPAGE)`; transparent huge pages in `madvise` mode, as
+/// here). Every buffer a scan benchmark reads and compares with [`measure`]
+/// comes from here, so a scan reads memory rather than walks page tables:
+/// on this machine (a guest under shadow paging) 384 MiB read in 22 ms on
+/// 4 KiB pages and in 12.4 ms on 2 MiB pages, and which pages a plain
+/// buffer got changed from run to run. Best effort: without huge pages the
+/// vector is an ordinary one.
+///
+/// # Errors
+/// The allocation failed.
+pub fn huge_capacity(words: usize) -> Result<Vec<u64>, BenchError> {
+    let mut v: Vec<u64> = Vec::new();
+    v.try_reserve_exact(words)
+        .map_err(|e| BenchError(format!("cannot allocate {} MiB: {e}", (words * 8) >> 20)))?;
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let p = v.as_ptr() as usize;
+        let (a, e) = (
+            p.next_multiple_of(HUGE),
+            (p + v.capacity() * 8) / HUGE * HUGE,
+        );
+        if e > a {
+            // SAFETY: `[a, e)` lies inside the vector's allocation, which
+            // this process owns; the call only sets a hint on those pages
+            // (none is touched yet) and changes no memory.
+            unsafe { libc::madvise(a as *mut libc::c_void, e - a, libc::MADV_HUGEPAGE) };
+        }
+    }
+    Ok(v)
+}
+
+/// [`huge_capacity`] filled with `words` copies of `fill`.
+///
+/// # Errors
+/// The allocation failed.
+pub fn huge_vec(words: usize, fill: u64) -> Result<Vec<u64>, BenchError> {
+    let mut v = huge_capacity(words)?;
+    v.resize(words, fill);
+    Ok(v)
 }
 
 /// XOR of every word, read as fast as the CPU allows.
