@@ -270,11 +270,8 @@ pub(crate) fn flip_delta<M: Mont>(a: u64, b: u64) -> u32 {
 pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
     debug_assert!(e < EXP_LIMIT);
     if e.is_multiple_of(8) && e < 8 * BYTES_LEN as u64 {
-        let r = M::load(u64::from(crc.reverse_bits()))
-            .mul(M::load(BYTES[(e / 8) as usize]))
-            .get();
-        let r = if r >> 32 != 0 { r ^ P } else { r };
-        return (r as u32).reverse_bits();
+        // `BYTES[n]` is `xpow_factor(8n)`.
+        return mul_by::<M>(crc, BYTES[(e / 8) as usize]);
     }
     let h = e >> DIGIT_BITS;
     let digit = |j: usize| M::load(TABLE[j][((h >> (DIGIT_BITS as usize * j)) & 63) as usize]);
@@ -297,7 +294,13 @@ pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
         let g = digit(3).mul(digit(4));
         a.mul(b).mul(g.mul(low))
     };
-    let r = r.get();
+    reflected(r.get())
+}
+
+/// A plain remainder modulo `Q` (degree <= 32) reduced modulo `P` and
+/// reflected: a CRC value.
+#[inline(always)]
+fn reflected(r: u64) -> u32 {
     let r = if r >> 32 != 0 { r ^ P } else { r };
     (r as u32).reverse_bits()
 }
@@ -312,13 +315,10 @@ pub(crate) const fn xpow_factor(e: u64) -> u64 {
 /// `crc * x^e mod P` on reflected CRC values, with `k = xpow_factor(e)`:
 /// one Montgomery product where [`mul_xpow`] needs the power's digits too.
 #[inline(always)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn mul_by<M: Mont>(crc: u32, k: u64) -> u32 {
     let c = M::load(u64::from(crc.reverse_bits()));
     // c * (x^e * x^64) * x^-64: plain, degree <= 32.
-    let r = c.mul(M::load(k)).get();
-    let r = if r >> 32 != 0 { r ^ P } else { r };
-    (r as u32).reverse_bits()
+    reflected(c.mul(M::load(k)).get())
 }
 
 #[cfg(test)]
