@@ -55,6 +55,9 @@
 //! fewer than 1024 whole bytes (every field of an inode, a group
 //! descriptor or a superblock, spliced into its checksum) looks its factor
 //! up in a second table of 8 KiB and is one product.
+//!
+//! With SSE4.2 as well, shifts skip the Montgomery form and the bit
+//! reversals altogether: see the reflected products at `R_BYTES`.
 
 /// CRC-32C's generator polynomial, normal bit order, with its `x^32` term.
 pub(crate) const P: u64 = 0x1_1EDC_6F41;
@@ -78,7 +81,7 @@ pub(crate) const EXP_LIMIT: u64 = 1 << (DIGIT_BITS * (DIGITS as u32 + 1));
 static TABLE: [[u64; 64]; DIGITS] = build_table();
 
 /// Shifts by fewer bytes than this take their factor from [`BYTES`].
-const BYTES_LEN: usize = 1024;
+pub(crate) const BYTES_LEN: usize = 1024;
 /// `BYTES[n] = x^(8n) * x^64 mod Q`: a CRC shifted by `n < 1024` bytes (a
 /// splice inside an inode, a group descriptor or a superblock) is one
 /// Montgomery product, with no digits to multiply first. 8 KiB.
@@ -94,6 +97,71 @@ const fn build_bytes() -> [u64; BYTES_LEN] {
         n += 1;
     }
     t
+}
+
+/// # Reflected products reduced by the `crc32` instruction
+///
+/// Where the CPU has both PCLMULQDQ and SSE4.2, a shift needs no bit
+/// reversal and no Montgomery step. For two reflected 32-bit values the
+/// 64-bit carry-less product, read as a reflected 64-bit value, is
+/// `a * b * x`, and the `crc32` instruction on it from zero multiplies by
+/// `x^32` and reduces modulo `P`: two instructions give `a * b * x^33 mod
+/// P` (`arch::x86_64::mul_xpow_crc32`). The tables below hold each factor
+/// `x^g` as `S(g) = x^(g - 33) mod P`, reflected, so that a product of
+/// `S(g)` and `S(h)` is `S(g + h)`, and a product of a CRC with `S(g)` is
+/// the CRC times `x^g`. `x^-33` exists modulo `P` (`P(0) = 1`) and is
+/// `x^(ORDER - 33)`, since `x^ORDER = 1` modulo `Q` and so modulo `P`.
+///
+/// `R_BYTES[n] = S(8n)`: a shift by `n < 1024` whole bytes. 4 KiB.
+#[cfg(target_arch = "x86_64")]
+pub(crate) static R_BYTES: [u32; BYTES_LEN] = build_r(8);
+/// `R_LOW[b] = S(b)` for `b < 64`: the low six bits of a shift.
+#[cfg(target_arch = "x86_64")]
+pub(crate) static R_LOW: [u32; 64] = build_r(1);
+/// `R_TABLE[j][d] = S(d * 2^(6 + 6j))`: digit `j` of a shift's bits above
+/// the low six.
+#[cfg(target_arch = "x86_64")]
+pub(crate) static R_TABLE: [[u32; 64]; DIGITS] = build_r_table();
+
+/// `r` (a remainder modulo `Q`, degree <= 32) reduced modulo `P` and
+/// reflected, at build time.
+#[cfg(target_arch = "x86_64")]
+const fn reflect_p(r: u64) -> u32 {
+    let r = if r >> 32 != 0 { r ^ P } else { r };
+    (r as u32).reverse_bits()
+}
+
+/// `[S(0), S(step), S(2 * step), ...]`, `N` entries.
+#[cfg(target_arch = "x86_64")]
+const fn build_r<const N: usize>(step: u64) -> [u32; N] {
+    let mut t = [0u32; N];
+    let s = xpow_mod_q(step);
+    let mut v = xpow_mod_q(ORDER - 33);
+    let mut i = 0;
+    while i < N {
+        t[i] = reflect_p(v);
+        v = mulmod_q(v, s);
+        i += 1;
+    }
+    t
+}
+
+#[cfg(target_arch = "x86_64")]
+const fn build_r_table() -> [[u32; 64]; DIGITS] {
+    let mut t = [[0u32; 64]; DIGITS];
+    let mut j = 0;
+    while j < DIGITS {
+        t[j] = build_r(1 << (DIGIT_BITS as usize * (j + 1)));
+        j += 1;
+    }
+    t
+}
+
+/// Digit `j` (six bits) of `h`, a shift's bits above its low six.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) const fn digit_of(h: u64, j: usize) -> usize {
+    ((h >> (DIGIT_BITS as usize * j)) & 63) as usize
 }
 
 /// Carry-less product of two polynomials of degree < 64 (portable).
@@ -398,6 +466,8 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         let clmul = std::arch::is_x86_feature_detected!("pclmulqdq");
+        #[cfg(target_arch = "x86_64")]
+        let crc32 = clmul && std::arch::is_x86_feature_detected!("sse4.2");
         let mut crc = 0x1234_5678u32;
         for &e in &exps {
             crc = crc.rotate_left(5) ^ e as u32;
@@ -408,6 +478,12 @@ mod tests {
                 // SAFETY: the CPU has PCLMULQDQ (checked above).
                 let got = unsafe { super::super::arch::x86_64::mul_xpow(crc, e) };
                 assert_eq!(got, want, "PCLMULQDQ: crc {crc:#x} e {e}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crc32 {
+                // SAFETY: the CPU has PCLMULQDQ and SSE4.2 (checked above).
+                let got = unsafe { super::super::arch::x86_64::mul_xpow_crc32(crc, e) };
+                assert_eq!(got, want, "PCLMULQDQ + crc32: crc {crc:#x} e {e}");
             }
         }
     }

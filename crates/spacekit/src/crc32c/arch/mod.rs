@@ -17,6 +17,11 @@ pub(crate) enum Unit {
     /// Only built from a `Level` that has PCLMULQDQ.
     #[cfg(target_arch = "x86_64")]
     Pclmul,
+    /// PCLMULQDQ with the `crc32` instruction reducing shifts in the
+    /// reflected domain; only built from a `Level` that has PCLMULQDQ and
+    /// SSE4.2.
+    #[cfg(target_arch = "x86_64")]
+    PclmulCrc32,
 }
 
 impl Unit {
@@ -26,7 +31,11 @@ impl Unit {
     pub(crate) const fn for_level(level: Level) -> Unit {
         #[cfg(target_arch = "x86_64")]
         if level.has_pclmulqdq() {
-            return Unit::Pclmul;
+            return if level.has_sse42() {
+                Unit::PclmulCrc32
+            } else {
+                Unit::Pclmul
+            };
         }
         let _ = level;
         Unit::Portable
@@ -37,6 +46,8 @@ impl Unit {
             Unit::Portable => "portable",
             #[cfg(target_arch = "x86_64")]
             Unit::Pclmul => "pclmulqdq",
+            #[cfg(target_arch = "x86_64")]
+            Unit::PclmulCrc32 => "pclmulqdq+crc32",
         }
     }
 
@@ -46,9 +57,10 @@ impl Unit {
         match self {
             Unit::Portable => gf2::flip_delta::<gf2::Portable>(a, b),
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Unit::Pclmul` is only built by `for_level` from a
-            // `Level` that has PCLMULQDQ, which proves the CPU has it.
-            Unit::Pclmul => unsafe { x86_64::flip_delta(a, b) },
+            // SAFETY: `Unit::Pclmul` and `Unit::PclmulCrc32` are only
+            // built by `for_level` from a `Level` that has PCLMULQDQ, which
+            // proves the CPU has it.
+            Unit::Pclmul | Unit::PclmulCrc32 => unsafe { x86_64::flip_delta(a, b) },
         }
     }
 
@@ -60,6 +72,10 @@ impl Unit {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as in `flip_delta`.
             Unit::Pclmul => unsafe { x86_64::mul_xpow(crc, e) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Unit::PclmulCrc32` is only built by `for_level` from
+            // a `Level` that has PCLMULQDQ and SSE4.2.
+            Unit::PclmulCrc32 => unsafe { x86_64::mul_xpow_crc32(crc, e) },
         }
     }
 }
