@@ -380,13 +380,28 @@ impl FreeSpaceIndex {
         for li in l0..=l1 {
             self.leaves[li] = self.leaf_summary(&view, li);
         }
-        let (mut lo, mut hi) = ((self.p + l0) / 2, (self.p + l1) / 2);
+        // Level by level up to the root, each node's children halves of
+        // `half` bits: the leaves' parents first (their children read from
+        // `leaves`, slots past the last leaf in use), then nodes over nodes.
+        // The same combination as `recombine`, without its per-node
+        // branch and span computation.
+        let p = self.p;
+        let (mut lo, mut hi) = ((p + l0) / 2, (p + l1) / 2);
+        let mut half = LEAF_BITS;
+        if lo >= 1 {
+            let leaf =
+                |li: usize| -> Sum { self.leaves.get(li).copied().unwrap_or_default().into() };
+            for i in lo..=hi {
+                let (l, r) = (leaf(2 * i - p), leaf(2 * i + 1 - p));
+                self.nodes[i] = combine(l, r, half as u32);
+            }
+            (lo, hi, half) = (lo / 2, hi / 2, half * 2);
+        }
         while lo >= 1 {
             for i in lo..=hi {
-                self.nodes[i] = self.recombine(i);
+                self.nodes[i] = combine(self.nodes[2 * i], self.nodes[2 * i + 1], half as u32);
             }
-            lo /= 2;
-            hi /= 2;
+            (lo, hi, half) = (lo / 2, hi / 2, half * 2);
         }
         Ok(())
     }
