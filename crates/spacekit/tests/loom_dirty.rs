@@ -36,6 +36,14 @@
 //!   swap) fails the first model with a lost mark: the
 //!   `broken_harvest_loses_a_mark` test expects that failure.
 //!
+//! * the one-pass parallel table build's chunk claims
+//!   (`spacekit::dirty::claim::Claims`, one atomic word, claimed from the
+//!   front by the calling thread and from the back by the others): every
+//!   chunk goes to exactly one claimer (each claimer writes its chunks'
+//!   loom `UnsafeCell`s, so a chunk claimed twice would be a race), the
+//!   front holds a prefix and the back the rest, and both a back that took
+//!   chunks and one that took none are explored.
+//!
 //! Every model asserts afterwards that the interleavings it is about were
 //! actually explored (a harvest that saw the mark, one that did not), so no
 //! model passes vacuously.
@@ -558,4 +566,72 @@ impl Seen {
             caught: StdAtomicUsize::new(0),
         }
     }
+}
+
+/// The chunk claims of the one-pass parallel table build: a front and a
+/// back claimer over three chunks, each claiming until none is left.
+#[test]
+fn chunk_claims_are_exclusive_and_meet() {
+    use spacekit::dirty::claim::Claims;
+
+    const CHUNKS: usize = 3;
+    static EXECUTIONS: StdAtomicUsize = StdAtomicUsize::new(0);
+    static BACK_TOOK_SOME: StdAtomicUsize = StdAtomicUsize::new(0);
+    static BACK_TOOK_NONE: StdAtomicUsize = StdAtomicUsize::new(0);
+    loom::model(|| {
+        let claims = Arc::new(Claims::new(CHUNKS));
+        let cells: Arc<Vec<UnsafeCell<u32>>> =
+            Arc::new((0..CHUNKS).map(|_| UnsafeCell::new(0)).collect());
+        let back = {
+            let (claims, cells) = (claims.clone(), cells.clone());
+            thread::spawn(move || {
+                let mut took = Vec::new();
+                while let Some(c) = claims.back() {
+                    // SAFETY: the claim makes this thread the chunk's only
+                    // writer; loom's race detector checks exactly that.
+                    cells[c].with_mut(|p| unsafe { *p += 1 });
+                    took.push(c);
+                }
+                took
+            })
+        };
+        let mut front = Vec::new();
+        while let Some(c) = claims.front() {
+            // SAFETY: as above.
+            cells[c].with_mut(|p| unsafe { *p += 1 });
+            front.push(c);
+        }
+        let back = back.join().unwrap();
+        let lo = claims.taken_from_front();
+        assert_eq!(
+            front,
+            (0..lo).collect::<Vec<_>>(),
+            "the front holds a prefix"
+        );
+        assert_eq!(
+            back,
+            (lo..CHUNKS).rev().collect::<Vec<_>>(),
+            "the back the rest"
+        );
+        for cell in cells.iter() {
+            // SAFETY: both claimers have finished (joined above).
+            assert_eq!(cell.with(|p| unsafe { *p }), 1, "each chunk claimed once");
+        }
+        EXECUTIONS.fetch_add(1, StdRelaxed);
+        if back.is_empty() {
+            BACK_TOOK_NONE.fetch_add(1, StdRelaxed);
+        } else {
+            BACK_TOOK_SOME.fetch_add(1, StdRelaxed);
+        }
+    });
+    let (e, some, none) = (
+        EXECUTIONS.load(StdRelaxed),
+        BACK_TOOK_SOME.load(StdRelaxed),
+        BACK_TOOK_NONE.load(StdRelaxed),
+    );
+    println!("chunk claims: {e} executions, the back took chunks in {some}, none in {none}");
+    assert!(
+        some > 0 && none > 0,
+        "both a busy and an idle back explored"
+    );
 }

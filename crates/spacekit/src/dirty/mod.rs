@@ -59,6 +59,9 @@
 mod arch;
 mod atomic;
 mod builder;
+#[cfg(feature = "rayon")]
+#[doc(hidden)]
+pub mod claim;
 mod error;
 mod geometry;
 mod harvest;

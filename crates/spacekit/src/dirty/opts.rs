@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use crate::arch::Level;
 
 /// Words per block of the parallel scan, by default.
+#[cfg(any(test, feature = "testing", feature = "rayon"))]
 const BLOCK_WORDS: usize = 16 * 1024;
 
 /// How a scan runs: which CPU level, and (for the parallel table build) how
@@ -27,8 +28,9 @@ pub struct ScanOpts {
     #[cfg(any(test, feature = "testing"))]
     pub force_parallel: bool,
     /// Which split a forced parallel table build runs: `true` the one-pass
-    /// split (each thread scans its part into its own buffer, the parts
-    /// are joined after), `false` the counting split (a counting pass
+    /// split (chunks claimed from both ends, the caller's scanned into the
+    /// table, the others' into buffers joined after), `false` the counting
+    /// split (a counting pass
     /// sizes each block's share of the table, then the blocks fill it).
     #[cfg(any(test, feature = "testing"))]
     pub one_pass: bool,
@@ -61,6 +63,7 @@ impl ScanOpts {
 
     /// Words per parallel block (at least 1).
     #[inline]
+    #[cfg(feature = "rayon")]
     pub(crate) fn block(self) -> usize {
         #[cfg(any(test, feature = "testing"))]
         return self.block_words.max(1);
@@ -70,6 +73,7 @@ impl ScanOpts {
 
     /// Whether a parallel scan skips the cost model (tests only).
     #[inline]
+    #[cfg(feature = "rayon")]
     pub(crate) fn force_parallel(self) -> bool {
         #[cfg(any(test, feature = "testing"))]
         return self.force_parallel;

@@ -44,8 +44,9 @@ const PAR_MIN_THREADS_COMPRESS: usize = 4;
 /// has 0.13, a 1% one 1.3; a clean or a fully dirty log none).
 ///
 /// There the table is small next to the log (at 0.1%, 1 byte of table per
-/// 8 of bitmap), so each thread scans its part of the log once into its
-/// own buffer, and joining the parts copies little; the threads together
+/// 8 of bitmap), so the log is scanned once, in chunks the threads claim
+/// (the calling thread's into the table, the others' into buffers), and
+/// joining the buffers copies little; the threads together
 /// read the log at the two-thread memory bandwidth. Denser logs write
 /// larger tables (a quarter of the log's size at this threshold, as large
 /// as the log from one edge a word), and copying the later parts costs
@@ -153,6 +154,41 @@ fn split_of<W: Words>(src: W, opts: ScanOpts) -> Split {
     }
 }
 
+/// Chunks per thread of the one-pass split: enough that a thread that
+/// starts late, or is taken by other work, leaves little for the others
+/// to wait on (a 384 MiB log is 16 chunks of 24 MiB on two threads, each
+/// about 1.7 ms of scanning at 0.1% dirty), few enough that the seams and
+/// the join's bookkeeping cost nothing measurable.
+#[cfg(feature = "rayon")]
+const CHUNKS_PER_THREAD: usize = 8;
+
+/// Joins the ranges `v` that a part's scan wrote (from the part's first
+/// word) to the run `open` that was still open where the part begins,
+/// and returns the run open at the part's end. `part_open` is the part's
+/// own open run. A run open at a seam goes on in the part: its end is the
+/// end of the part's first range when one ended there (the part's scan
+/// began it at the seam); else the whole part is inside it, and the
+/// part's open run is that placeholder.
+#[cfg(feature = "rayon")]
+fn seam(
+    v: &mut [MemoryRange],
+    open: Option<u64>,
+    part_open: Option<u64>,
+    shift: u32,
+    base: u64,
+) -> Option<u64> {
+    match (open, v.first_mut()) {
+        (Some(s), Some(first)) => {
+            let gpa = base + (s << shift);
+            first.length = first.end() - gpa;
+            first.gpa = gpa;
+            part_open
+        }
+        (Some(_), None) => open,
+        (None, _) => part_open,
+    }
+}
+
 /// Bytes per range on the wire: `gpa` then `length`, little-endian `u64`s.
 pub const WIRE_RANGE_BYTES: usize = 16;
 
@@ -173,16 +209,16 @@ pub const WIRE_RANGE_BYTES: usize = 16;
 ///
 /// A table keeps its memory when cleared, so one table reused pass after
 /// pass allocates only while it grows. A table built by the one-pass
-/// parallel split also keeps the buffers its later parts were scanned into
-/// (together about `(parts - 1) / parts` of its ranges: half with two
-/// threads), so the next parallel build fills pages already mapped. They
-/// keep the capacity of the largest such build until the table is
-/// dropped.
+/// parallel split also keeps the buffers of the chunks its other threads
+/// scanned (about half of its ranges with two threads, when both ran
+/// throughout; at most all chunks but the first), so the next parallel
+/// build fills pages already mapped. Each keeps the capacity of the
+/// largest chunk it held until the table is dropped.
 #[derive(Default)]
 pub struct MemoryRangeTable {
     data: Vec<MemoryRange>,
-    /// The buffers of the one-pass split's later parts, empty between
-    /// builds (see [`MemoryRangeTable::extend_one_pass`]).
+    /// The one-pass split's buffers, one per chunk, empty between builds
+    /// (see [`MemoryRangeTable::extend_one_pass`]).
     #[cfg(feature = "rayon")]
     parts: Vec<Vec<MemoryRange>>,
 }
@@ -315,56 +351,76 @@ impl MemoryRangeTable {
         scan::extend_ranges(src, opts.level(), &mut self.data, shift, base);
     }
 
-    /// The one-pass split: the log cut into one part per thread (at least
-    /// [`ScanOpts::block`] words each), part 0 scanned straight into the
-    /// table and each later part into a buffer of its own
-    /// ([`scan::extend_part`]), then the buffers appended in order, a run
-    /// that crosses a seam joined into one range. The buffers stay with the
-    /// table, empty, for its next build.
+    /// The one-pass split: the log cut into [`CHUNKS_PER_THREAD`] chunks
+    /// per thread (at least [`ScanOpts::block`] words each), claimed from
+    /// both ends ([`Claims`](super::claim::Claims)): this thread takes
+    /// chunks from the front and scans them straight into the table, the
+    /// pool's other threads take them from the back, each into a buffer of
+    /// its own ([`scan::extend_part`]); then the back's buffers are
+    /// appended in order, a run that crosses a seam joined into one range.
+    /// A thread that starts late takes fewer chunks, and one that never
+    /// starts none: then this thread scans the whole log into the table,
+    /// as the serial build does. The buffers stay with the table, empty,
+    /// for its next build.
     #[cfg(feature = "rayon")]
     fn extend_one_pass<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
         use rayon::prelude::*;
+        use std::sync::{Mutex, PoisonError};
+
+        use super::claim::Claims;
 
         let n = src.len();
         let level = opts.level();
-        let parts = rayon::current_num_threads().clamp(2, (n / opts.block()).max(2));
-        let cut = |p: usize| n * p / parts;
-        // The later parts' buffers, kept from the last build.
+        let threads = rayon::current_num_threads().max(2);
+        let chunks = (CHUNKS_PER_THREAD * threads).clamp(2, (n / opts.block()).max(2));
+        let cut = |c: usize| n * c / chunks;
+        let claims = Claims::new(chunks);
+        // One buffer per chunk, kept from the last build (empty), each
+        // with the open run its scan ended with.
         let mut bufs = core::mem::take(&mut self.parts);
-        bufs.resize_with(parts - 1, Vec::new);
-        let (open0, rest) = rayon::join(
-            || scan::extend_part(src, 0, cut(1), level, &mut self.data, shift, base),
+        bufs.resize_with(chunks, Vec::new);
+        let slots: Vec<Mutex<(Vec<MemoryRange>, Option<u64>)>> =
+            bufs.into_iter().map(|v| Mutex::new((v, None))).collect();
+        let data = &mut self.data;
+        let (front_open, ()) = rayon::join(
             || {
-                bufs.par_iter_mut()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        let p = i + 1;
-                        scan::extend_part(src, cut(p), cut(p + 1), level, v, shift, base)
-                    })
-                    .collect::<Vec<_>>()
+                let mut open = None;
+                while let Some(c) = claims.front() {
+                    debug_assert_eq!(src.carry_in(cut(c)) != 0, open.is_some());
+                    let at = data.len();
+                    let part_open =
+                        scan::extend_part(src, cut(c), cut(c + 1), level, data, shift, base);
+                    open = seam(&mut data[at..], open, part_open, shift, base);
+                }
+                open
+            },
+            || {
+                (1..threads).into_par_iter().for_each(|_| {
+                    while let Some(c) = claims.back() {
+                        // Each slot is claimed once: the lock is never
+                        // contended, and never poisoned but by a panic
+                        // that the join re-raises.
+                        let mut slot = slots[c].lock().unwrap_or_else(PoisonError::into_inner);
+                        let (v, part_open) = &mut *slot;
+                        v.clear();
+                        *part_open =
+                            scan::extend_part(src, cut(c), cut(c + 1), level, v, shift, base);
+                    }
+                });
             },
         );
-        // The start of the run open at the last seam, if any.
-        let mut open = open0;
-        for (p, (v, part_open)) in bufs.iter_mut().zip(rest).enumerate() {
-            // A run open at a seam goes on in the next part: its end is
-            // the end of that part's first range when one ended there (the
-            // part's scan began it at the seam); else the whole part is
-            // inside it, and the part's open run is that placeholder.
-            debug_assert_eq!(src.carry_in(cut(p + 1)) != 0, open.is_some());
-            match open {
-                Some(s) if !v.is_empty() => {
-                    let first = &mut v[0];
-                    let gpa = base + (s << shift);
-                    first.length = first.end() - gpa;
-                    first.gpa = gpa;
-                    open = part_open;
-                }
-                Some(_) => {}
-                None => open = part_open,
-            }
+        let first_back = claims.taken_from_front();
+        let mut slots: Vec<(Vec<MemoryRange>, Option<u64>)> = slots
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        let mut open = front_open;
+        for (c, (v, part_open)) in slots.iter_mut().enumerate().skip(first_back) {
+            debug_assert_eq!(src.carry_in(cut(c)) != 0, open.is_some());
+            open = seam(v, open, *part_open, shift, base);
         }
-        self.append_parts(&mut bufs);
+        let mut bufs: Vec<Vec<MemoryRange>> = slots.into_iter().map(|(v, _)| v).collect();
+        self.append_parts(&mut bufs[first_back..]);
         self.parts = bufs;
         if let Some(s) = open {
             self.data
@@ -763,8 +819,72 @@ mod par_tests {
             }
             assert_eq!(
                 table.parts.len(),
-                3,
-                "{level:?}: four parts, three kept buffers"
+                4 * CHUNKS_PER_THREAD,
+                "{level:?}: four threads, a kept buffer per chunk"
+            );
+        }
+    }
+
+    /// With the pool's other thread busy for the whole build, the calling
+    /// thread claims every chunk and scans the log straight into the
+    /// table: the same table as a serial build, and no chunk's buffer ever
+    /// used (none was given capacity).
+    #[test]
+    fn a_busy_pool_leaves_the_whole_log_to_the_caller() {
+        use super::super::geometry::Geometry;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let words = 8192;
+        let log: std::vec::Vec<u64> = (0..words as u64)
+            .map(|i| {
+                if i % 5 == 0 {
+                    0xF0F0 << (i % 40)
+                } else {
+                    (i % 3) << 62
+                }
+            })
+            .collect();
+        let g = Geometry::new(1 << 32, 4096).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for level in Level::available() {
+            let forced = ScanOpts {
+                backend: level,
+                block_words: 64,
+                force_parallel: true,
+                one_pass: true,
+            };
+            let want = MemoryRangeTable::from_scan(Scan::new(&log, g).unwrap());
+            let mut table = MemoryRangeTable::new();
+            let (busy, done) = (AtomicBool::new(false), AtomicBool::new(false));
+            pool.install(|| {
+                rayon::join(
+                    || {
+                        // Build only once the other thread holds the task
+                        // below, so it cannot take a chunk.
+                        while !busy.load(Ordering::Acquire) {
+                            std::hint::spin_loop();
+                        }
+                        let mut scan = Scan::new(&log, g).unwrap().parallel(true);
+                        scan.opts = forced;
+                        table.extend_from(scan);
+                        done.store(true, Ordering::Release);
+                    },
+                    || {
+                        busy.store(true, Ordering::Release);
+                        while !done.load(Ordering::Acquire) {
+                            std::hint::spin_loop();
+                        }
+                    },
+                )
+            });
+            assert_eq!(table, want, "{level:?}");
+            assert_eq!(table.parts.len(), 2 * CHUNKS_PER_THREAD, "{level:?}");
+            assert!(
+                table.parts.iter().all(|v| v.capacity() == 0),
+                "{level:?}: a chunk went to a buffer while the other thread was busy"
             );
         }
     }
