@@ -42,7 +42,12 @@
 //!   chunk goes to exactly one claimer (each claimer writes its chunks'
 //!   loom `UnsafeCell`s, so a chunk claimed twice would be a race), the
 //!   front holds a prefix and the back the rest, and both a back that took
-//!   chunks and one that took none are explored.
+//!   chunks and one that took none are explored;
+//! * the offer of that work to a pool thread (`spacekit::dirty::claim::
+//!   Offer`): a helper that takes it is waited for before the owner
+//!   touches the data it wrote, and one that finds it withdrawn never
+//!   touches the data (both through a loom `UnsafeCell`); both outcomes
+//!   are explored.
 //!
 //! Every model asserts afterwards that the interleavings it is about were
 //! actually explored (a harvest that saw the mark, one that did not), so no
@@ -633,5 +638,67 @@ fn chunk_claims_are_exclusive_and_meet() {
     assert!(
         some > 0 && none > 0,
         "both a busy and an idle back explored"
+    );
+}
+
+/// An offer of work and its helper: the helper writes the owner's data
+/// only after taking the offer; the owner withdraws it, or waits for the
+/// helper to finish, before it reads and writes the data itself.
+#[test]
+fn an_offer_is_withdrawn_or_waited_for() {
+    use spacekit::dirty::claim::Offer;
+
+    static EXECUTIONS: StdAtomicUsize = StdAtomicUsize::new(0);
+    static TAKEN: StdAtomicUsize = StdAtomicUsize::new(0);
+    static WITHDRAWN: StdAtomicUsize = StdAtomicUsize::new(0);
+    loom::model(|| {
+        let offer = Arc::new(Offer::new());
+        let data = Arc::new(UnsafeCell::new(0u32));
+        let helper = {
+            let (offer, data) = (offer.clone(), data.clone());
+            thread::spawn(move || {
+                if offer.take() {
+                    // SAFETY: the offer is taken: the owner does not touch
+                    // the data until `finish`; loom checks exactly that.
+                    data.with_mut(|p| unsafe { *p += 1 });
+                    offer.finish();
+                }
+            })
+        };
+        let withdrawn = offer.withdraw();
+        if !withdrawn {
+            while !offer.is_done() {
+                thread::yield_now();
+            }
+        }
+        // SAFETY: withdrawn (the helper never touches the data) or done
+        // (the helper is finished with it); loom checks both.
+        let seen = data.with_mut(|p| unsafe {
+            let v = *p;
+            *p = 10;
+            v
+        });
+        assert_eq!(
+            seen,
+            u32::from(!withdrawn),
+            "the helper's write is seen iff it took the offer"
+        );
+        helper.join().unwrap();
+        EXECUTIONS.fetch_add(1, StdRelaxed);
+        if withdrawn {
+            WITHDRAWN.fetch_add(1, StdRelaxed);
+        } else {
+            TAKEN.fetch_add(1, StdRelaxed);
+        }
+    });
+    let (e, t, w) = (
+        EXECUTIONS.load(StdRelaxed),
+        TAKEN.load(StdRelaxed),
+        WITHDRAWN.load(StdRelaxed),
+    );
+    println!("offer: {e} executions, taken in {t}, withdrawn in {w}");
+    assert!(
+        t > 0 && w > 0,
+        "both a taken and a withdrawn offer explored"
     );
 }

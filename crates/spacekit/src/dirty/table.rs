@@ -61,20 +61,33 @@ const ONE_PASS_WORDS_PER_EDGE: usize = 4;
 #[cfg(feature = "rayon")]
 const JOIN_CHUNK: usize = 1 << 16;
 
-/// Words a log needs before the one-pass split runs (a 64 MiB log, a
-/// 2 TiB guest's with 4 KiB pages).
+/// Words a sparse log needs before the one-pass split runs (a 16 MiB log,
+/// a 512 GiB guest's with 4 KiB pages).
 ///
-/// A second thread that has been idle takes time to start: about 0.1 ms
-/// for an empty `rayon::join` after a busy stretch on one thread, and a
-/// split scan of a 32 MiB log after 150 ms of other work lost 0.2-0.6 ms
-/// against one thread (1.1-2.8 ms) on an AMD EPYC Zen 4 VM, while on a
-/// 384 MiB log it won 1.1x-1.2x at 0% and 1.3x-1.4x at 0.1% dirty.
+/// The calling thread starts scanning at once and a pool thread joins when
+/// it wakes ([`with_helpers`](super::claim::with_helpers)), so a second
+/// thread that is slow to start costs little. Measured on an AMD EPYC Zen
+/// 4 VM with two threads, after 100 ms of other work on one (the pool
+/// idle), best/median of 20 against one thread: at 0.1% dirty a 32 MiB log
+/// took 1.46/1.56 ms against 2.13/2.21, a 16 MiB one 0.74/0.89 against
+/// 1.07/1.13, an 8 MiB one 0.41/0.50 against 0.54/0.58, a 4 MiB one no
+/// better (0.24/0.30 against 0.27/0.28); a clean 16 MiB log 0.43/0.52
+/// against 0.46/0.57, a clean 8 MiB one slower (0.26/0.34 against
+/// 0.21/0.31). Before the pool threads were offered the work instead of
+/// joined, a 32 MiB log lost 0.2-0.6 ms against one thread after a stretch
+/// of other work.
 #[cfg(feature = "rayon")]
-const ONE_PASS_MIN_WORDS: usize = 8 << 20;
+const ONE_PASS_MIN_WORDS: usize = 2 << 20;
+
+/// Words a log needs before the one-pass split runs up to
+/// [`ONE_PASS_EDGES_PER_WORD`] at a level that does not compress (a 64 MiB
+/// log), where its later chunks' copy is larger.
+#[cfg(feature = "rayon")]
+const ONE_PASS_DENSE_MIN_WORDS: usize = 8 << 20;
 
 /// Edges per word at or below which the one-pass split also runs on a log
-/// of [`ONE_PASS_BIG_WORDS`], and on any log of [`ONE_PASS_MIN_WORDS`] at
-/// a level that does not expand words with one compress (below AVX-512):
+/// of [`ONE_PASS_BIG_WORDS`], and on any log of [`ONE_PASS_DENSE_MIN_WORDS`]
+/// at a level that does not expand words with one compress (below AVX-512):
 /// two edges a word, about 1.6% dirty at random.
 ///
 /// Measured on an AMD EPYC Zen 4 VM with two threads, medians against one
@@ -110,9 +123,10 @@ enum Split {
 /// How the parallel scan of `src` runs: on one thread when rayon's pool
 /// has one; else from a sample of the bitmap's edges, on a log of at least
 /// [`ONE_PASS_MIN_WORDS`] the one-pass split at or below a quarter edge a
-/// word (one edge per [`ONE_PASS_WORDS_PER_EDGE`] words), and at or below
-/// [`ONE_PASS_EDGES_PER_WORD`] where the level does not compress or the
-/// log has [`ONE_PASS_BIG_WORDS`]; then the counting split at or above
+/// word (one edge per [`ONE_PASS_WORDS_PER_EDGE`] words), and from
+/// [`ONE_PASS_DENSE_MIN_WORDS`] at or below [`ONE_PASS_EDGES_PER_WORD`]
+/// where the level does not compress or the log has
+/// [`ONE_PASS_BIG_WORDS`]; then the counting split at or above
 /// [`PAR_MIN_EDGES_PER_WORD`]; one thread otherwise (and on smaller logs
 /// below the counting split).
 ///
@@ -139,10 +153,10 @@ fn split_of<W: Words>(src: W, opts: ScanOpts) -> Split {
     }
     let (edges, words) = scan::sample_edges(src, opts.level());
     let n = src.len();
-    let one_pass = n >= ONE_PASS_MIN_WORDS
-        && (edges * ONE_PASS_WORDS_PER_EDGE <= words
-            || (edges <= ONE_PASS_EDGES_PER_WORD * words
-                && (n >= ONE_PASS_BIG_WORDS || !scan::compresses(opts.level()))));
+    let one_pass = (n >= ONE_PASS_MIN_WORDS && edges * ONE_PASS_WORDS_PER_EDGE <= words)
+        || (n >= ONE_PASS_DENSE_MIN_WORDS
+            && edges <= ONE_PASS_EDGES_PER_WORD * words
+            && (n >= ONE_PASS_BIG_WORDS || !scan::compresses(opts.level())));
     if one_pass {
         Split::OnePass
     } else if edges >= PAR_MIN_EDGES_PER_WORD * words
@@ -364,10 +378,9 @@ impl MemoryRangeTable {
     /// for its next build.
     #[cfg(feature = "rayon")]
     fn extend_one_pass<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
-        use rayon::prelude::*;
         use std::sync::{Mutex, PoisonError};
 
-        use super::claim::Claims;
+        use super::claim::{with_helpers, Claims};
 
         let n = src.len();
         let level = opts.level();
@@ -382,33 +395,28 @@ impl MemoryRangeTable {
         let slots: Vec<Mutex<(Vec<MemoryRange>, Option<u64>)>> =
             bufs.into_iter().map(|v| Mutex::new((v, None))).collect();
         let data = &mut self.data;
-        let (front_open, ()) = rayon::join(
-            || {
-                let mut open = None;
-                while let Some(c) = claims.front() {
-                    debug_assert_eq!(src.carry_in(cut(c)) != 0, open.is_some());
-                    let at = data.len();
-                    let part_open =
-                        scan::extend_part(src, cut(c), cut(c + 1), level, data, shift, base);
-                    open = seam(&mut data[at..], open, part_open, shift, base);
-                }
-                open
-            },
-            || {
-                (1..threads).into_par_iter().for_each(|_| {
-                    while let Some(c) = claims.back() {
-                        // Each slot is claimed once: the lock is never
-                        // contended, and never poisoned but by a panic
-                        // that the join re-raises.
-                        let mut slot = slots[c].lock().unwrap_or_else(PoisonError::into_inner);
-                        let (v, part_open) = &mut *slot;
-                        v.clear();
-                        *part_open =
-                            scan::extend_part(src, cut(c), cut(c + 1), level, v, shift, base);
-                    }
-                });
-            },
-        );
+        let back = || {
+            while let Some(c) = claims.back() {
+                // Each slot is claimed once: the lock is never contended,
+                // and never poisoned but by a panic that `with_helpers`
+                // raises again.
+                let mut slot = slots[c].lock().unwrap_or_else(PoisonError::into_inner);
+                let (v, part_open) = &mut *slot;
+                v.clear();
+                *part_open = scan::extend_part(src, cut(c), cut(c + 1), level, v, shift, base);
+            }
+        };
+        let front_open = with_helpers(threads - 1, &back, || {
+            let mut open = None;
+            while let Some(c) = claims.front() {
+                debug_assert_eq!(src.carry_in(cut(c)) != 0, open.is_some());
+                let at = data.len();
+                let part_open =
+                    scan::extend_part(src, cut(c), cut(c + 1), level, data, shift, base);
+                open = seam(&mut data[at..], open, part_open, shift, base);
+            }
+            open
+        });
         let first_back = claims.taken_from_front();
         let mut slots: Vec<(Vec<MemoryRange>, Option<u64>)> = slots
             .into_iter()
@@ -683,7 +691,8 @@ mod par_tests {
     /// With two threads a clean or sparse log of at least
     /// [`ONE_PASS_MIN_WORDS`] takes the one-pass split at every level (a
     /// smaller one runs on one thread); one of about an edge a word takes
-    /// it from that size where the level does not compress and from
+    /// it from [`ONE_PASS_DENSE_MIN_WORDS`] where the level does not
+    /// compress and from
     /// [`ONE_PASS_BIG_WORDS`] at every level, and runs on one thread
     /// below; a dense log takes the counting split except where the level
     /// expands with a compress (AVX-512 alone); a pool of
@@ -694,7 +703,8 @@ mod par_tests {
         let words = 1 << 16;
         let dense = log(words, 1, 8);
         let middle = log(words, 2, 1);
-        let middle_min = log(ONE_PASS_MIN_WORDS, 2, 1);
+        let middle_small = log(ONE_PASS_MIN_WORDS, 2, 1);
+        let middle_min = log(ONE_PASS_DENSE_MIN_WORDS, 2, 1);
         let middle_big = log(ONE_PASS_BIG_WORDS, 2, 1);
         let small_sparse = log(words, 64, 1);
         let sparse = log(ONE_PASS_MIN_WORDS, 64, 1);
@@ -723,6 +733,7 @@ mod par_tests {
                     [
                         &dense,
                         &middle,
+                        &middle_small,
                         &middle_min,
                         &middle_big,
                         &small_sparse,
@@ -732,10 +743,11 @@ mod par_tests {
                     .map(|l| split_of(One(l), opts))
                 });
                 let want = if threads == 1 {
-                    [Split::Serial; 7]
+                    [Split::Serial; 8]
                 } else {
                     [
                         dense_split(threads),
+                        Split::Serial,
                         Split::Serial,
                         middle_min_split,
                         Split::OnePass,
@@ -746,7 +758,7 @@ mod par_tests {
                 };
                 assert_eq!(
                     got, want,
-                    "{level:?}, {threads} threads: dense, middle (small, 64 MiB, 256 MiB), \
+                    "{level:?}, {threads} threads: dense, middle (small, 16 MiB, 64 MiB, 256 MiB), \
                      small sparse, sparse, clean"
                 );
             }
