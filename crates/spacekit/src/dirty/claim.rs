@@ -199,35 +199,35 @@ pub(crate) fn with_helpers<R>(
             work,
         )
     };
-    let settle = Settle(
-        (0..helpers)
-            .map(|_| {
-                let shared = Arc::new(Shared {
-                    offer: Offer::new(),
-                    panic: Mutex::new(None),
-                });
-                let (s, w) = (shared.clone(), Work(ptr));
-                rayon::spawn(move || {
-                    let w = w;
-                    if s.offer.take() {
-                        // SAFETY: the offer was taken, so the owner waits
-                        // for `finish` before `work` can go away.
-                        let r =
-                            std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| unsafe {
-                                (*w.0)()
-                            }));
-                        if let Err(p) = r {
-                            *s.panic
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(p);
-                        }
-                        s.offer.finish();
-                    }
-                });
-                shared
-            })
-            .collect(),
-    );
+    // Each offer is in `settle` before its job exists, so that an unwind
+    // from here on settles every job spawned.
+    let mut settle = Settle(Vec::with_capacity(helpers));
+    for _ in 0..helpers {
+        let shared = Arc::new(Shared {
+            offer: Offer::new(),
+            panic: Mutex::new(None),
+        });
+        settle.0.push(shared.clone());
+        let w = Work(ptr);
+        rayon::spawn(move || {
+            // The whole `Work` (which is `Send`), not its pointer field
+            // alone (which is not), is what the closure captures.
+            let w = w;
+            if shared.offer.take() {
+                // SAFETY: the offer was taken, so the owner waits for
+                // `finish` before `work` can go away.
+                let r =
+                    std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| unsafe { (*w.0)() }));
+                if let Err(p) = r {
+                    *shared
+                        .panic
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(p);
+                }
+                shared.offer.finish();
+            }
+        });
+    }
     let r = main();
     let shared = settle.0.clone();
     // Withdraws every offer not taken, waits for every helper that took
