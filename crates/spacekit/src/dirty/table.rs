@@ -765,6 +765,16 @@ mod par_tests {
         }
     }
 
+    /// The one-pass split forced at `level`, in blocks of 64 words.
+    fn one_pass_at(level: Level) -> ScanOpts {
+        ScanOpts {
+            backend: level,
+            block_words: 64,
+            force_parallel: true,
+            one_pass: true,
+        }
+    }
+
     /// The one-pass split on a pool of four threads, into one table again
     /// and again (its kept buffers reused), after ranges already there:
     /// runs that cross one seam, that cover whole parts, that end on a
@@ -799,12 +809,7 @@ mod par_tests {
             .unwrap();
         let g = Geometry::new(1 << 32, 4096).unwrap();
         for level in Level::available() {
-            let forced = ScanOpts {
-                backend: level,
-                block_words: 64,
-                force_parallel: true,
-                one_pass: true,
-            };
+            let forced = one_pass_at(level);
             let mut table = MemoryRangeTable::new();
             for round in 0..3 {
                 for (k, log) in logs.iter().enumerate() {
@@ -862,12 +867,7 @@ mod par_tests {
             .build()
             .unwrap();
         for level in Level::available() {
-            let forced = ScanOpts {
-                backend: level,
-                block_words: 64,
-                force_parallel: true,
-                one_pass: true,
-            };
+            let forced = one_pass_at(level);
             let want = MemoryRangeTable::from_scan(Scan::new(&log, g).unwrap());
             let mut table = MemoryRangeTable::new();
             let (busy, done) = (AtomicBool::new(false), AtomicBool::new(false));
