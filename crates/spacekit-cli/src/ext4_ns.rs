@@ -227,9 +227,32 @@ fn change(
     if c.json {
         print_json(&v);
     } else {
-        eprintln!("{v}");
+        eprintln!("{}", human(&v));
     }
     Ok(())
+}
+
+/// The report of a change for a person, on one line: `IMAGE: PATH: ` and
+/// the other fields as `name value`, strings unquoted (`--json` prints the
+/// object itself).
+fn human(v: &Value) -> String {
+    let text = |x: &Value| match x {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let rest: Vec<String> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| *k != "image" && *k != "path")
+        .map(|(k, x)| format!("{k} {}", text(x)))
+        .collect();
+    format!(
+        "{}: {}: {}",
+        text(&v["image"]),
+        text(&v["path"]),
+        rest.join(", ")
+    )
 }
 
 /// `SECONDS[.NANOS]`.

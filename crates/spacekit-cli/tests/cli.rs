@@ -1524,6 +1524,13 @@ fn ext4_name_and_inode_verbs_agree_with_debugfs() {
     ok(&["chmod", "/etc/hosts", "600"]);
     ok(&["chown", "/etc/hosts", "1000:2000"]);
     ok(&["xattr", "/etc/hosts", "set", "user.comment", "hello"]);
+    // Without --json a change is reported to a person, not as JSON.
+    let o = ext4_cmd("chmod", &img, &["/etc/hosts", "600"]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && said.contains("/etc/hosts: ") && !said.contains('{'),
+        "{said}"
+    );
     ok(&["mv", "/etc/sub", "/sub2"]);
     assert_eq!(
         ext4_text("readlink", &img, &["/sub2/link"]),
