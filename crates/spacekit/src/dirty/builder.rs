@@ -99,12 +99,20 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Scans on all threads of rayon's pool when `on` (default: off). The
-    /// bitmap is cut into blocks, each block's edges are counted in parallel,
-    /// and each block then writes its own ranges straight into the table at
-    /// the offset the counts give; a run crossing block edges is written whole
-    /// by the block it starts in. The result is identical to the serial
-    /// scan's. Small bitmaps are scanned serially.
+    /// Scans on all threads of rayon's pool when `on` (default: off), where
+    /// a sample of the bitmap says a second thread pays; the result is
+    /// identical to the serial scan's. A sparse bitmap (or a clean or fully
+    /// dirty one) of at least 16 MiB is cut into chunks: the calling thread
+    /// scans chunks from the front straight into the table, and offers the
+    /// rest to the pool, whose threads scan chunks from the back into
+    /// buffers appended after; the call never waits for a pool thread to
+    /// start (one that has not by the time the caller is done is not
+    /// waited for, and the caller has scanned everything). A dense bitmap
+    /// is cut into blocks whose edges are counted in parallel, then each
+    /// block writes its own ranges straight into the table at the offset
+    /// the counts give (a run crossing block edges is written whole by the
+    /// block it starts in). Small bitmaps, and densities where the sample
+    /// says a second thread would not pay, are scanned serially.
     ///
     /// Without the `rayon` feature this is a no-op: the scan is serial.
     pub fn parallel(self, on: bool) -> Scan<'a> {

@@ -52,9 +52,10 @@
 //! still in cache. Clean stretches and stretches inside a long dirty run are
 //! skipped by the bitmap engine's SIMD search, so neither sparse nor dense
 //! bitmaps cost a step per dirty page. [`Scan::parallel`] runs on two or
-//! more threads only when a sample of the log shows enough ranges a word
-//! for the split to pay (its counting pass reads the bitmap once more);
-//! below that it runs on one.
+//! more threads only where a sample of the log shows a split pays: a
+//! sparse log in chunks the caller and the pool claim from both ends
+//! (`claim.rs`; the caller never waits for a thread to start), a dense one
+//! by counting each block's ranges first; elsewhere it runs on one.
 
 mod arch;
 mod atomic;
