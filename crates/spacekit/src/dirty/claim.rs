@@ -153,7 +153,10 @@ impl Default for Offer {
 /// `main`'s result once every helper that started has finished (helpers
 /// that had not started are withdrawn and never call `work`). `work` must
 /// be safe to run beside `main` and return once there is nothing left to
-/// do. A panic in a helper is raised again here.
+/// do, and neither `work` nor `main` may wait for the other or for rayon
+/// jobs (the owner waits only for helpers already running, which is what
+/// keeps this free of deadlock on any pool, one thread included). A panic
+/// in a helper is raised again here, once every helper has settled.
 pub(crate) fn with_helpers<R>(
     helpers: usize,
     work: &(dyn Fn() + Sync),
@@ -182,11 +185,12 @@ pub(crate) fn with_helpers<R>(
     struct Settle(Vec<Arc<Shared>>);
     impl Drop for Settle {
         fn drop(&mut self) {
-            for s in &self.0 {
-                if !s.offer.withdraw() {
-                    while !s.offer.is_done() {
-                        std::thread::yield_now();
-                    }
+            // Every offer withdrawn first, so that no helper takes one
+            // while the owner waits for another.
+            let taken: Vec<&Arc<Shared>> = self.0.iter().filter(|s| !s.offer.withdraw()).collect();
+            for s in taken {
+                while !s.offer.is_done() {
+                    std::thread::yield_now();
                 }
             }
         }
@@ -234,12 +238,12 @@ pub(crate) fn with_helpers<R>(
     // one.
     drop(settle);
     for s in shared {
-        if let Some(p) = s
+        let p = s
             .panic
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
+            .take();
+        if let Some(p) = p {
             std::panic::resume_unwind(p);
         }
     }
