@@ -123,14 +123,6 @@ pub(crate) static R_LOW: [u32; 64] = build_r(1);
 #[cfg(target_arch = "x86_64")]
 pub(crate) static R_TABLE: [[u32; 64]; DIGITS] = build_r_table();
 
-/// `r` (a remainder modulo `Q`, degree <= 32) reduced modulo `P` and
-/// reflected, at build time.
-#[cfg(target_arch = "x86_64")]
-const fn reflect_p(r: u64) -> u32 {
-    let r = if r >> 32 != 0 { r ^ P } else { r };
-    (r as u32).reverse_bits()
-}
-
 /// `[S(0), S(step), S(2 * step), ...]`, `N` entries.
 #[cfg(target_arch = "x86_64")]
 const fn build_r<const N: usize>(step: u64) -> [u32; N] {
@@ -139,7 +131,7 @@ const fn build_r<const N: usize>(step: u64) -> [u32; N] {
     let mut v = xpow_mod_q(ORDER - 33);
     let mut i = 0;
     while i < N {
-        t[i] = reflect_p(v);
+        t[i] = reflected(v);
         v = mulmod_q(v, s);
         i += 1;
     }
@@ -158,7 +150,6 @@ const fn build_r_table() -> [[u32; 64]; DIGITS] {
 }
 
 /// Digit `j` (six bits) of `h`, a shift's bits above its low six.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) const fn digit_of(h: u64, j: usize) -> usize {
     ((h >> (DIGIT_BITS as usize * j)) & 63) as usize
@@ -307,7 +298,7 @@ impl Mont for Portable {
 pub(crate) fn pow_x<M: Mont>(leaf: u64, e: u64) -> M {
     debug_assert!(e < EXP_LIMIT);
     let h = e >> DIGIT_BITS;
-    let digit = |j: usize| M::load(TABLE[j][((h >> (DIGIT_BITS as usize * j)) & 63) as usize]);
+    let digit = |j: usize| M::load(TABLE[j][digit_of(h, j)]);
     let l = M::load(leaf);
     if h < 1 << (3 * DIGIT_BITS) {
         // plain * Mont = plain; Mont * Mont = Mont.
@@ -342,7 +333,7 @@ pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
         return mul_by::<M>(crc, BYTES[(e / 8) as usize]);
     }
     let h = e >> DIGIT_BITS;
-    let digit = |j: usize| M::load(TABLE[j][((h >> (DIGIT_BITS as usize * j)) & 63) as usize]);
+    let digit = |j: usize| M::load(TABLE[j][digit_of(h, j)]);
     // The CRC is one more factor of the tree, not a product after it: `c`
     // (plain) times digit 0 is plain, and `x^(e & 63)` enters in
     // Montgomery form (times `x^128 * x^-64`), so the last product of the
@@ -366,9 +357,9 @@ pub(crate) fn mul_xpow<M: Mont>(crc: u32, e: u64) -> u32 {
 }
 
 /// A plain remainder modulo `Q` (degree <= 32) reduced modulo `P` and
-/// reflected: a CRC value.
+/// reflected: a CRC value (also for the build-time reflected tables).
 #[inline(always)]
-fn reflected(r: u64) -> u32 {
+const fn reflected(r: u64) -> u32 {
     let r = if r >> 32 != 0 { r ^ P } else { r };
     (r as u32).reverse_bits()
 }
@@ -446,9 +437,7 @@ mod tests {
 
     /// `crc * x^e mod P` on reflected CRC values, the slow way.
     fn slow_mul_xpow(crc: u32, e: u64) -> u32 {
-        let r = mulmod_q(u64::from(crc.reverse_bits()), xpow_mod_q(e));
-        let r = if r >> 32 != 0 { r ^ P } else { r };
-        (r as u32).reverse_bits()
+        reflected(mulmod_q(u64::from(crc.reverse_bits()), xpow_mod_q(e)))
     }
 
     #[test]
