@@ -522,6 +522,60 @@ fn same_extents_as_debugfs_fallocate() {
     }
 }
 
+/// Extent trees with several leaves are the trees debugfs builds, block
+/// for block: the same leaves holding the same extents and the same index
+/// entries (`debugfs ex` prints identical text) after one large fallocate
+/// whose leaves split at the end of the file: 6 GiB on 1 KiB blocks (192
+/// extents, 84 to a leaf: three leaves) and 12 GiB on 2 KiB blocks (an
+/// odd 169 to a leaf: two). libext2fs moves the last entry of a full rightmost leaf into
+/// the new one on an append, and puts the new node at the first free
+/// block from the split node's first block on.
+#[test]
+fn leaf_splits_at_the_end_give_debugfs_s_tree() {
+    require_e2fsprogs!();
+    let cases = [
+        (
+            Config {
+                name: "1k-8g",
+                size: "8G",
+                args: &["-b", "1024"],
+            },
+            6u64 << 30,
+        ),
+        (
+            Config {
+                name: "2k-16g",
+                size: "16G",
+                args: &["-b", "2048"],
+            },
+            12 << 30,
+        ),
+    ];
+    for (cfg, bytes) in &cases {
+        let (d1, d2) = (TempDir::new("split-ours"), TempDir::new("split-theirs"));
+        let ours = mkfs(&d1, cfg);
+        let theirs = mkfs(&d2, cfg);
+        let mut img = open_rw(&ours);
+        let bs = u64::from(img.info().block_size);
+        let ino = img.create("/f", 0o644).unwrap();
+        img.fallocate(ino, 0, *bytes, true).unwrap();
+        img.flush().unwrap();
+        drop(img);
+        let last = bytes / bs - 1;
+        debugfs_w(
+            &theirs,
+            &d2,
+            &format!("write /dev/null f\nfallocate /f 0 {last}\n"),
+        );
+        assert_fsck_clean(&ours, cfg.name);
+        assert_fsck_clean(&theirs, cfg.name);
+        let (a, b) = (debugfs(&ours, "ex /f"), debugfs(&theirs, "ex /f"));
+        let leaves = a.lines().filter(|l| l.starts_with(" 0/ 1")).count();
+        assert!(leaves >= 2, "{}: {leaves} leaves\n{a}", cfg.name);
+        assert_eq!(a, b, "{}: debugfs ex", cfg.name);
+    }
+}
+
 /// A large fallocate on a fresh 1 GiB image (4 KiB blocks, journal,
 /// flex_bg, backup superblocks in groups 1, 3, 5, 7) fills the free space
 /// in order, as ext4 does: from its first to its last physical block no

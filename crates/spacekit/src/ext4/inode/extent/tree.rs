@@ -458,7 +458,8 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
                     "the extent tree is full at depth 5",
                 ));
             }
-            let b = self.new_block(h.depth)?;
+            let goal = self.node_goal(id)?;
+            let b = self.new_block(h.depth, goal)?;
             let child = Id::Block(b);
             let mut entries = Vec::with_capacity(n);
             for i in 0..n {
@@ -494,10 +495,18 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
             let key = self.first_key(child)?;
             return self.set_entry(id, 0, index_bytes(key, b));
         }
-        // Split: an append starts a new node with just `e`; otherwise the
-        // upper half of the entries moves.
-        let mid = if pos == n { n } else { (n / 2).max(1) };
-        let b = self.new_block(h.depth)?;
+        // Split as libext2fs splits (`extent_node_split`), so that a file
+        // spacekit writes has the blocks debugfs gives it: an append at the
+        // end of the file (the last entry on every level) moves the last
+        // entry to the new node, which then takes `e` after it; otherwise
+        // the upper half, n / 2 entries, moves.
+        let mut at_eof = pos == n;
+        for &(pid, pi) in &path[..level] {
+            at_eof &= pi + 1 == usize::from(self.hdr(pid)?.entries);
+        }
+        let mid = if at_eof { n - 1 } else { n - n / 2 };
+        let goal = self.node_goal(id)?;
+        let b = self.new_block(h.depth, goal)?;
         let m = Id::Block(b);
         let mut moved = Vec::with_capacity(n - mid);
         for i in mid..n {
@@ -546,9 +555,31 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         self.set_hdr(id, h)
     }
 
-    /// Allocates and sets up an empty node of depth `depth`.
-    fn new_block(&mut self, depth: u16) -> Result<u64, Ext4Error> {
-        let b = self.store.alloc_tree_block(self.goal)?;
+    /// Where libext2fs looks for a block for a node split off `id` (or the
+    /// root's entries moved out): just before the first block the node
+    /// points at (its first extent's, or its first child's), so the new
+    /// node lands in the first free block at or after it; the new
+    /// extent's end when the node is empty.
+    fn node_goal(&self, id: Id) -> Result<u64, Ext4Error> {
+        let h = self.hdr(id)?;
+        if h.entries == 0 {
+            return Ok(self.goal);
+        }
+        let first = if h.depth == 0 {
+            self.extent(id, 0)?.physical
+        } else {
+            idx_child(&self.entry(id, 0)?)?
+        };
+        Ok(match first.saturating_sub(1) {
+            0 => self.goal,
+            g => g,
+        })
+    }
+
+    /// Allocates (from `goal` on) and sets up an empty node of depth
+    /// `depth`.
+    fn new_block(&mut self, depth: u16, goal: u64) -> Result<u64, Ext4Error> {
+        let b = self.store.alloc_tree_block(goal)?;
         self.allocated.push(b);
         if b == 0 || self.nodes.contains_key(&Id::Block(b)) {
             return Err(invalid(
