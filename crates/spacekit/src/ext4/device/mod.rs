@@ -115,6 +115,16 @@ pub trait Device: fmt::Debug + Send {
         Ok(())
     }
 
+    /// [`Device::read_at`] without read-ahead past `buf`: a read that
+    /// spans several metadata blocks (a flex group's bitmaps) must not
+    /// pull in the blocks after them. Reads as `read_at` by default.
+    ///
+    /// # Errors
+    /// As [`Device::read_at`].
+    fn read_exact_range(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_at(offset, buf)
+    }
+
     /// The host file holding the image, when the device is one file read
     /// and written as it is (byte `n` of the image at byte `n` of the
     /// file): lets the kernel copy file data out without a pass through
@@ -177,6 +187,29 @@ impl Device for FileDevice {
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.waiting.get_mut().write(&self.file, offset, data)
+    }
+
+    fn read_exact_range(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        // Read-ahead over a fresh image file reaches holes and blocks not
+        // yet cached after the ones asked for: a 64 KiB read of a flex
+        // group's bitmaps took 3 to 15 ms here that way, 50 us without.
+        // `POSIX_FADV_RANDOM` turns it off for this open file, `NORMAL`
+        // back on (file data read later still gets it).
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let fd = self.file.as_raw_fd();
+            // SAFETY: `fd` is this device's open file for the whole call;
+            // posix_fadvise only sets read-ahead state on it (a failure
+            // leaves read-ahead as it was: the read is still right).
+            unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM) };
+            let r = self.read_at(offset, buf);
+            // SAFETY: as above.
+            unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_NORMAL) };
+            r
+        }
+        #[cfg(not(target_os = "linux"))]
+        self.read_at(offset, buf)
     }
 
     fn sync(&mut self) -> io::Result<()> {
