@@ -906,6 +906,21 @@ fn quick_ext4_fallocate_writes_the_documented_rows() {
         assert_eq!(r["bits"].as_u64().unwrap(), 524288);
         assert!(r["median_ns"].as_f64().unwrap() > 0.0);
     }
+    // The whole-process race with debugfs (4 KiB blocks with --quick),
+    // where e2fsprogs is installed.
+    if e2fsprogs_installed() {
+        for variant in ["debugfs", "spacekit"] {
+            let r = rows
+                .iter()
+                .find(|r| r["case"] == "fallocate-process" && r["variant"] == variant)
+                .unwrap_or_else(|| panic!("no fallocate-process/{variant} row"));
+            assert_eq!(r["block_size"].as_u64().unwrap(), 4096, "{r}");
+            assert_eq!(r["bytes"].as_u64().unwrap(), 6 << 30, "{r}");
+            assert_eq!(r["run"], "process", "{r}");
+            assert!(r["extents"].as_u64().unwrap() > 1, "{r}");
+            assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
     assert_mismatch_fails("ext4-fallocate");
 }
 
@@ -941,6 +956,19 @@ fn quick_ext4_write_writes_the_documented_rows() {
     }
     assert_eq!(rows.len(), 9);
     assert_mismatch_fails("ext4-write");
+}
+
+/// Whether debugfs runs here (on `PATH` or in sbin, where the benchmarks
+/// look for it).
+fn e2fsprogs_installed() -> bool {
+    ["debugfs", "/sbin/debugfs", "/usr/sbin/debugfs"]
+        .iter()
+        .any(|p| {
+            Command::new(p)
+                .arg("-V")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
 }
 
 /// A 64 MiB, 4-group ext4 image made by mkfs.ext4, or `None` (with a

@@ -57,6 +57,11 @@
 //! most 50 bits everywhere except one region near the end): `scan` is the
 //! bitmap engine's `find_clear_area` from the start, `spacekit` the index.
 //!
+//! A third table races whole processes: one `spacekit ext4 fallocate` of a
+//! 6 GiB file in a fresh 8 GiB image against one `debugfs -w` doing the
+//! same `write` + `fallocate` (see `fallocate_race`; case
+//! `fallocate-process`).
+//!
 //! JSON rows: case `fallocate`, variants `before`, `flip`, `splice`,
 //! `spacekit`, with `block_size`, `blocks_per_group`, `source`, `request`
 //! (blocks per request, 16), `allocs` (requests served), `extents` and
@@ -65,6 +70,8 @@
 //! `spacekit`.
 
 use std::hint::black_box;
+
+use super::fallocate_race;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -254,6 +261,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         }
     }
     first_fit(ctx, &mut report, &mut bars)?;
+    fallocate_race::run(ctx, &mut report, &mut bars)?;
     report.bars(bars);
     Ok(report)
 }

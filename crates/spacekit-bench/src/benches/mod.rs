@@ -15,6 +15,7 @@ mod ext4_fill;
 mod ext4_images;
 mod ext4_populate;
 mod ext4_write;
+mod fallocate_race;
 mod fork;
 mod membw;
 mod migrate;
