@@ -87,9 +87,9 @@ struct Geo {
     desc: Vec<(u64, u64, u64, u16)>,
 }
 
-struct Base {
+pub(super) struct Base {
     name: &'static str,
-    bytes: Vec<u8>,
+    pub(super) bytes: Vec<u8>,
     geo: Geo,
     regions: Vec<Region>,
 }
@@ -244,7 +244,7 @@ fn collect_extent_blocks(img: &[u8], bs: usize, node: &[u8], budget: u32, out: &
     }
 }
 
-fn bases() -> &'static [Base] {
+pub(super) fn bases() -> &'static [Base] {
     static BASES: OnceLock<Vec<Base>> = OnceLock::new();
     BASES.get_or_init(|| IMAGES.iter().map(|&(n, s)| parse(n, expand(s))).collect())
 }
@@ -358,12 +358,12 @@ fn apply_edit(img: &mut [u8], base: &Base, input: &mut Input) {
 
 /// The image in a temporary file (tmpfs when there is one), removed with
 /// its redo log on drop.
-struct TempImage {
-    path: PathBuf,
+pub(super) struct TempImage {
+    pub(super) path: PathBuf,
 }
 
 impl TempImage {
-    fn new(bytes: &[u8]) -> TempImage {
+    pub(super) fn new(bytes: &[u8]) -> TempImage {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = if fs::metadata("/dev/shm").is_ok_and(|m| m.is_dir()) {
             PathBuf::from("/dev/shm")
@@ -379,7 +379,7 @@ impl TempImage {
         TempImage { path }
     }
 
-    fn bytes(&self) -> Vec<u8> {
+    pub(super) fn bytes(&self) -> Vec<u8> {
         fs::read(&self.path).expect("read temporary image")
     }
 }

@@ -17,6 +17,8 @@ pub mod multi;
 #[cfg(feature = "tar")]
 pub mod populate_tar;
 pub mod rangetree;
+#[cfg(feature = "ext4")]
+pub mod redo_log;
 pub mod session;
 pub mod snapshot;
 pub mod wire;
@@ -29,6 +31,8 @@ pub type Check = fn(&[u8]);
 pub const TARGETS: &[(&str, Check)] = &[
     #[cfg(feature = "ext4")]
     ("ext4", ext4::run),
+    #[cfg(feature = "ext4")]
+    ("redo_log", redo_log::run),
     #[cfg(feature = "tar")]
     ("populate_tar", populate_tar::run),
     ("dirty", dirty::run),
