@@ -525,7 +525,7 @@ fn same_extents_as_debugfs_fallocate() {
 /// Extent trees with several leaves are the trees debugfs builds, block
 /// for block: the same leaves holding the same extents and the same index
 /// entries (`debugfs ex` prints identical text) after one large fallocate
-/// whose leaves split at the end of the file: 6 GiB on 1 KiB blocks (192
+/// whose leaves split at the end of the file: 6 GiB on 1 KiB blocks (209
 /// extents, 84 to a leaf: three leaves) and 12 GiB on 2 KiB blocks (an
 /// odd 169 to a leaf: two). libext2fs moves the last entry of a full rightmost leaf into
 /// the new one on an append, and puts the new node at the first free
