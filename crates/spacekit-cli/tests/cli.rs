@@ -945,7 +945,7 @@ fn quick_ext4_write_writes_the_documented_rows() {
             assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
         }
     }
-    for variant in ["debugfs", "spacekit", "limit"] {
+    for variant in ["debugfs", "spacekit", "spacekit-api", "limit"] {
         let r = rows
             .iter()
             .find(|r| r["case"] == "small" && r["variant"] == variant)
@@ -953,8 +953,16 @@ fn quick_ext4_write_writes_the_documented_rows() {
         assert_eq!(r["files"].as_u64().unwrap(), 200, "{r}");
         assert_eq!(r["dirs"].as_u64().unwrap(), 7, "{r}");
         assert!(r["median_ns"].as_f64().unwrap() > 0.0, "{r}");
+        // spacekit's populate is a process like debugfs; the per-file
+        // calls run in-process.
+        let run = if variant == "spacekit-api" {
+            "in-process"
+        } else {
+            "process"
+        };
+        assert_eq!(r["run"], run, "{r}");
     }
-    assert_eq!(rows.len(), 9);
+    assert_eq!(rows.len(), 10);
     assert_mismatch_fails("ext4-write");
 }
 

@@ -25,7 +25,12 @@
 //!   sizes and bytes from the run's seed) in 100 directories two levels
 //!   deep (`/t/aI/bJ/fK`), put into a fresh image (4 KiB blocks, 1 GiB,
 //!   `-N 20000`):
-//!   - `spacekit`: in-process (the CLI has no batch command): one
+//!   - `spacekit`: the CLI's batch command, one process, as a user runs
+//!     it: `spacekit ext4 populate IMG --from SRC -q`, `SRC` holding only
+//!     the host tree `t` (the host's modes and times come along; one
+//!     transaction, one flush; in-process when not run from the spacekit
+//!     binary, and then the row says so);
+//!   - `spacekit-api`: the file calls an image tool makes, in-process: one
 //!     `Image::open`, a `mkdir` per directory, `create` and `write` per
 //!     file (its bytes read from the host file), one `flush`;
 //!   - `debugfs`: one `debugfs -w -f SCRIPT IMG` process whose script makes
@@ -46,13 +51,14 @@
 //! every file, and the directory tree holds nothing else) of debugfs's.
 //!
 //! Timing: [`REPS`] rounds (5 with `--full`), each running every variant
-//! once in turn (debugfs, spacekit, limit) after an untimed setup (a fresh
+//! once in turn (debugfs, spacekit, spacekit-api for `small`, limit) after
+//! an untimed setup (a fresh
 //! image or an empty destination, then `sync -f` so no write-back of an
 //! earlier variant lands in the next one's time); the median is reported.
 //! Page caches are not dropped: the sources are warm for every variant.
 //!
 //! JSON rows: cases `large-write`, `large-read` and `small`, variants
-//! `debugfs`, `spacekit` and `limit`, with `bytes` (the data copied),
+//! `debugfs`, `spacekit` and `limit` (and `spacekit-api` for `small`), with `bytes` (the data copied),
 //! `files`, `dirs`, `block_size` (4096), `run` (`process` or `in-process`),
 //! `reps`, `median_ns` and, for the large cases, `gbps`.
 
@@ -64,7 +70,7 @@ use std::process::Command;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::ext4::dir::FT_DIR;
-use spacekit::ext4::{Ext4Error, Image, OpenMode};
+use spacekit::ext4::{Ext4Error, Image, OpenMode, Populate, PopulateOptions};
 
 use super::procs::{
     e2fsck, io_err, random_bytes, run_cmd, settle, skipped, time_rounds, Ext4Tools as Tools, Job,
@@ -228,7 +234,7 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     small(ctx, &tools, &s, &scratch.0, &mut report, &mut bars)?;
     report.bars(bars);
     report.note(format!(
-        "whole-process times (spawn to exit), median of {} rounds, debugfs, spacekit and limit in turn; spacekit is {} in the large case and in-process in the small one (the CLI has no batch command; debugfs's start-up, a few ms, is in its time); the large write's limit is cp + sync (both tools fsync the image), the large read's cp, the small case's every file's bytes into one host file (cat) + sync",
+        "whole-process times (spawn to exit), median of {} rounds, debugfs, spacekit and limit in turn; spacekit is {} (ext4 write and get for the large file, ext4 populate for the small files; spacekit-api, the per-file calls, in-process; debugfs's start-up, a few ms, is in its time); the large write's limit is cp + sync (both tools fsync the image), the large read's cp, the small case's every file's bytes into one host file (cat) + sync",
         s.reps,
         if tools.spacekit.is_some() { "the spacekit binary run as a process" } else { "in-process (not run from the spacekit binary)" },
     ));
@@ -515,10 +521,11 @@ struct Tree {
     host: PathBuf,
 }
 
-/// Writes the small files on the host (`dir/t/aI/bJ/fK`, as `/t/...` in
-/// the images).
+/// Writes the small files on the host (`dir/small-src/t/aI/bJ/fK`, as
+/// `/t/...` in the images: `small-src` holds nothing else, so a populate
+/// from it makes exactly `/t`).
 fn make_tree(ctx: &Ctx, s: &Sizes, dir: &Path) -> Result<Tree, BenchError> {
-    let host = dir.join("t");
+    let host = dir.join("small-src").join("t");
     let mut rng = SmallRng::seed_from_u64(ctx.seed ^ 0x5A11);
     let mut tree = Tree {
         dirs: vec!["/t".into()],
@@ -546,7 +553,30 @@ fn make_tree(ctx: &Ctx, s: &Sizes, dir: &Path) -> Result<Tree, BenchError> {
     Ok(tree)
 }
 
-/// spacekit puts the tree into `img`, in-process: one open, one flush.
+/// `spacekit`: the CLI's batch command, one process (`spacekit ext4
+/// populate IMG --from SRC -q`, `SRC` holding `t`), or the same library
+/// calls in-process when not run from the spacekit binary.
+fn spacekit_populate(t: &Tools, img: &Path, tree: &Tree) -> Result<(), BenchError> {
+    let src = tree.host.parent().unwrap_or(&tree.host);
+    if let Some(bin) = &t.spacekit {
+        let mut cmd = Command::new(bin);
+        cmd.args(["ext4", "populate"])
+            .arg(img)
+            .arg("--from")
+            .arg(src)
+            .arg("-q");
+        return run_cmd(&mut cmd, "spacekit ext4 populate").map(drop);
+    }
+    let err = ext4_err(img);
+    let mut im = Image::open(img, OpenMode::ReadWrite).map_err(&err)?;
+    let mut pop = Populate::new(&mut im, "/", PopulateOptions::default()).map_err(&err)?;
+    pop.add_dir(src).map_err(&err)?;
+    pop.finish().map(drop).map_err(&err)
+}
+
+/// `spacekit-api`: the file calls an image tool makes, in-process: one
+/// open, a `mkdir` per directory, `create` and `write` per file (its bytes
+/// read from the host file), one flush.
 fn spacekit_tree(img: &Path, tree: &Tree) -> Result<(), BenchError> {
     let err = ext4_err(img);
     let mut im = Image::open(img, OpenMode::ReadWrite).map_err(&err)?;
@@ -711,6 +741,7 @@ fn small(
     let script = dir.join("small.debugfs");
     fs::write(&script, debugfs_script(&tree)).map_err(io_err(&script))?;
     let img_sk = dir.join("small-spacekit.img");
+    let img_api = dir.join("small-spacekit-api.img");
     let img_dfs = dir.join("small-debugfs.img");
     let copy = dir.join("t-bytes");
     let inodes = Some(s.inodes);
@@ -722,7 +753,9 @@ fn small(
 
     progress(NAME, "small: verifying (rdump, Image::read, e2fsck)");
     make_image(t, &img_sk, s.small_image, inodes)?;
-    spacekit_tree(&img_sk, &tree)?;
+    spacekit_populate(t, &img_sk, &tree)?;
+    make_image(t, &img_api, s.small_image, inodes)?;
+    spacekit_tree(&img_api, &tree)?;
     make_image(t, &img_dfs, s.small_image, inodes)?;
     debugfs_tree(&img_dfs)?;
     verify(
@@ -740,6 +773,10 @@ fn small(
             (
                 "spacekit (read by debugfs rdump)",
                 check_spacekit_tree(t, &img_sk, &tree, dir)?,
+            ),
+            (
+                "spacekit-api (read by debugfs rdump)",
+                check_spacekit_tree(t, &img_api, &tree, dir)?,
             ),
             (
                 "debugfs (read by spacekit Image::read)",
@@ -767,7 +804,15 @@ fn small(
                     make_image(t, &img_sk, s.small_image, inodes)?;
                     settle(&t.sync, dir)
                 },
-                || spacekit_tree(&img_sk, &tree),
+                || spacekit_populate(t, &img_sk, &tree),
+            ),
+            Job::new(
+                "spacekit-api",
+                || {
+                    make_image(t, &img_api, s.small_image, inodes)?;
+                    settle(&t.sync, dir)
+                },
+                || spacekit_tree(&img_api, &tree),
             ),
             Job::new(
                 "limit",
@@ -780,8 +825,8 @@ fn small(
         ],
     )?;
     let _ = fs::remove_file(&copy);
-    let _ = fs::remove_dir_all(&tree.host);
-    for p in [&img_sk, &img_dfs, &script] {
+    let _ = fs::remove_dir_all(tree.host.parent().unwrap_or(&tree.host));
+    for p in [&img_sk, &img_api, &img_dfs, &script] {
         let _ = fs::remove_file(p);
     }
 
@@ -794,17 +839,17 @@ fn small(
             .field("block_size", BLOCK)
             .field(
                 "run",
-                if v == "spacekit" {
-                    "in-process"
-                } else {
-                    "process"
+                match v {
+                    "spacekit" => t.run_kind(),
+                    "spacekit-api" => "in-process",
+                    _ => "process",
                 },
             )
             .field("reps", s.reps as u64)
     });
     let mut table = Table::new(
-        &format!("{files} files of 1 to 16 KiB in {dirs} directories into a fresh ext4 image (4 KiB blocks); spacekit in-process, debugfs one process with a script, limit the same bytes into one host file (cat, then sync); medians of {} rounds", s.reps),
-        &["case", "files", "dirs", "bytes", "debugfs", "spacekit", "limit", "debugfs/spacekit", "spacekit/limit"],
+        &format!("{files} files of 1 to 16 KiB in {dirs} directories into a fresh ext4 image (4 KiB blocks); spacekit = spacekit ext4 populate ({}), spacekit-api = create + write per file in-process, debugfs one process with a script, limit the same bytes into one host file (cat, then sync); medians of {} rounds", if t.spacekit.is_some() { "one process" } else { "in-process" }, s.reps),
+        &["case", "files", "dirs", "bytes", "debugfs", "spacekit", "spacekit-api", "limit", "debugfs/spacekit", "debugfs/api", "spacekit/limit"],
     );
     table.row(vec![
         "small".into(),
@@ -813,8 +858,10 @@ fn small(
         bytes.to_string(),
         m.cell("debugfs"),
         m.cell("spacekit"),
+        m.cell("spacekit-api"),
         m.cell("limit"),
         m.ratio_cell("debugfs", "spacekit"),
+        m.ratio_cell("debugfs", "spacekit-api"),
         format!("{:.2}x", m.ratio("spacekit", "limit")),
     ]);
     report.table(table);
@@ -822,9 +869,10 @@ fn small(
     bars.check(
         r >= 5.0,
         format!(
-            "{files} small files: spacekit {} vs debugfs {}, {r:.1}x faster (the bytes alone to one file + sync: {}) (bar: at least 5x faster than debugfs)",
+            "{files} small files: spacekit (ext4 populate) {} vs debugfs {}, {r:.1}x faster (create + write per file in-process {}; the bytes alone to one file + sync: {}) (bar: at least 5x faster than debugfs)",
             m.cell("spacekit"),
             m.cell("debugfs"),
+            m.cell("spacekit-api"),
             m.cell("limit"),
         ),
     );
