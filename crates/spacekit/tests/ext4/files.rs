@@ -526,10 +526,12 @@ fn same_extents_as_debugfs_fallocate() {
 /// for block: the same leaves holding the same extents and the same index
 /// entries (`debugfs ex` prints identical text) after one large fallocate
 /// whose leaves split at the end of the file: 6 GiB on 1 KiB blocks (209
-/// extents, 84 to a leaf: three leaves) and 12 GiB on 2 KiB blocks (an
-/// odd 169 to a leaf: two). libext2fs moves the last entry of a full rightmost leaf into
-/// the new one on an append, and puts the new node at the first free
-/// block from the split node's first block on.
+/// extents, 84 to a leaf: three leaves), 12 GiB on 2 KiB blocks (an odd
+/// 169 to a leaf: two), and 560 MiB on 1 KiB blocks in 1,024-block groups
+/// (seven leaves under a grown root). libext2fs moves the last entry of a
+/// full rightmost leaf into the new one on an append, puts the new node at
+/// the first free block from the split node's first block on, and makes
+/// room from the top down.
 #[test]
 fn leaf_splits_at_the_end_give_debugfs_s_tree() {
     require_e2fsprogs!();
@@ -549,6 +551,17 @@ fn leaf_splits_at_the_end_give_debugfs_s_tree() {
                 args: &["-b", "2048"],
             },
             12 << 30,
+        ),
+        // 600 groups of 1,024 blocks without flex_bg: an extent a group,
+        // seven leaves, so the root grows to depth 2 while a leaf splits
+        // (libext2fs takes the new index block first, then the leaf's).
+        (
+            Config {
+                name: "1k-600-groups",
+                size: "600M",
+                args: &["-b", "1024", "-g", "1024", "-O", "^flex_bg,^has_journal"],
+            },
+            560 << 20,
         ),
     ];
     for (cfg, bytes) in &cases {
@@ -570,7 +583,16 @@ fn leaf_splits_at_the_end_give_debugfs_s_tree() {
         assert_fsck_clean(&ours, cfg.name);
         assert_fsck_clean(&theirs, cfg.name);
         let (a, b) = (debugfs(&ours, "ex /f"), debugfs(&theirs, "ex /f"));
-        let leaves = a.lines().filter(|l| l.starts_with(" 0/ 1")).count();
+        // Index entries just above the leaves ("LEVEL/ DEPTH" with LEVEL
+        // one less than DEPTH): one per leaf.
+        let leaves = a
+            .lines()
+            .filter_map(|l| {
+                let (lv, rest) = l.split_once('/')?;
+                let depth: u32 = rest.split_whitespace().next()?.parse().ok()?;
+                (lv.trim().parse::<u32>().ok()? + 1 == depth).then_some(())
+            })
+            .count();
         assert!(leaves >= 2, "{}: {leaves} leaves\n{a}", cfg.name);
         assert_eq!(a, b, "{}: debugfs ex", cfg.name);
     }

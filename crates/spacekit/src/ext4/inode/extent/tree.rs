@@ -13,11 +13,13 @@ use crate::ext4::error::{corrupt, invalid, Ext4Error};
 use crate::ext4::layout::{le16, le32, put32};
 
 use super::record::{
-    block_checksum, entry_bytes, idx_child, index_bytes, node_capacity, stored_checksum, Extent,
-    ExtentHeader, ENTRY, HDR, MAX_DEPTH, ROOT_SIZE,
+    block_checksum, entry_bytes, idx_child, node_capacity, stored_checksum, Extent, ExtentHeader,
+    ENTRY, HDR, ROOT_SIZE,
 };
 use super::store::ExtentStore;
 use super::walk::{check_root, child_header, index_entries, internal, leaf_entries, read_node};
+
+mod split;
 
 /// A node: the root or a tree block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -433,111 +435,6 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         self.freed.push(b);
     }
 
-    /// Inserts raw entry `e` at position `pos` of the node at `path[level]`,
-    /// splitting nodes and growing the root as needed.
-    fn insert_entry(
-        &mut self,
-        path: &mut Path,
-        level: usize,
-        pos: usize,
-        e: [u8; 12],
-    ) -> Result<(), Ext4Error> {
-        let (id, _) = path[level];
-        let h = self.hdr(id)?;
-        let n = usize::from(h.entries);
-        if h.entries < h.max {
-            return self.insert_raw(id, pos, e);
-        }
-        if level == 0 {
-            // Grow: the root's entries move to a new block, and the root
-            // becomes an index one level deeper.
-            if h.depth >= MAX_DEPTH {
-                return Err(invalid(
-                    "logical",
-                    u64::from(le32(&e, 0)),
-                    "the extent tree is full at depth 5",
-                ));
-            }
-            let goal = self.node_goal(id)?;
-            let b = self.new_block(h.depth, goal)?;
-            let child = Id::Block(b);
-            let mut entries = Vec::with_capacity(n);
-            for i in 0..n {
-                entries.push(self.entry(id, i)?);
-            }
-            for (i, x) in entries.iter().enumerate() {
-                self.set_entry(child, i, *x)?;
-            }
-            let mut ch = self.hdr(child)?;
-            ch.entries = h.entries;
-            self.set_hdr(child, ch)?;
-            let key = self.first_key(child)?;
-            let rb = self.buf_mut(id)?;
-            rb.data[HDR..].fill(0);
-            rb.mark(HDR..ROOT_SIZE);
-            self.set_entry(id, 0, index_bytes(key, b))?;
-            self.set_hdr(
-                id,
-                ExtentHeader {
-                    entries: 1,
-                    max: h.max,
-                    depth: h.depth + 1,
-                    generation: h.generation,
-                },
-            )?;
-            let old = path[0].1;
-            path[0].1 = 0;
-            path.insert(1, (child, old));
-            self.insert_entry(path, 1, pos, e)?;
-            // An entry put first in the child lowers its first key: the
-            // root's one key follows (the child, a whole block, never
-            // splits here, so it is still the root's first entry).
-            let key = self.first_key(child)?;
-            return self.set_entry(id, 0, index_bytes(key, b));
-        }
-        // Split as libext2fs splits (`extent_node_split`), so that a file
-        // spacekit writes has the blocks debugfs gives it: an append at the
-        // end of the file (the last entry on every level) moves the last
-        // entry to the new node, which then takes `e` after it; otherwise
-        // the upper half, n / 2 entries, moves.
-        let mut at_eof = pos == n;
-        for &(pid, pi) in &path[..level] {
-            at_eof &= pi + 1 == usize::from(self.hdr(pid)?.entries);
-        }
-        let mid = if at_eof { n - 1 } else { n - n / 2 };
-        let goal = self.node_goal(id)?;
-        let b = self.new_block(h.depth, goal)?;
-        let m = Id::Block(b);
-        let mut moved = Vec::with_capacity(n - mid);
-        for i in mid..n {
-            moved.push(self.entry(id, i)?);
-        }
-        for (i, x) in moved.iter().enumerate() {
-            self.set_entry(m, i, *x)?;
-        }
-        let mut mh = self.hdr(m)?;
-        mh.entries = (n - mid) as u16;
-        self.set_hdr(m, mh)?;
-        {
-            let nb = self.buf_mut(id)?;
-            let start = HDR + ENTRY * mid;
-            let end = HDR + ENTRY * n;
-            nb.data[start..end].fill(0);
-            nb.mark(start..end);
-        }
-        let mut nh = h;
-        nh.entries = mid as u16;
-        self.set_hdr(id, nh)?;
-        if pos < mid {
-            self.insert_raw(id, pos, e)?;
-        } else {
-            self.insert_raw(m, pos - mid, e)?;
-        }
-        let key = self.first_key(m)?;
-        let (_, ppos) = path[level - 1];
-        self.insert_entry(path, level - 1, ppos + 1, index_bytes(key, b))
-    }
-
     /// Inserts raw entry `e` at position `pos` of node `id`, which has room.
     fn insert_raw(&mut self, id: Id, pos: usize, e: [u8; 12]) -> Result<(), Ext4Error> {
         let mut h = self.hdr(id)?;
@@ -553,27 +450,6 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         b.mark(start..end + ENTRY);
         h.entries += 1;
         self.set_hdr(id, h)
-    }
-
-    /// Where libext2fs looks for a block for a node split off `id` (or the
-    /// root's entries moved out): just before the first block the node
-    /// points at (its first extent's, or its first child's), so the new
-    /// node lands in the first free block at or after it; the new
-    /// extent's end when the node is empty.
-    fn node_goal(&self, id: Id) -> Result<u64, Ext4Error> {
-        let h = self.hdr(id)?;
-        if h.entries == 0 {
-            return Ok(self.goal);
-        }
-        let first = if h.depth == 0 {
-            self.extent(id, 0)?.physical
-        } else {
-            idx_child(&self.entry(id, 0)?)?
-        };
-        Ok(match first.saturating_sub(1) {
-            0 => self.goal,
-            g => g,
-        })
     }
 
     /// Allocates (from `goal` on) and sets up an empty node of depth
