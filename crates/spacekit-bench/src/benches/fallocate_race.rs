@@ -159,6 +159,12 @@ fn held(t: &Tools, img: &Path) -> Result<Held, BenchError> {
         .unwrap_or("")
         .trim()
         .to_string();
+    if blockcount.is_empty() || free_blocks.is_empty() {
+        return Err(BenchError(format!(
+            "{}: no Blockcount in debugfs stat or no Free blocks in stats -h (a debugfs whose output this benchmark does not read)",
+            img.display()
+        )));
+    }
     Ok(Held {
         e2fsck_exit: e2fsck(&t.e2fsck, img)?,
         leaf_extents,

@@ -5,15 +5,17 @@
 //!
 //! The input picks a base image (those of the `ext4` target) and then
 //! either gives the log's bytes as they are, or builds a complete log:
-//! version 1, 2 or 3, up to 8 records at offsets and lengths it picks
+//! version 1, 2, 3 or a newer 4, up to 8 records at offsets and lengths
+//! (0 to 2,048 bytes) it picks
 //! (inside the image or not), each 512-byte sector one repeated byte or
 //! bytes of its own, `before` sums right or wrong, the image's UUID or
 //! another; and then perhaps flips one byte, re-signing the log or not.
 //!
 //! * A read-only open never panics and changes neither image nor log.
 //! * A read-write open never panics. When it refuses the log (another
-//!   file system's, or a record past the image's end) the image and the
-//!   log are as they were. Otherwise the log is gone, and for a built log
+//!   file system's, a record past the image's end, a newer version: a
+//!   built version 4 log must be refused) the image and the log are as
+//!   they were. Otherwise the log is gone, and for a built log
 //!   that was not flipped: if it is current (every sector it covers holds
 //!   its new bytes or bytes whose CRC is its `before` sum; always, for
 //!   version 1) the image holds every record's bytes, applied in order,
@@ -108,10 +110,13 @@ pub fn run(data: &[u8]) {
     let len = image.len() as u64;
     // What a built, unflipped log must leave: `Some(bytes)`.
     let mut expect: Option<Vec<u8>> = None;
+    // A complete log of a newer version: refused and kept.
+    let mut newer = false;
     let log = if input.bool() {
         input.rest().to_vec()
     } else {
-        let version = 1 + input.below(3) as u32;
+        // Version 4 stands for a newer spacekit's log (laid out as 3).
+        let version = 1 + input.below(4) as u32;
         let uuid = if input.u8() < 224 {
             image[1024 + 0x68..1024 + 0x78].to_vec()
         } else {
@@ -121,7 +126,7 @@ pub fn run(data: &[u8]) {
         };
         let mut recs = Vec::new();
         for _ in 0..input.below(9) {
-            let n = 1 + input.below(2048) as usize;
+            let n = input.below(2049) as usize;
             let offset = if input.u8() < 240 {
                 input.below(len - n as u64)
             } else {
@@ -176,6 +181,8 @@ pub fn run(data: &[u8]) {
                 // Not re-signed: incomplete, so discarded.
                 expect = Some(image.clone());
             }
+        } else if version == 4 {
+            newer = true;
         } else if inside && ours {
             let mut want = image.clone();
             if current(&image, version, &recs) {
@@ -210,6 +217,10 @@ pub fn run(data: &[u8]) {
             assert!(expect.is_none(), "a complete log of this image was refused");
         }
         other => {
+            assert!(
+                !newer,
+                "a log of a newer version was not refused: {other:?}"
+            );
             if let Err(e) = other {
                 let _ = e.to_string();
             }

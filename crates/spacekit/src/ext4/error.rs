@@ -63,8 +63,9 @@ pub enum Ext4Error {
         path: PathBuf,
     },
     /// The redo log beside the image is complete but belongs to another file
-    /// system (its UUID differs) or writes outside the image; nothing was
-    /// written.
+    /// system (its UUID differs), writes outside the image, or is of a
+    /// newer format than this version reads; nothing was written and the
+    /// log is kept.
     RedoLogMismatch {
         /// The log's path.
         path: PathBuf,

@@ -24,9 +24,11 @@
 //! Version 3's mask keeps the log small where a flush fills whole sectors
 //! with one value: a block bitmap a large fallocate or write sets from end
 //! to end is 4 KiB of 0xff in place and nine bytes in the log, so the log
-//! of a 6 GiB fallocate on 4 KiB blocks is 12 KB, not 208 KB. A log
-//! written by this version is not replayed by a spacekit older than it
-//! (that one sees an unknown version and discards the log).
+//! of a 6 GiB fallocate on 4 KiB blocks is 12 KB, not 208 KB. A spacekit
+//! older than version 3 logs does not know the version and discards such
+//! a log; from this version on a complete log of a newer version is kept
+//! and the open refused ([`Ext4Error::RedoLogMismatch`]), since it may be
+//! the only record of a flush cut short.
 //!
 //! A record is a run of 512-byte sectors that the flush changes: sectors
 //! of a changed block that already hold their new bytes are neither logged
@@ -224,14 +226,21 @@ fn emit(
     records: &[Record<'_>],
     mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<[u8; TRAILER]> {
+    // Each sector's fill byte, found once for the length and the bytes.
+    let fills: Vec<Vec<Option<u8>>> = records
+        .iter()
+        .map(|r| r.data.chunks(SECTOR).map(fill).collect())
+        .collect();
     let body: usize = records
         .iter()
-        .map(|r| {
-            let n = r.data.len().div_ceil(SECTOR);
+        .zip(&fills)
+        .map(|(r, f)| {
+            let n = f.len();
             let payload: usize = r
                 .data
                 .chunks(SECTOR)
-                .map(|s| if fill(s).is_some() { 1 } else { s.len() })
+                .zip(f)
+                .map(|(s, f)| if f.is_some() { 1 } else { s.len() })
                 .sum();
             12 + 4 * n + n.div_ceil(8) + payload
         })
@@ -250,7 +259,7 @@ fn emit(
     head.extend_from_slice(uuid);
     put(&head)?;
     let mut rec = Vec::new();
-    for r in records {
+    for (r, fills) in records.iter().zip(&fills) {
         rec.clear();
         rec.extend_from_slice(&r.offset.to_le_bytes());
         rec.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
@@ -262,7 +271,6 @@ fn emit(
         // piece, each filled sector as its byte.
         let mask_at = rec.len();
         rec.resize(mask_at + r.data.len().div_ceil(SECTOR).div_ceil(8), 0);
-        let fills: Vec<Option<u8>> = r.data.chunks(SECTOR).map(fill).collect();
         for (i, f) in fills.iter().enumerate() {
             if f.is_some() {
                 rec[mask_at + i / 8] |= 1 << (i % 8);
@@ -297,19 +305,16 @@ fn fill(sector: &[u8]) -> Option<u8> {
     (sector.iter().fold(0, |acc, &x| acc | (x ^ b)) == 0).then_some(b)
 }
 
-/// Parses a complete log; `None` if it is incomplete or corrupt in any way.
-pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
+/// The version of a complete log (length, both magics and the CRC agree,
+/// whatever the version); `None` if it is incomplete or corrupt.
+fn complete_version(bytes: &[u8]) -> Option<u32> {
     if bytes.len() < HEADER + TRAILER || bytes.get(..8)? != MAGIC {
         return None;
     }
     let u32_at = |o: usize| -> Option<u32> {
         Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?))
     };
-    let u64_at = |o: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
-    };
-    let version = u32_at(8)?;
-    if !(1..=VERSION).contains(&version) || u64_at(16)? != bytes.len() as u64 {
+    if bytes.get(16..24)? != (bytes.len() as u64).to_le_bytes() {
         return None;
     }
     let trailer_at = bytes.len() - TRAILER;
@@ -318,6 +323,27 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
     {
         return None;
     }
+    u32_at(8)
+}
+
+/// Why a complete log written by a newer spacekit is kept, not replayed
+/// nor removed: it may be the only record of a flush cut short.
+const NEWER: &str = "the log is complete but of a newer format than this spacekit reads; open the image with the spacekit that wrote it";
+
+/// Parses a complete log; `None` if it is incomplete or corrupt in any way
+/// or of a version this code does not know.
+pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
+    let version = complete_version(bytes)?;
+    if !(1..=VERSION).contains(&version) {
+        return None;
+    }
+    let u32_at = |o: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?))
+    };
+    let u64_at = |o: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
+    };
+    let trailer_at = bytes.len() - TRAILER;
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(bytes.get(24..40)?);
     let n = u32_at(12)?;
@@ -338,7 +364,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
             let n = len.div_ceil(SECTOR);
             let mask = bytes.get(at..at + n.div_ceil(8))?;
             at += n.div_ceil(8);
-            let mut data = Vec::with_capacity(len);
+            // At most one byte of log per filled sector: never trust `len`
+            // for more than the log can hold.
+            let mut data = Vec::with_capacity(len.min(bytes.len().saturating_sub(at) * SECTOR));
             for i in 0..n {
                 let want = SECTOR.min(len - i * SECTOR);
                 if mask[i / 8] >> (i % 8) & 1 == 1 {
@@ -373,9 +401,25 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
 /// the module doc).
 pub(crate) fn pending(dev: &dyn Device) -> Result<bool, Ext4Error> {
     let log = dev.read_log().map_err(io("read redo log"))?;
-    match log.as_deref().and_then(decode) {
+    let Some(bytes) = log.as_deref() else {
+        return Ok(false);
+    };
+    newer_kept(dev, bytes)?;
+    match decode(bytes) {
         Some((_, records)) => current(dev, &records),
         None => Ok(false),
+    }
+}
+
+/// Refuses a complete log of a newer format ([`NEWER`]), leaving it where
+/// it is.
+fn newer_kept(dev: &dyn Device, bytes: &[u8]) -> Result<(), Ext4Error> {
+    match complete_version(bytes) {
+        Some(v) if v > VERSION => Err(Ext4Error::RedoLogMismatch {
+            path: dev.log_name(),
+            reason: NEWER,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -386,6 +430,7 @@ pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
     let Some(bytes) = dev.read_log().map_err(io("read redo log"))? else {
         return Ok(());
     };
+    newer_kept(dev, &bytes)?;
     let Some((uuid, records)) = decode(&bytes) else {
         return dev.remove_log().map_err(io("remove redo log"));
     };
@@ -530,6 +575,47 @@ mod tests {
         assert_eq!(decode(&bad), None);
         // A version 2 log is still read.
         assert_eq!(decode(&encode_v2(&uuid, &recs)), Some((uuid, recs)));
+    }
+
+    #[test]
+    fn a_complete_log_of_a_newer_version_is_kept_and_refused() {
+        // A device whose superblock UUID is the log's.
+        let uuid = [0x42u8; 16];
+        let mut disk = vec![0u8; 16384];
+        let at = SB_OFFSET as usize + sb::UUID;
+        disk[at..at + 16].copy_from_slice(&uuid);
+        let mut dev = crate::ext4::MemDevice::new(disk.clone());
+        let recs = [Record {
+            offset: 8192,
+            data: vec![9; 512].into(),
+            before: vec![crc32c::checksum(&[0; 512])],
+        }];
+        let (mut log, trailer) = encode(&uuid, &recs);
+        // The same log stamped with the next version and signed again.
+        log[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        log.truncate(trailer);
+        let crc = crc32c::checksum(&log);
+        log.extend_from_slice(&crc.to_le_bytes());
+        log.extend_from_slice(END_MAGIC);
+        assert_eq!(complete_version(&log), Some(VERSION + 1));
+        assert_eq!(decode(&log), None);
+        dev.write_log(0, &log).unwrap();
+        for e in [pending(&dev).unwrap_err(), replay(&mut dev).unwrap_err()] {
+            assert!(
+                matches!(e, Ext4Error::RedoLogMismatch { reason, .. } if reason == NEWER),
+                "{e:?}"
+            );
+        }
+        assert_eq!(dev.read_log().unwrap().as_deref(), Some(&log[..]));
+        let mut now = vec![0u8; 16384];
+        dev.read_at(0, &mut now).unwrap();
+        assert!(now == disk, "nothing replayed");
+        // The same bytes with a bad CRC are an incomplete log: removed.
+        let last = log.len() - 5;
+        log[last] ^= 1;
+        dev.write_log(0, &log).unwrap();
+        replay(&mut dev).unwrap();
+        assert_eq!(dev.read_log().unwrap(), None);
     }
 
     #[test]
