@@ -6,12 +6,11 @@
 //! starting state. Without mkfs.ext4 the rows are skipped with a notice.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use spacekit::bitmap::{Bitmap, BitsMut};
 use spacekit::ext4::{Image, OpenMode};
 
-use super::procs::tool;
+use super::procs::{fresh_image, tool};
 use crate::context::{BenchError, Ctx};
 use crate::harness::progress;
 
@@ -38,32 +37,17 @@ fn mkfs() -> Option<PathBuf> {
 /// per group.
 fn make_image(mkfs: &Path, path: &Path, block_size: u64) -> Result<u64, BenchError> {
     let bpg = (block_size * 8).min(65528);
-    let file =
-        std::fs::File::create(path).map_err(|e| BenchError(format!("{}: {e}", path.display())))?;
-    file.set_len(block_size * bpg * 2)
-        .map_err(|e| BenchError(format!("{}: {e}", path.display())))?;
-    drop(file);
-    let out = Command::new(mkfs)
-        .env("E2FSPROGS_FAKE_TIME", "1700000000")
-        .args([
-            "-F",
-            "-q",
-            "-b",
-            &block_size.to_string(),
-            "-g",
-            &bpg.to_string(),
-        ])
-        .args(["-O", "^has_journal", "-U", UUID, "-E"])
-        .arg(format!("lazy_itable_init=1,hash_seed={UUID}"))
-        .arg(path)
-        .output()
-        .map_err(|e| BenchError(format!("cannot run {}: {e}", mkfs.display())))?;
-    if !out.status.success() {
-        return Err(BenchError(format!(
-            "mkfs.ext4 -b {block_size} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
+    let args = [
+        "-b".to_string(),
+        block_size.to_string(),
+        "-g".into(),
+        bpg.to_string(),
+        "-O".into(),
+        "^has_journal".into(),
+        "-E".into(),
+        format!("lazy_itable_init=1,hash_seed={UUID}"),
+    ];
+    fresh_image(mkfs, path, block_size * bpg * 2, UUID, args)?;
     Ok(bpg)
 }
 

@@ -73,8 +73,8 @@ use spacekit::ext4::dir::FT_DIR;
 use spacekit::ext4::{Ext4Error, Image, OpenMode, Populate, PopulateOptions};
 
 use super::procs::{
-    e2fsck, io_err, random_bytes, run_cmd, settle, skipped, time_rounds, Ext4Tools as Tools, Job,
-    Scratch,
+    e2fsck, fresh_image, io_err, random_bytes, run_cmd, run_debugfs, settle, skipped, time_rounds,
+    Ext4Tools as Tools, Job, Scratch,
 };
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};
@@ -141,39 +141,21 @@ fn ext4_err(path: &Path) -> impl Fn(Ext4Error) -> BenchError + '_ {
     move |e| BenchError(format!("{}: {e}", path.display()))
 }
 
-/// Runs debugfs: it exits 0 even when a command fails, so anything on
-/// standard error besides its version banner is a failure.
-fn run_debugfs(cmd: &mut Command, what: &str) -> Result<(), BenchError> {
-    let out = run_cmd(cmd, what)?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    let bad: Vec<&str> = err
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("debugfs "))
-        .take(3)
-        .collect();
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(BenchError(format!("{what}: {}", bad.join("; "))))
-    }
-}
-
 /// A fresh image at `path`: `bytes` long, 4 KiB blocks, no journal, a
 /// fixed UUID and time, `inodes` inodes if given.
 fn make_image(t: &Tools, path: &Path, bytes: u64, inodes: Option<u64>) -> Result<(), BenchError> {
-    let _ = fs::remove_file(path);
-    File::create(path)
-        .and_then(|f| f.set_len(bytes))
-        .map_err(io_err(path))?;
-    let mut cmd = Command::new(&t.mkfs);
-    cmd.env("E2FSPROGS_FAKE_TIME", "1700000000")
-        .args(["-F", "-q", "-b", &BLOCK.to_string()])
-        .args(["-O", "^has_journal", "-U", UUID, "-E"])
-        .arg(format!("lazy_itable_init=1,hash_seed={UUID}"));
+    let mut args = vec![
+        "-b".to_string(),
+        BLOCK.to_string(),
+        "-O".into(),
+        "^has_journal".into(),
+        "-E".into(),
+        format!("lazy_itable_init=1,hash_seed={UUID}"),
+    ];
     if let Some(n) = inodes {
-        cmd.args(["-N", &n.to_string()]);
+        args.extend(["-N".to_string(), n.to_string()]);
     }
-    run_cmd(cmd.arg(path), "mkfs.ext4").map(drop)
+    fresh_image(&t.mkfs, path, bytes, UUID, args)
 }
 
 /// Where host file `b` first differs from `a` (`None`: equal bytes).

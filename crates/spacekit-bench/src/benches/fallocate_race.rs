@@ -27,14 +27,15 @@
 //! `extents`, `run`, `reps`, `median_ns`. Bar: at 4 KiB blocks spacekit
 //! is no slower than debugfs (medians).
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::Path;
 use std::process::Command;
 
 use spacekit::ext4::{Ext4Error, Image, OpenMode};
 
 use super::procs::{
-    e2fsck, io_err, run_cmd, settle, time_rounds, Ext4Tools as Tools, Job, Scratch,
+    e2fsck, fresh_image, io_err, run_cmd, run_debugfs, settle, time_rounds, Ext4Tools as Tools,
+    Job, Scratch,
 };
 use crate::context::{BenchError, Ctx, Mode};
 use crate::harness::{fmt_ns, progress, verify, Bars, Report, Row, Table};
@@ -59,16 +60,13 @@ fn reps(mode: Mode) -> usize {
 /// A fresh image at `img` (mkfs.ext4 defaults, journal included, fixed
 /// UUID, hash seed and time).
 fn make_image(t: &Tools, img: &Path, block: u64) -> Result<(), BenchError> {
-    let _ = fs::remove_file(img);
-    File::create(img)
-        .and_then(|f| f.set_len(IMAGE))
-        .map_err(io_err(img))?;
-    let mut cmd = Command::new(&t.mkfs);
-    cmd.env("E2FSPROGS_FAKE_TIME", "1700000000")
-        .args(["-F", "-q", "-b", &block.to_string(), "-U", UUID, "-E"])
-        .arg(format!("hash_seed={UUID}"))
-        .arg(img);
-    run_cmd(&mut cmd, "mkfs.ext4").map(drop)
+    let args = [
+        "-b".to_string(),
+        block.to_string(),
+        "-E".into(),
+        format!("hash_seed={UUID}"),
+    ];
+    fresh_image(&t.mkfs, img, IMAGE, UUID, args)
 }
 
 /// spacekit's run: the `spacekit` binary, or what it does in-process.
@@ -88,25 +86,16 @@ fn spacekit(t: &Tools, img: &Path) -> Result<(), BenchError> {
     im.flush().map_err(err)
 }
 
-/// debugfs's run (it exits 0 even when a command fails: anything on
-/// standard error but its banner is a failure).
+/// debugfs's run.
 fn debugfs(t: &Tools, img: &Path, script: &Path) -> Result<(), BenchError> {
-    let out = run_cmd(
+    run_debugfs(
         Command::new(&t.debugfs)
             .arg("-w")
             .arg("-f")
             .arg(script)
             .arg(img),
         "debugfs -w",
-    )?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    match err
-        .lines()
-        .find(|l| !l.trim().is_empty() && !l.starts_with("debugfs "))
-    {
-        Some(l) => Err(BenchError(format!("debugfs -w: {l}"))),
-        None => Ok(()),
-    }
+    )
 }
 
 /// What an image holds, as e2fsprogs reads it: e2fsck's exit code, the

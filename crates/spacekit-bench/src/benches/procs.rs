@@ -229,6 +229,45 @@ pub fn run_peak(cmd: &mut Command, what: &str) -> Result<Peak, BenchError> {
     })
 }
 
+/// Runs debugfs: it exits 0 even when a command fails, so anything on
+/// standard error besides its version banner is a failure.
+pub fn run_debugfs(cmd: &mut Command, what: &str) -> Result<(), BenchError> {
+    let out = run_cmd(cmd, what)?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let bad: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("debugfs "))
+        .take(3)
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError(format!("{what}: {}", bad.join("; "))))
+    }
+}
+
+/// A fresh image at `img`, `bytes` long: `mkfs.ext4 -F -q -U UUID ARGS
+/// IMG` (`mkfs` is the path of the tool) at a fixed time
+/// (`E2FSPROGS_FAKE_TIME`), so two runs make the same image.
+pub fn fresh_image<A: AsRef<std::ffi::OsStr>>(
+    mkfs: &Path,
+    img: &Path,
+    bytes: u64,
+    uuid: &str,
+    args: impl IntoIterator<Item = A>,
+) -> Result<(), BenchError> {
+    let _ = fs::remove_file(img);
+    fs::File::create(img)
+        .and_then(|f| f.set_len(bytes))
+        .map_err(io_err(img))?;
+    let mut cmd = Command::new(mkfs);
+    cmd.env("E2FSPROGS_FAKE_TIME", "1700000000")
+        .args(["-F", "-q", "-U", uuid])
+        .args(args)
+        .arg(img);
+    run_cmd(&mut cmd, "mkfs.ext4").map(drop)
+}
+
 /// `sync -f DIR` (`sync` is the path of the tool): the file system's dirty
 /// pages written back, so no write-back of an earlier variant lands in the
 /// next one's time (untimed).
