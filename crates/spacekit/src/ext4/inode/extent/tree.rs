@@ -374,9 +374,7 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
                 if p == 0 {
                     self.set_keys_above(&path, path.len() - 1, new.logical)?;
                 }
-                let mut path = path;
-                let level = path.len() - 1;
-                self.insert_entry(&mut path, level, p, new.to_bytes())?;
+                self.insert_entry(path, new.to_bytes())?;
                 Ok(false)
             }
         }
@@ -529,7 +527,7 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
         first: u32,
         freed: &mut Vec<(u64, u64)>,
     ) -> Result<(), Ext4Error> {
-        let mut h = self.hdr(id)?;
+        let h = self.hdr(id)?;
         let n = usize::from(h.entries);
         let mut keep = n;
         if h.depth == 0 {
@@ -569,15 +567,21 @@ impl<'a, S: ExtentStore + ?Sized> Tree<'a, S> {
             }
         }
         if keep < n {
-            let b = self.buf_mut(id)?;
-            let start = HDR + ENTRY * keep;
-            let end = HDR + ENTRY * n;
-            b.data[start..end].fill(0);
-            b.mark(start..end);
-            h.entries = keep as u16;
-            self.set_hdr(id, h)?;
+            self.keep_first(id, keep)?;
         }
         Ok(())
+    }
+
+    /// Cuts node `id` to its first `keep` entries (the rest zeroed).
+    fn keep_first(&mut self, id: Id, keep: usize) -> Result<(), Ext4Error> {
+        let mut h = self.hdr(id)?;
+        let b = self.buf_mut(id)?;
+        let start = HDR + ENTRY * keep;
+        let end = HDR + ENTRY * usize::from(h.entries);
+        b.data[start..end].fill(0);
+        b.mark(start..end);
+        h.entries = keep as u16;
+        self.set_hdr(id, h)
     }
 
     /// Frees a whole subtree: its data (pushed in descending logical order)

@@ -10,29 +10,22 @@
 use crate::ext4::error::{invalid, Ext4Error};
 use crate::ext4::layout::le32;
 
-use super::super::record::{
-    idx_child, index_bytes, ExtentHeader, ENTRY, HDR, MAX_DEPTH, ROOT_SIZE,
-};
+use super::super::record::{idx_child, index_bytes, ExtentHeader, HDR, MAX_DEPTH, ROOT_SIZE};
 use super::super::store::ExtentStore;
 use super::{Id, Path, Tree};
 use core::ops::Range;
 
 impl<S: ExtentStore + ?Sized> Tree<'_, S> {
-    /// Inserts raw entry `e` at position `pos` of the leaf at
-    /// `path[level]`, splitting nodes and growing the root as needed.
-    pub(super) fn insert_entry(
-        &mut self,
-        path: &mut Path,
-        level: usize,
-        pos: usize,
-        e: [u8; 12],
-    ) -> Result<(), Ext4Error> {
-        let (id, _) = path[level];
+    /// Inserts raw entry `e` in the leaf at the end of `path`, at its
+    /// position there, splitting nodes and growing the root as needed.
+    pub(super) fn insert_entry(&mut self, mut path: Path, e: [u8; 12]) -> Result<(), Ext4Error> {
+        let path = &mut path;
+        let level = path.len() - 1;
+        let (id, pos) = path[level];
         let h = self.hdr(id)?;
         if h.entries < h.max {
             return self.insert_raw(id, pos, e);
         }
-        path[level].1 = pos;
         let level = self.make_room(path, level, pos == usize::from(h.entries))?;
         let (node, p) = path[level];
         self.insert_raw(node, p, e)?;
@@ -78,16 +71,7 @@ impl<S: ExtentStore + ?Sized> Tree<'_, S> {
         let b = self.new_block(h.depth, goal)?;
         let m = Id::Block(b);
         self.move_entries(id, mid..n, m)?;
-        {
-            let nb = self.buf_mut(id)?;
-            let start = HDR + ENTRY * mid;
-            let end = HDR + ENTRY * n;
-            nb.data[start..end].fill(0);
-            nb.mark(start..end);
-        }
-        let mut nh = h;
-        nh.entries = mid as u16;
-        self.set_hdr(id, nh)?;
+        self.keep_first(id, mid)?;
         let key = self.first_key(m)?;
         let (pid, ppos) = path[level - 1];
         self.insert_raw(pid, ppos + 1, index_bytes(key, b))?;
