@@ -270,7 +270,7 @@ fn emit(
         // The fill mask, then the sectors: runs of literal sectors in one
         // piece, each filled sector as its byte.
         let mask_at = rec.len();
-        rec.resize(mask_at + r.data.len().div_ceil(SECTOR).div_ceil(8), 0);
+        rec.resize(mask_at + fills.len().div_ceil(8), 0);
         for (i, f) in fills.iter().enumerate() {
             if f.is_some() {
                 rec[mask_at + i / 8] |= 1 << (i % 8);
@@ -311,19 +311,30 @@ fn complete_version(bytes: &[u8]) -> Option<u32> {
     if bytes.len() < HEADER + TRAILER || bytes.get(..8)? != MAGIC {
         return None;
     }
-    let u32_at = |o: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?))
-    };
     if bytes.get(16..24)? != (bytes.len() as u64).to_le_bytes() {
         return None;
     }
     let trailer_at = bytes.len() - TRAILER;
     if bytes.get(trailer_at + 4..)? != END_MAGIC
-        || u32_at(trailer_at)? != crc32c::checksum(bytes.get(..trailer_at)?)
+        || u32_at(bytes, trailer_at)? != crc32c::checksum(bytes.get(..trailer_at)?)
     {
         return None;
     }
-    u32_at(8)
+    u32_at(bytes, 8)
+}
+
+/// The little-endian `u32` at byte `o`, if the log is long enough.
+fn u32_at(bytes: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        bytes.get(o..o.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+/// The little-endian `u64` at byte `o`, if the log is long enough.
+fn u64_at(bytes: &[u8], o: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        bytes.get(o..o.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 /// Why a complete log written by a newer spacekit is kept, not replayed
@@ -337,26 +348,20 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
     if !(1..=VERSION).contains(&version) {
         return None;
     }
-    let u32_at = |o: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?))
-    };
-    let u64_at = |o: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
-    };
     let trailer_at = bytes.len() - TRAILER;
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(bytes.get(24..40)?);
-    let n = u32_at(12)?;
+    let n = u32_at(bytes, 12)?;
     let mut records = Vec::new();
     let mut at = HEADER;
     for _ in 0..n {
-        let offset = u64_at(at)?;
-        let len = u32_at(at + 8)? as usize;
+        let offset = u64_at(bytes, at)?;
+        let len = u32_at(bytes, at + 8)? as usize;
         at += 12;
         let mut before = Vec::new();
         if version >= 2 {
             for _ in 0..len.div_ceil(SECTOR) {
-                before.push(u32_at(at)?);
+                before.push(u32_at(bytes, at)?);
                 at += 4;
             }
         }
