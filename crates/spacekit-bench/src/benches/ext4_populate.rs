@@ -87,12 +87,11 @@ use std::time::Instant;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spacekit::ext4::{Image, OpenMode, Populate, PopulateOptions};
 use spacekit_testkit::tree::{diff, Compare};
 
 use super::procs::{
-    e2fsck, io_err, need, random_bytes, run_cmd, run_peak, settle, skipped, time_rounds, Ext4Tools,
-    Job, Peak, Scratch,
+    e2fsck, io_err, need, populate_in_process, random_bytes, run_cmd, run_peak, settle, skipped,
+    time_rounds, Ext4Tools, Job, Peak, Scratch,
 };
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};
@@ -576,13 +575,7 @@ impl Tools {
                 })
             }
             None => {
-                // What `spacekit ext4 populate` does.
-                let err = |e| BenchError(format!("{}: populate: {e}", img.display()));
-                let mut im = Image::open(img, OpenMode::ReadWrite).map_err(err)?;
-                let mut pop =
-                    Populate::new(&mut im, "/", PopulateOptions::default()).map_err(err)?;
-                pop.add_dir(tree).map_err(err)?;
-                pop.finish().map_err(err)?;
+                populate_in_process(img, tree)?;
                 None
             }
         };

@@ -70,11 +70,11 @@ use std::process::Command;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use spacekit::ext4::dir::FT_DIR;
-use spacekit::ext4::{Ext4Error, Image, OpenMode, Populate, PopulateOptions};
+use spacekit::ext4::{Ext4Error, Image, OpenMode};
 
 use super::procs::{
-    e2fsck, fresh_image, io_err, random_bytes, run_cmd, run_debugfs, settle, skipped, time_rounds,
-    Ext4Tools as Tools, Job, Scratch,
+    e2fsck, fresh_image, io_err, populate_in_process, random_bytes, run_cmd, run_debugfs, settle,
+    skipped, time_rounds, Ext4Tools as Tools, Job, Scratch,
 };
 use crate::chart::{Chart, XAxis};
 use crate::context::{BenchError, Ctx, Mode};
@@ -549,11 +549,7 @@ fn spacekit_populate(t: &Tools, img: &Path, tree: &Tree) -> Result<(), BenchErro
             .arg("-q");
         return run_cmd(&mut cmd, "spacekit ext4 populate").map(drop);
     }
-    let err = ext4_err(img);
-    let mut im = Image::open(img, OpenMode::ReadWrite).map_err(&err)?;
-    let mut pop = Populate::new(&mut im, "/", PopulateOptions::default()).map_err(&err)?;
-    pop.add_dir(src).map_err(&err)?;
-    pop.finish().map(drop).map_err(&err)
+    populate_in_process(img, src)
 }
 
 /// `spacekit-api`: the file calls an image tool makes, in-process: one

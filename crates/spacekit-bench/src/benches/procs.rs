@@ -268,6 +268,17 @@ pub fn fresh_image<A: AsRef<std::ffi::OsStr>>(
     run_cmd(&mut cmd, "mkfs.ext4").map(drop)
 }
 
+/// What `spacekit ext4 populate IMG --from SRC` does, in-process (for a
+/// benchmark not run from the spacekit binary).
+pub fn populate_in_process(img: &Path, src: &Path) -> Result<(), BenchError> {
+    use spacekit::ext4::{Image, OpenMode, Populate, PopulateOptions};
+    let err = |e| BenchError(format!("{}: populate: {e}", img.display()));
+    let mut im = Image::open(img, OpenMode::ReadWrite).map_err(err)?;
+    let mut pop = Populate::new(&mut im, "/", PopulateOptions::default()).map_err(err)?;
+    pop.add_dir(src).map_err(err)?;
+    pop.finish().map(drop).map_err(err)
+}
+
 /// `sync -f DIR` (`sync` is the path of the tool): the file system's dirty
 /// pages written back, so no write-back of an earlier variant lands in the
 /// next one's time (untimed).
