@@ -53,6 +53,9 @@ struct Piece {
     fresh: bool,
 }
 
+/// A block of zeros of the largest block size ext4 has (64 KiB).
+static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+
 /// File data written between two requests to the device to start writing
 /// it back ([`Device::start_writeback`](crate::ext4::Device::start_writeback)).
 const WRITEBACK_EVERY: u64 = 8 << 20;
@@ -392,6 +395,21 @@ impl Image {
     ) -> Result<(), Ext4Error> {
         let bs = u64::from(self.info.block_size);
         let block = at / bs;
+        if fresh && !self.pending_blocks.contains_key(&block) {
+            // Zeros around the bytes, written in line (the device combines
+            // consecutive writes): no block-sized buffer to fill per file
+            // tail, the common case of a populate.
+            let (w, n) = (within as usize, bytes.len());
+            let zeros = &ZEROS[..bs as usize];
+            for (off, part) in [(0, &zeros[..w]), (w, bytes), (w + n, &zeros[w + n..])] {
+                if !part.is_empty() {
+                    self.dev
+                        .write_at(at + off as u64, part)
+                        .map_err(io_err("write file data"))?;
+                }
+            }
+            return self.note_data(bs);
+        }
         let mut b = if fresh {
             std::vec![0u8; bs as usize]
         } else {
