@@ -428,57 +428,60 @@ struct Name {
 }
 
 /// The names of directory `fd` (`.` and `..` left out), in byte order.
+/// Read with `getdents64` on `fd` itself (its offset, which nothing else
+/// uses, moves to the end): a `DIR` stream would cost a duplicate
+/// descriptor and four more system calls per directory.
 fn names_of(fd: &OwnedFd, dir: &Path) -> Result<Vec<Name>, Ext4Error> {
     let err = |e: std::io::Error| host_io("readdir", dir)(e);
-    // `fdopendir` takes the descriptor it is given: a duplicate, whose
-    // offset (shared with `fd`, which nothing else reads) is at the start.
-    // SAFETY: `fd` is an open descriptor; `F_DUPFD_CLOEXEC` returns a new
-    // one or -1.
-    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    // SAFETY: `dup` is an open directory descriptor owned by nobody else;
-    // on success the stream owns it, on failure it is closed here.
-    let d = unsafe { libc::fdopendir(dup) };
-    if d.is_null() {
-        let e = std::io::Error::last_os_error();
-        // SAFETY: `dup` is still ours after a failed `fdopendir`.
-        unsafe { libc::close(dup) };
-        return Err(err(e));
-    }
+    let bad = || {
+        err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "malformed directory record",
+        ))
+    };
+    let mut buf = std::vec![0u8; 32 << 10];
     let mut out = Vec::new();
-    let failed = loop {
-        // SAFETY: `errno` is this thread's; it is cleared so that the end
-        // of the stream (null, errno 0) tells apart from an error.
-        unsafe { *libc::__errno_location() = 0 };
-        // SAFETY: `d` is an open stream, used by this thread alone.
-        let ent = unsafe { libc::readdir64(d) };
-        if ent.is_null() {
-            let e = std::io::Error::last_os_error();
-            break (e.raw_os_error() != Some(0)).then_some(e);
-        }
-        // SAFETY: a non-null entry from `readdir64` is valid until the next
-        // call on the stream and its name is NUL-terminated; the name is
-        // reached by a raw pointer to the field, never through a reference
-        // to the whole 256-byte array (the record may end before it does).
-        let (name, dtype) = unsafe {
-            (
-                CStr::from_ptr(core::ptr::addr_of!((*ent).d_name).cast::<libc::c_char>()),
-                (*ent).d_type,
+    loop {
+        // SAFETY: `fd` is an open descriptor; the kernel writes at most
+        // `buf.len()` bytes of records into `buf` and returns how many.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
             )
         };
-        if name.to_bytes() != b"." && name.to_bytes() != b".." {
-            out.push(Name {
-                name: CString::from(name),
-                dtype,
-            });
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err(e));
         }
-    };
-    // SAFETY: `d` is open and not used after this.
-    unsafe { libc::closedir(d) };
-    if let Some(e) = failed {
-        return Err(err(e));
+        if n == 0 {
+            break;
+        }
+        // Records of `struct linux_dirent64`: inode (8 bytes), offset (8),
+        // record length (2), type (1), then the NUL-terminated name.
+        let mut rec = &buf[..n as usize];
+        while !rec.is_empty() {
+            if rec.len() < 20 {
+                return Err(bad());
+            }
+            let len = usize::from(u16::from_ne_bytes([rec[16], rec[17]]));
+            if len < 20 || len > rec.len() {
+                return Err(bad());
+            }
+            let name = CStr::from_bytes_until_nul(&rec[19..len]).map_err(|_| bad())?;
+            if name.to_bytes() != b"." && name.to_bytes() != b".." {
+                out.push(Name {
+                    name: CString::from(name),
+                    dtype: rec[18],
+                });
+            }
+            rec = &rec[len..];
+        }
     }
     out.sort_unstable_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     Ok(out)
