@@ -64,6 +64,9 @@ use crate::ext4::namespace::lookup::Slot;
 pub(crate) enum Place {
     /// Into this directory block, which has room.
     Block(u64),
+    /// Already in its block ([`Image::place_entry`] put it there while it
+    /// looked for room).
+    Done,
     /// Into a new block appended to a linear directory.
     Append,
     /// Into a linear directory of one full block, made an htree first
@@ -140,11 +143,17 @@ impl Image {
         parent: u32,
         name: &[u8],
     ) -> Result<(u8, Place, u32), Ext4Error> {
-        let ft = self.file_type_of(S_IFREG);
-        let place = self.plan_entry(parent, name, ft)?;
+        let place = self.plan_entry(parent, name, self.file_type_of(S_IFREG))?;
+        let (ft, ino) = self.new_file_inode(parent)?;
+        Ok((ft, place, ino))
+    }
+
+    /// A new regular file's entry type and its inode, allocated in the
+    /// parent's group.
+    pub(crate) fn new_file_inode(&mut self, parent: u32) -> Result<(u8, u32), Ext4Error> {
         let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
         let ino = self.alloc_inode(Some(pg), false)?;
-        Ok((ft, place, ino))
+        Ok((self.file_type_of(S_IFREG), ino))
     }
 
     /// The directory-entry file type of inode type `ifmt` (`S_IFREG`, …),
@@ -178,6 +187,34 @@ impl Image {
         name: &[u8],
         ft: u8,
     ) -> Result<Place, Ext4Error> {
+        self.find_place(parent, name, ft, None)
+    }
+
+    /// Puts entry `name` → `ino` into directory `parent` where
+    /// [`Image::plan_entry`] would place it, in one pass: a block with room
+    /// is read, checked and given the entry once (planning and then
+    /// putting reads and edits it twice). For a caller that has nothing
+    /// left to refuse before the entry: its inode is already allocated.
+    pub(crate) fn place_entry(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<(), Ext4Error> {
+        let place = self.find_place(parent, name, ft, Some(ino))?;
+        self.put_entry(parent, name, ino, ft, place)
+    }
+
+    /// [`Image::plan_entry`]; with `put`, an entry that fits a block is
+    /// written there as inode `put`'s ([`Place::Done`]).
+    fn find_place(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        ft: u8,
+        put: Option<u32>,
+    ) -> Result<Place, Ext4Error> {
         let pinode = self.inode(parent)?;
         let csum = self.csum();
         let pseed = self.seed_of(parent, pinode.generation);
@@ -199,7 +236,11 @@ impl Image {
             })?;
             let p = phys(path.leaf)?;
             let mut b = self.dir_block(parent, pinode.generation, p)?;
-            place = if dir::add_entry(&mut b, name, 1, ft, csum)? {
+            place = if dir::add_entry(&mut b, name, put.unwrap_or(1), ft, csum)? {
+                if put.is_some() {
+                    self.write_block(p, b)?;
+                    return Ok(Place::Done);
+                }
                 Place::Block(p)
             } else {
                 // The index blocks above the leaf: the bottom one gets the
@@ -227,7 +268,11 @@ impl Image {
         } else {
             for &(_, p) in &blocks {
                 let mut b = self.dir_block(parent, pinode.generation, p)?;
-                if dir::add_entry(&mut b, name, 1, ft, csum)? {
+                if dir::add_entry(&mut b, name, put.unwrap_or(1), ft, csum)? {
+                    if put.is_some() {
+                        self.write_block(p, b)?;
+                        return Ok(Place::Done);
+                    }
                     place = Place::Block(p);
                     break;
                 }
@@ -266,6 +311,7 @@ impl Image {
         let csum = self.csum();
         let pseed = self.seed_of(parent, pinode.generation);
         match place {
+            Place::Done => {}
             Place::Block(p) => {
                 let mut b = self.dir_block(parent, pinode.generation, p)?;
                 dir::add_entry(&mut b, name, ino, ft, csum)?;

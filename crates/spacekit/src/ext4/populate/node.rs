@@ -37,8 +37,9 @@ impl Image {
         flags: u32,
         block: &[u8; ROOT_SIZE],
     ) -> Result<u32, Ext4Error> {
+        // The entry is placed last, in one pass (`place_entry`): a refusal
+        // after the inode is taken rolls the whole populate back.
         let ft = self.file_type_of(mode);
-        let place = self.plan_entry(parent, name, ft)?;
         let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
         let ino = self.alloc_inode(Some(pg), mode & S_IFMT == S_IFDIR)?;
         self.init_inode(ino, mode, links, flags, block)?;
@@ -50,7 +51,7 @@ impl Image {
             self.put_data_block(ino, &mut root, seed, b)?;
             self.add_links(parent, 1)?;
         }
-        self.put_entry(parent, name, ino, ft, place)?;
+        self.place_entry(parent, name, ino, ft)?;
         Ok(ino)
     }
 
@@ -204,7 +205,8 @@ impl Image {
         meta: &Meta,
     ) -> Result<u32, Ext4Error> {
         const S_IFREG: u16 = 0x8000;
-        let (ft, place, ino) = self.new_file_slot(parent, name)?;
+        // As `pop_new`: the inode first, the entry last in one pass.
+        let (ft, ino) = self.new_file_inode(parent)?;
         let mut root = [0u8; ROOT_SIZE];
         extent::init_root(&mut root);
         let mode = S_IFREG | (meta.perm & 0o7777);
@@ -226,7 +228,7 @@ impl Image {
         }
         self.write_inode_fields(ino, &[(0, &raw)])?;
         self.note_large_file(size);
-        self.put_entry(parent, name, ino, ft, place)?;
+        self.place_entry(parent, name, ino, ft)?;
         Ok(ino)
     }
 }
