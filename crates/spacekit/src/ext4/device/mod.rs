@@ -269,20 +269,7 @@ impl Device for FileDevice {
 
     fn start_writeback(&mut self) -> io::Result<()> {
         self.waiting.get_mut().send(&self.file)?;
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: the descriptor is our open image file; the call only
-            // starts write-back of its dirty pages (offset 0, length 0: the
-            // whole file) and does not wait.
-            let r = unsafe {
-                libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(())
+        start_writeback(&self.file)
     }
 }
 
@@ -292,6 +279,27 @@ impl Drop for FileDevice {
         // without combining (unsynced either way).
         let _ = self.waiting.get_mut().send(&self.file);
     }
+}
+
+/// Asks the kernel to start writing back `file`'s dirty pages, without
+/// waiting (Linux; nothing elsewhere). Any thread may ask, through any
+/// descriptor of the file.
+pub(crate) fn start_writeback(file: &File) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is an open file for the whole call; the
+        // call only starts write-back of its dirty pages (offset 0, length
+        // 0: the whole file) and does not wait.
+        let r =
+            unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
+    Ok(())
 }
 
 /// fsyncs the directory holding `path`, so a created or removed log is

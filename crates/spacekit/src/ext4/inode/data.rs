@@ -58,7 +58,7 @@ static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 
 /// File data written between two requests to the device to start writing
 /// it back ([`Device::start_writeback`](crate::ext4::Device::start_writeback)).
-const WRITEBACK_EVERY: u64 = 8 << 20;
+pub(crate) const WRITEBACK_EVERY: u64 = 8 << 20;
 
 /// Where the bytes of a write come from.
 #[derive(Clone, Copy, Debug)]
@@ -375,7 +375,7 @@ impl Image {
     fn note_data(&mut self, n: u64) -> Result<(), Ext4Error> {
         self.data_unsynced = true;
         self.data_since_writeback += n;
-        if self.data_since_writeback >= WRITEBACK_EVERY {
+        if self.data_since_writeback >= WRITEBACK_EVERY && !self.writeback_elsewhere {
             self.data_since_writeback = 0;
             self.dev
                 .start_writeback()

@@ -224,7 +224,7 @@ impl Image {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ext4::OpenMode;
     use std::path::PathBuf;
@@ -232,7 +232,7 @@ mod tests {
 
     /// A fresh 1 KiB-block image made by mkfs.ext4, or `None` (with a
     /// notice) without e2fsprogs; the integration tests require it in CI.
-    fn image(name: &str) -> Option<(PathBuf, PathBuf)> {
+    pub(crate) fn image(name: &str) -> Option<(PathBuf, PathBuf)> {
         let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())?;
