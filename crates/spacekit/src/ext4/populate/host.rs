@@ -91,6 +91,12 @@ struct Held {
     bytes: u64,
     gone: bool,
     waiting: bool,
+    /// Content buffers the consumer is done with, for the walking thread
+    /// to fill again (a buffer freed by the other thread costs the
+    /// allocator a lock and, trimmed, page faults to take back), and the
+    /// bytes they can hold, at most [`BUDGET`].
+    spare: Vec<Vec<u8>>,
+    spare_bytes: u64,
 }
 
 impl Budget {
@@ -125,6 +131,30 @@ impl Budget {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.gone = true;
         self.cond.notify_all();
+    }
+
+    /// Keeps the buffers of `back` for the walking thread while
+    /// they hold at most [`BUDGET`] bytes in all; the rest are freed.
+    fn give_spares(&self, back: &mut Vec<Vec<u8>>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(b) = back.pop() {
+            let cap = b.capacity() as u64;
+            if s.spare_bytes + cap > BUDGET {
+                back.push(b);
+                break;
+            }
+            s.spare_bytes += cap;
+            s.spare.push(b);
+        }
+        drop(s);
+        back.clear();
+    }
+
+    /// Moves the buffers the consumer gave back into `into`.
+    fn take_spares(&self, into: &mut Vec<Vec<u8>>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        into.append(&mut s.spare);
+        s.spare_bytes = 0;
     }
 }
 
@@ -175,6 +205,7 @@ impl Populate<'_> {
                     batch_bytes: 0,
                     writeback,
                     unwritten: 0,
+                    spares: Vec::new(),
                 };
                 let top_meta = fstat(&top)
                     .map_err(|e| host_io("fstat", dir)(e))
@@ -217,29 +248,44 @@ impl Populate<'_> {
         budget: &Budget,
     ) -> Result<(), Ext4Error> {
         let mut room = false;
-        for item in rx.into_iter().flatten() {
-            let item = item?;
-            if item.held > 0 {
-                budget.give(item.held);
+        let mut back = Vec::new();
+        for batch in rx {
+            for item in batch {
+                let item = item?;
+                if item.held > 0 {
+                    budget.give(item.held);
+                }
+                // A file's bytes are lent to the populate and the buffer
+                // goes back to the walking thread after.
+                let mut bytes = None;
+                let kind = match item.kind {
+                    Kind::Dir => Some(EntryKind::Dir),
+                    Kind::Bytes(b) => {
+                        bytes = Some(b);
+                        None
+                    }
+                    Kind::File(f) => Some(EntryKind::File(Contents::Host(f))),
+                    Kind::Symlink(t) => Some(EntryKind::Symlink(t)),
+                    Kind::Node(n) => Some(EntryKind::Node(n)),
+                    Kind::HardLink(t) => Some(EntryKind::HardLink(t)),
+                };
+                let kind = kind.unwrap_or_else(|| {
+                    EntryKind::File(Contents::Borrowed(bytes.as_deref().unwrap_or_default()))
+                });
+                let entry = Entry {
+                    path: item.path,
+                    kind,
+                    meta: item.meta,
+                };
+                let r = self.add(entry);
+                back.extend(bytes);
+                match r {
+                    Ok(()) => {}
+                    Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
+                    Err(e) => return Err(e),
+                }
             }
-            let kind = match item.kind {
-                Kind::Dir => EntryKind::Dir,
-                Kind::Bytes(b) => EntryKind::File(Contents::Bytes(b)),
-                Kind::File(f) => EntryKind::File(Contents::Host(f)),
-                Kind::Symlink(t) => EntryKind::Symlink(t),
-                Kind::Node(n) => EntryKind::Node(n),
-                Kind::HardLink(t) => EntryKind::HardLink(t),
-            };
-            let entry = Entry {
-                path: item.path,
-                kind,
-                meta: item.meta,
-            };
-            match self.add(entry) {
-                Ok(()) => {}
-                Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
-                Err(e) => return Err(e),
-            }
+            budget.give_spares(&mut back);
         }
         if room {
             return Err(self.shortfall());
@@ -262,6 +308,8 @@ struct Walker<'b> {
     /// every [`WRITEBACK_EVERY`] bytes of file contents walked.
     writeback: Option<fs::File>,
     unwritten: u64,
+    /// Buffers given back by the consumer, to read small files into.
+    spares: Vec<Vec<u8>>,
 }
 
 /// Items per hand-over, at most.
@@ -296,6 +344,15 @@ impl Walker<'_> {
                 let _ = crate::ext4::device::start_writeback(f);
             }
         }
+    }
+
+    /// A buffer to read a file into: one the consumer gave back, or a new
+    /// one.
+    fn spare(&mut self) -> Vec<u8> {
+        if self.spares.is_empty() {
+            self.budget.take_spares(&mut self.spares);
+        }
+        self.spares.pop().unwrap_or_default()
     }
 
     /// Hands the batch over; false when the consumer has gone.
@@ -410,7 +467,7 @@ impl Walker<'_> {
                     Kind::File(f)
                 } else {
                     Kind::Bytes(
-                        read_whole(&f, st.st_size as usize)
+                        read_whole(&f, st.st_size as usize, self.spare())
                             .map_err(|e| host_io("read", &path())(e))?,
                     )
                 }

@@ -52,6 +52,9 @@ pub enum EntryKind<'a> {
 pub enum Contents<'a> {
     /// These bytes; blocks of zeros become holes.
     Bytes(Vec<u8>),
+    /// These bytes, borrowed for the call (the caller keeps its buffer to
+    /// fill again); blocks of zeros become holes.
+    Borrowed(&'a [u8]),
     /// A host file, copied sparsely ([`Image::copy_in`]: its holes stay
     /// holes, ranges of 1 MiB and more are copied by the kernel).
     Host(std::fs::File),
@@ -63,6 +66,17 @@ pub enum Contents<'a> {
         /// How many bytes to read (exactly; fewer is an error).
         size: u64,
     },
+}
+
+impl Contents<'_> {
+    /// The bytes of [`Contents::Bytes`] or [`Contents::Borrowed`].
+    fn in_memory(&self) -> Option<&[u8]> {
+        match self {
+            Contents::Bytes(b) => Some(b),
+            Contents::Borrowed(b) => Some(b),
+            _ => None,
+        }
+    }
 }
 
 /// An entry's attributes.
@@ -365,7 +379,9 @@ impl<'i> Populate<'i> {
             EntryKind::Dir => (1, 1),
             EntryKind::File(c) => {
                 let size = match c {
-                    Contents::Bytes(b) => b.len() as u64,
+                    Contents::Bytes(_) | Contents::Borrowed(_) => {
+                        c.in_memory().map_or(0, |b| b.len() as u64)
+                    }
                     Contents::Host(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
                     Contents::Reader { size, .. } => *size,
                 };
@@ -419,9 +435,10 @@ impl<'i> Populate<'i> {
                 self.report.dirs += 1;
                 ino
             }
-            EntryKind::File(Contents::Bytes(b)) if meta.xattrs.is_empty() => {
+            EntryKind::File(ref c) if meta.xattrs.is_empty() && c.in_memory().is_some() => {
                 // Written whole, stamped too: done here.
-                let ino = self.img.pop_file(parent, name, &b, &meta)?;
+                let b = c.in_memory().unwrap_or_default();
+                let ino = self.img.pop_file(parent, name, b, &meta)?;
                 self.report.bytes += b.len() as u64;
                 self.report.files += 1;
                 self.named(parent, name, ino);

@@ -136,11 +136,8 @@ impl Image {
     /// Writes `c` into new regular file `ino`; returns its size in bytes.
     pub(super) fn pop_contents(&mut self, ino: u32, c: Contents<'_>) -> Result<u64, Ext4Error> {
         match c {
-            Contents::Bytes(b) => {
-                self.write_sparse(ino, 0, &b)?;
-                self.grow_to(ino, b.len() as u64)?;
-                Ok(b.len() as u64)
-            }
+            Contents::Bytes(b) => self.pop_bytes(ino, &b),
+            Contents::Borrowed(b) => self.pop_bytes(ino, b),
             Contents::Host(f) => {
                 let len = f.metadata().map_err(io_err("stat source file"))?.len();
                 self.copy_in(ino, &f)?;
@@ -159,6 +156,13 @@ impl Image {
                 Ok(size)
             }
         }
+    }
+
+    /// Writes `b` into new regular file `ino`; returns its size in bytes.
+    fn pop_bytes(&mut self, ino: u32, b: &[u8]) -> Result<u64, Ext4Error> {
+        self.write_sparse(ino, 0, b)?;
+        self.grow_to(ino, b.len() as u64)?;
+        Ok(b.len() as u64)
     }
 
     /// Writes `data` at `offset` (a multiple of the block size) into file
