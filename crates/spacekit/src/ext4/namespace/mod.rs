@@ -664,7 +664,7 @@ pub(crate) fn time_fields(
     extra: usize,
     fields: &[(Option<Timestamp>, usize, usize)],
 ) -> Result<Vec<(usize, [u8; 4])>, Ext4Error> {
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(2 * fields.len());
     for &(t, lo, hi) in fields {
         let Some(t) = t else { continue };
         if t.nanos >= 1_000_000_000 {

@@ -201,7 +201,7 @@ impl Populate<'_> {
                     tx,
                     budget: b,
                     links: HashMap::new(),
-                    batch: Vec::new(),
+                    batch: Vec::with_capacity(BATCH),
                     batch_bytes: 0,
                     writeback,
                     unwritten: 0,
@@ -346,13 +346,18 @@ impl Walker<'_> {
         }
     }
 
-    /// A buffer to read a file into: one the consumer gave back, or a new
-    /// one.
-    fn spare(&mut self) -> Vec<u8> {
+    /// A buffer to read `size` bytes into: one the consumer gave back if
+    /// it is large enough, else a new one (a power of two of at least
+    /// 16 KiB, so it serves most small files after: growing a given-back
+    /// buffer would copy its stale bytes).
+    fn spare(&mut self, size: usize) -> Vec<u8> {
         if self.spares.is_empty() {
             self.budget.take_spares(&mut self.spares);
         }
-        self.spares.pop().unwrap_or_default()
+        match self.spares.last() {
+            Some(b) if b.capacity() >= size => self.spares.pop().unwrap_or_default(),
+            _ => Vec::with_capacity(size.max(16 << 10).next_power_of_two()),
+        }
     }
 
     /// Hands the batch over; false when the consumer has gone.
@@ -361,7 +366,8 @@ impl Walker<'_> {
         if self.batch.is_empty() {
             return true;
         }
-        self.tx.send(std::mem::take(&mut self.batch)).is_ok()
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.tx.send(batch).is_ok()
     }
 
     /// Reserves `n` bytes of [`BUDGET`] (handing the batch over first if
@@ -467,7 +473,7 @@ impl Walker<'_> {
                     Kind::File(f)
                 } else {
                     Kind::Bytes(
-                        read_whole(&f, st.st_size as usize, self.spare())
+                        read_whole(&f, st.st_size as usize, self.spare(st.st_size as usize))
                             .map_err(|e| host_io("read", &path())(e))?,
                     )
                 }

@@ -253,10 +253,13 @@ fn meta_fields(raw: &[u8], meta: &Meta) -> Result<Vec<(usize, [u8; 4], usize)>, 
         (Some(meta.ctime), off::CTIME, off::CTIME_EXTRA),
         (crtime, off::CRTIME, off::CRTIME_EXTRA),
     ];
-    let mut out: Vec<(usize, [u8; 4], usize)> = time_fields(extra, &fields)?
-        .into_iter()
-        .map(|(o, b)| (o, b, 4))
-        .collect();
+    // Eight time fields at most and five of mode and owner.
+    let mut out: Vec<(usize, [u8; 4], usize)> = Vec::with_capacity(13);
+    out.extend(
+        time_fields(extra, &fields)?
+            .into_iter()
+            .map(|(o, b)| (o, b, 4)),
+    );
     let mode = (le16(raw, off::MODE) & S_IFMT) | (meta.perm & 0o7777);
     for (at, v) in [
         (off::MODE, mode),
