@@ -91,12 +91,6 @@ struct Held {
     bytes: u64,
     gone: bool,
     waiting: bool,
-    /// Content buffers the consumer is done with, for the walking thread
-    /// to fill again (a buffer freed by the other thread costs the
-    /// allocator a lock and, trimmed, page faults to take back), and the
-    /// bytes they can hold, at most [`BUDGET`].
-    spare: Vec<Vec<u8>>,
-    spare_bytes: u64,
 }
 
 impl Budget {
@@ -131,30 +125,6 @@ impl Budget {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.gone = true;
         self.cond.notify_all();
-    }
-
-    /// Keeps the buffers of `back` for the walking thread while
-    /// they hold at most [`BUDGET`] bytes in all; the rest are freed.
-    fn give_spares(&self, back: &mut Vec<Vec<u8>>) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(b) = back.pop() {
-            let cap = b.capacity() as u64;
-            if s.spare_bytes + cap > BUDGET {
-                back.push(b);
-                break;
-            }
-            s.spare_bytes += cap;
-            s.spare.push(b);
-        }
-        drop(s);
-        back.clear();
-    }
-
-    /// Moves the buffers the consumer gave back into `into`.
-    fn take_spares(&self, into: &mut Vec<Vec<u8>>) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        into.append(&mut s.spare);
-        s.spare_bytes = 0;
     }
 }
 
@@ -205,7 +175,6 @@ impl Populate<'_> {
                     batch_bytes: 0,
                     writeback,
                     unwritten: 0,
-                    spares: Vec::new(),
                 };
                 let top_meta = fstat(&top)
                     .map_err(|e| host_io("fstat", dir)(e))
@@ -248,44 +217,29 @@ impl Populate<'_> {
         budget: &Budget,
     ) -> Result<(), Ext4Error> {
         let mut room = false;
-        let mut back = Vec::new();
-        for batch in rx {
-            for item in batch {
-                let item = item?;
-                if item.held > 0 {
-                    budget.give(item.held);
-                }
-                // A file's bytes are lent to the populate and the buffer
-                // goes back to the walking thread after.
-                let mut bytes = None;
-                let kind = match item.kind {
-                    Kind::Dir => Some(EntryKind::Dir),
-                    Kind::Bytes(b) => {
-                        bytes = Some(b);
-                        None
-                    }
-                    Kind::File(f) => Some(EntryKind::File(Contents::Host(f))),
-                    Kind::Symlink(t) => Some(EntryKind::Symlink(t)),
-                    Kind::Node(n) => Some(EntryKind::Node(n)),
-                    Kind::HardLink(t) => Some(EntryKind::HardLink(t)),
-                };
-                let kind = kind.unwrap_or_else(|| {
-                    EntryKind::File(Contents::Borrowed(bytes.as_deref().unwrap_or_default()))
-                });
-                let entry = Entry {
-                    path: item.path,
-                    kind,
-                    meta: item.meta,
-                };
-                let r = self.add(entry);
-                back.extend(bytes);
-                match r {
-                    Ok(()) => {}
-                    Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
-                    Err(e) => return Err(e),
-                }
+        for item in rx.into_iter().flatten() {
+            let item = item?;
+            if item.held > 0 {
+                budget.give(item.held);
             }
-            budget.give_spares(&mut back);
+            let kind = match item.kind {
+                Kind::Dir => EntryKind::Dir,
+                Kind::Bytes(b) => EntryKind::File(Contents::Bytes(b)),
+                Kind::File(f) => EntryKind::File(Contents::Host(f)),
+                Kind::Symlink(t) => EntryKind::Symlink(t),
+                Kind::Node(n) => EntryKind::Node(n),
+                Kind::HardLink(t) => EntryKind::HardLink(t),
+            };
+            let entry = Entry {
+                path: item.path,
+                kind,
+                meta: item.meta,
+            };
+            match self.add(entry) {
+                Ok(()) => {}
+                Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
+                Err(e) => return Err(e),
+            }
         }
         if room {
             return Err(self.shortfall());
@@ -308,8 +262,6 @@ struct Walker<'b> {
     /// every [`WRITEBACK_EVERY`] bytes of file contents walked.
     writeback: Option<fs::File>,
     unwritten: u64,
-    /// Buffers given back by the consumer, to read small files into.
-    spares: Vec<Vec<u8>>,
 }
 
 /// Items per hand-over, at most.
@@ -343,20 +295,6 @@ impl Walker<'_> {
             if let Some(f) = &self.writeback {
                 let _ = crate::ext4::device::start_writeback(f);
             }
-        }
-    }
-
-    /// A buffer to read `size` bytes into: one the consumer gave back if
-    /// it is large enough, else a new one (a power of two of at least
-    /// 16 KiB, so it serves most small files after: growing a given-back
-    /// buffer would copy its stale bytes).
-    fn spare(&mut self, size: usize) -> Vec<u8> {
-        if self.spares.is_empty() {
-            self.budget.take_spares(&mut self.spares);
-        }
-        match self.spares.last() {
-            Some(b) if b.capacity() >= size => self.spares.pop().unwrap_or_default(),
-            _ => Vec::with_capacity(size.max(16 << 10).next_power_of_two()),
         }
     }
 
@@ -473,7 +411,7 @@ impl Walker<'_> {
                     Kind::File(f)
                 } else {
                     Kind::Bytes(
-                        read_whole(&f, st.st_size as usize, self.spare(st.st_size as usize))
+                        read_whole(&f, st.st_size as usize)
                             .map_err(|e| host_io("read", &path())(e))?,
                     )
                 }

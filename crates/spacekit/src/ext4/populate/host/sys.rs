@@ -14,13 +14,11 @@ use crate::ext4::error::{host_io, Ext4Error};
 use crate::ext4::namespace::Timestamp;
 use crate::ext4::populate::Meta;
 
-/// The first `size` bytes of `f` (fewer if it ends sooner), read into
-/// buffer `b` (emptied first; a buffer given back by the consumer, so
-/// small files cost no allocation) straight into its spare room (no
-/// zeroing), one `read` for a file that has them all.
-pub(super) fn read_whole(f: &fs::File, size: usize, mut b: Vec<u8>) -> std::io::Result<Vec<u8>> {
-    b.clear();
-    b.reserve(size);
+/// The first `size` bytes of `f` (fewer if it ends sooner), read straight
+/// into the vector's spare room (no zeroing), one `read` for a file that
+/// has them all.
+pub(super) fn read_whole(f: &fs::File, size: usize) -> std::io::Result<Vec<u8>> {
+    let mut b: Vec<u8> = Vec::with_capacity(size);
     while b.len() < size {
         let want = size - b.len();
         let spare = &mut b.spare_capacity_mut()[..want];
