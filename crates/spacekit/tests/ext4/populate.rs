@@ -332,9 +332,9 @@ fn the_top_directorys_xattrs_go_to_the_target_directory() {
 }
 
 /// In-memory contents, owned (`Contents::Bytes`) and lent
-/// (`Contents::Borrowed`, the walk of a host tree lends its buffers this
-/// way): a block of zeros, a partial last block, an empty file; debugfs
-/// dumps the same bytes and e2fsck is clean.
+/// (`Contents::Borrowed`, also with xattrs, which take the other path): a
+/// block of zeros, a partial last block, an empty file; debugfs dumps the
+/// same bytes and lists the xattr, and e2fsck is clean.
 #[test]
 fn bytes_owned_and_lent_read_back_through_debugfs() {
     use spacekit::ext4::{Contents, Entry, EntryKind, Meta};
@@ -367,12 +367,82 @@ fn bytes_owned_and_lent_read_back_through_debugfs() {
         buf.fill(0xEE);
         pop.add(file(b"empty", Contents::Borrowed(&[]), &meta))
             .unwrap();
+        let tagged = Meta {
+            xattrs: vec![("user.tag".into(), b"lent".to_vec())],
+            ..meta.clone()
+        };
+        pop.add(file(b"tagged", Contents::Borrowed(&lent), &tagged))
+            .unwrap();
         pop.finish().unwrap();
     }
     assert_fsck_clean(&img, "in-memory contents");
     assert_eq!(debugfs_dump(&img, &dir, "/owned"), owned);
     assert_eq!(debugfs_dump(&img, &dir, "/lent"), lent);
     assert!(debugfs_dump(&img, &dir, "/empty").is_empty());
+    assert_eq!(debugfs_dump(&img, &dir, "/tagged"), lent);
+    let ea = debugfs(&img, "ea_list /tagged");
+    assert!(ea.contains("user.tag") && ea.contains("lent"), "{ea}");
+}
+
+/// A new file's partial blocks over free blocks that hold old bytes: on
+/// disk, the rest of the block around the file's bytes is zeros (a last
+/// block written whole by a populate, a write at an offset into a hole
+/// through the path API).
+#[test]
+fn partial_blocks_over_stale_free_blocks_hold_zeros_around_the_bytes() {
+    use spacekit::ext4::{Contents, Entry, EntryKind, Meta};
+    use std::os::unix::fs::FileExt;
+    require_e2fsprogs!();
+    let dir = TempDir::new("pop-stale");
+    let img = mkfs(&dir, &K1);
+    let bs = {
+        let image = open_ro(&img);
+        let bs = u64::from(image.info().block_size);
+        let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+        for g in 0..image.info().group_count {
+            for (s, e) in image.free_extents(g).unwrap() {
+                let stale = vec![0xA5u8; ((e - s + 1) * bs) as usize];
+                f.write_all_at(&stale, s * bs).unwrap();
+            }
+        }
+        bs
+    };
+    let data = random_bytes(4 * bs as usize + 100, 3);
+    let (tail, hole) = {
+        let mut image = open_rw(&img);
+        let mut pop = Populate::new(&mut image, "/", PopulateOptions::default()).unwrap();
+        pop.add(Entry {
+            path: b"f".to_vec(),
+            kind: EntryKind::File(Contents::Borrowed(&data)),
+            meta: Meta::default(),
+        })
+        .unwrap();
+        pop.finish().unwrap();
+        let ino = image.create("/h", 0o644).unwrap();
+        image.write(ino, 2 * bs + 300, &[7u8; 100]).unwrap();
+        image.flush().unwrap();
+        let f = image.lookup("/f").unwrap();
+        let phys = |image: &mut Image, ino: u32, logical: u32| {
+            let st = image.stat(ino).unwrap();
+            let e = st
+                .extents
+                .iter()
+                .find(|e| e.logical <= logical && logical < e.logical + u32::from(e.len))
+                .unwrap();
+            e.physical + u64::from(logical - e.logical)
+        };
+        (phys(&mut image, f, 4), phys(&mut image, ino, 2))
+    };
+    assert_fsck_clean(&img, "over stale blocks");
+    let raw = fs::File::open(&img).unwrap();
+    let mut b = vec![0u8; bs as usize];
+    raw.read_exact_at(&mut b, tail * bs).unwrap();
+    assert_eq!(&b[..100], &data[4 * bs as usize..]);
+    assert!(b[100..].iter().all(|&x| x == 0), "the last block's tail");
+    raw.read_exact_at(&mut b, hole * bs).unwrap();
+    assert!(b[..300].iter().all(|&x| x == 0), "before the bytes");
+    assert_eq!(&b[300..400], &[7u8; 100]);
+    assert!(b[400..].iter().all(|&x| x == 0), "after the bytes");
 }
 
 /// Two populates of the same tree into two images made alike give the same

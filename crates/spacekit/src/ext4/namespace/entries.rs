@@ -202,8 +202,10 @@ impl Image {
         ino: u32,
         ft: u8,
     ) -> Result<(), Ext4Error> {
-        let place = self.find_place(parent, name, ft, Some(ino))?;
-        self.put_entry(parent, name, ino, ft, place)
+        match self.find_place(parent, name, ft, Some(ino))? {
+            Place::Done => Ok(()),
+            place => self.put_entry(parent, name, ino, ft, place),
+        }
     }
 
     /// [`Image::plan_entry`]; with `put`, an entry that fits a block is
@@ -290,8 +292,11 @@ impl Image {
                 }
             }
         }
-        // Space for an appended directory block and its tree blocks.
-        if !matches!(place, Place::Block(_)) && self.free_blocks_count() < 8 {
+        // Space for an appended directory block and its tree blocks, when
+        // planning before any change. Placing (`put`) comes after the
+        // inode and its data took their blocks: a block the entry cannot
+        // get fails its allocation, and the caller rolls back.
+        if put.is_none() && !matches!(place, Place::Block(_)) && self.free_blocks_count() < 8 {
             return Err(Ext4Error::NoSpace { len: 1, align: 1 });
         }
         Ok(place)

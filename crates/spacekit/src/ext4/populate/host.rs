@@ -20,11 +20,11 @@
 //! [`Image::copy_in`] (holes stay holes, the kernel copies big ranges).
 //! The walking thread stays at most [`BUDGET`] bytes ahead, a larger file
 //! (handed over open) counting as [`FILE_HELD`] bytes, so at most a few
-//! of them are open at once. The walking thread, which waits for the
-//! image much of the time, also asks the kernel to start writing back the
-//! image file's new data every few MiB (`sync_file_range`), which the
-//! image would otherwise ask from the thread building it. The host system
-//! calls are in `host/sys.rs`.
+//! of them are open at once. The walking thread also asks the kernel to
+//! start writing back the image file's new data every 8 MiB of small
+//! files it reads (`sync_file_range`), which the image would otherwise ask
+//! from the thread building it (a larger file's copy still asks for its
+//! own). The host system calls are in `host/sys.rs`.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -44,8 +44,8 @@ mod sys;
 use crate::ext4::namespace::NodeKind;
 use crate::ext4::populate::{Contents, Entry, EntryKind, Meta, Populate};
 use sys::{
-    fmt_is_reg, fstat, meta_of, names_of, open_at, open_dir, read_link_at, read_whole, stat_entry,
-    xattrs_of, Target,
+    fstat, meta_of, names_of, open_at, open_dir, read_link_at, read_whole, stat_entry, xattrs_of,
+    Target,
 };
 
 /// Files up to this size are read into memory by the walking thread.
@@ -158,9 +158,8 @@ impl Populate<'_> {
         }
         let top = open_dir(dir)?;
         let budget = Budget::default();
-        // The walking thread, which waits for the image much of the time,
-        // asks for write-back of the new file data (a hint the image
-        // otherwise gives every few MiB from this thread).
+        // The walking thread asks for write-back of the small files' data
+        // (a hint the image otherwise gives every 8 MiB from this thread).
         let writeback = self.img.dev.file().and_then(|f| f.try_clone().ok());
         self.img.writeback_elsewhere = writeback.is_some();
         let (tx, rx) = sync_channel::<Vec<Result<Item, Ext4Error>>>(16);
@@ -175,6 +174,7 @@ impl Populate<'_> {
                     batch_bytes: 0,
                     writeback,
                     unwritten: 0,
+                    dirents: Vec::new(),
                 };
                 let top_meta = fstat(&top)
                     .map_err(|e| host_io("fstat", dir)(e))
@@ -262,6 +262,8 @@ struct Walker<'b> {
     /// every [`WRITEBACK_EVERY`] bytes of file contents walked.
     writeback: Option<fs::File>,
     unwritten: u64,
+    /// The buffer directory records are read into, for every directory.
+    dirents: Vec<u8>,
 }
 
 /// Items per hand-over, at most.
@@ -281,14 +283,13 @@ impl Walker<'_> {
         true
     }
 
-    /// Counts `n` bytes of a regular file's contents walked; every
-    /// [`WRITEBACK_EVERY`] bytes the image file is asked to start writing
-    /// back what the consumer wrote so far (it is at most [`BUDGET`]
-    /// bytes behind). A hint: an error is ignored, the flush syncs anyway.
-    fn note_contents(&mut self, n: u64, regular: bool) {
-        if !regular {
-            return;
-        }
+    /// Counts `n` bytes of a small file's contents read into memory;
+    /// every [`WRITEBACK_EVERY`] bytes the image file is asked to start
+    /// writing back what the consumer wrote so far (it is at most
+    /// [`BUDGET`] of such bytes behind; a larger file, copied from its
+    /// descriptor, is asked for by the image as it writes it). A hint: an
+    /// error is ignored, the flush syncs anyway.
+    fn note_contents(&mut self, n: u64) {
         self.unwritten += n;
         if self.unwritten >= WRITEBACK_EVERY {
             self.unwritten = 0;
@@ -329,7 +330,7 @@ impl Walker<'_> {
     /// two directories open, not one per level.
     fn walk(&mut self, fd: OwnedFd, dir: &Path, rel: &mut Vec<u8>) -> Result<OwnedFd, Ext4Error> {
         let mut fd = fd;
-        for name in names_of(&fd, dir)? {
+        for name in names_of(&fd, dir, &mut self.dirents)? {
             let len = rel.len();
             if len > 0 {
                 rel.push(b'/');
@@ -352,7 +353,9 @@ impl Walker<'_> {
             if held > 0 && !self.reserve(held) {
                 return Ok(fd);
             }
-            self.note_contents(st.st_size as u64, fmt_is_reg(&st));
+            if let Kind::Bytes(b) = &kind {
+                self.note_contents(b.len() as u64);
+            }
             let item = Item {
                 path: rel.clone(),
                 kind,

@@ -379,9 +379,8 @@ impl<'i> Populate<'i> {
             EntryKind::Dir => (1, 1),
             EntryKind::File(c) => {
                 let size = match c {
-                    Contents::Bytes(_) | Contents::Borrowed(_) => {
-                        c.in_memory().map_or(0, |b| b.len() as u64)
-                    }
+                    Contents::Bytes(b) => b.len() as u64,
+                    Contents::Borrowed(b) => b.len() as u64,
                     Contents::Host(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
                     Contents::Reader { size, .. } => *size,
                 };
@@ -633,8 +632,10 @@ impl<'i> Populate<'i> {
 }
 
 impl Drop for Populate<'_> {
-    /// A populate never finished is rolled back.
+    /// A populate never finished is rolled back. The image asks for
+    /// write-back itself again (a walk that panicked left it to the walk).
     fn drop(&mut self) {
+        self.img.writeback_elsewhere = false;
         if self.owns_undo {
             self.img.end_undo(false);
         }

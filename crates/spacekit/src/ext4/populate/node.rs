@@ -38,7 +38,8 @@ impl Image {
         block: &[u8; ROOT_SIZE],
     ) -> Result<u32, Ext4Error> {
         // The entry is placed last, in one pass (`place_entry`): a refusal
-        // after the inode is taken rolls the whole populate back.
+        // after the inode is taken is undone by the caller (a populate
+        // rolls back whole, the path operations through `atomically`).
         let ft = self.file_type_of(mode);
         let (pg, _) = self.info.group_of_inode(parent).unwrap_or_default();
         let ino = self.alloc_inode(Some(pg), mode & S_IFMT == S_IFDIR)?;
@@ -140,7 +141,12 @@ impl Image {
             Contents::Borrowed(b) => self.pop_bytes(ino, b),
             Contents::Host(f) => {
                 let len = f.metadata().map_err(io_err("stat source file"))?.len();
-                self.copy_in(ino, &f)?;
+                // A walk asks for write-back of the small files it reads;
+                // a large file's copy asks for its own as it goes.
+                let elsewhere = core::mem::replace(&mut self.writeback_elsewhere, false);
+                let r = self.copy_in(ino, &f);
+                self.writeback_elsewhere = elsewhere;
+                r?;
                 Ok(len)
             }
             Contents::Reader { reader, size } => {

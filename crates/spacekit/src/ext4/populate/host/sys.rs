@@ -49,16 +49,19 @@ pub(super) struct Name {
     pub(super) dtype: u8,
 }
 
-/// Whether `st` is a regular file's status.
-pub(super) fn fmt_is_reg(st: &libc::stat64) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFREG
-}
+/// Bytes of directory records asked for per `getdents64`.
+const DIRENTS: usize = 32 << 10;
 
 /// The names of directory `fd` (`.` and `..` left out), in byte order.
 /// Read with `getdents64` on `fd` itself (its offset, which nothing else
-/// uses, moves to the end): a `DIR` stream would cost a duplicate
-/// descriptor and four more system calls per directory.
-pub(super) fn names_of(fd: &OwnedFd, dir: &Path) -> Result<Vec<Name>, Ext4Error> {
+/// uses, moves to the end) into `buf`, which the caller keeps for the
+/// next directory: a `DIR` stream would cost a duplicate descriptor and
+/// four more system calls per directory.
+pub(super) fn names_of(
+    fd: &OwnedFd,
+    dir: &Path,
+    buf: &mut Vec<u8>,
+) -> Result<Vec<Name>, Ext4Error> {
     let err = |e: std::io::Error| host_io("readdir", dir)(e);
     let bad = || {
         err(std::io::Error::new(
@@ -66,7 +69,9 @@ pub(super) fn names_of(fd: &OwnedFd, dir: &Path) -> Result<Vec<Name>, Ext4Error>
             "malformed directory record",
         ))
     };
-    let mut buf = std::vec![0u8; 32 << 10];
+    if buf.len() < DIRENTS {
+        buf.resize(DIRENTS, 0);
+    }
     let mut out = Vec::new();
     loop {
         // SAFETY: `fd` is an open descriptor; the kernel writes at most
@@ -90,17 +95,21 @@ pub(super) fn names_of(fd: &OwnedFd, dir: &Path) -> Result<Vec<Name>, Ext4Error>
             break;
         }
         // Records of `struct linux_dirent64`: inode (8 bytes), offset (8),
-        // record length (2), type (1), then the NUL-terminated name.
+        // record length (2), type (1), then the NUL-terminated name, padded
+        // to a multiple of 8 bytes (24 at least).
         let mut rec = &buf[..n as usize];
         while !rec.is_empty() {
-            if rec.len() < 20 {
+            if rec.len() < 24 {
                 return Err(bad());
             }
             let len = usize::from(u16::from_ne_bytes([rec[16], rec[17]]));
-            if len < 20 || len > rec.len() {
+            if len < 24 || len > rec.len() {
                 return Err(bad());
             }
             let name = CStr::from_bytes_until_nul(&rec[19..len]).map_err(|_| bad())?;
+            if name.is_empty() {
+                return Err(bad());
+            }
             if name.to_bytes() != b"." && name.to_bytes() != b".." {
                 out.push(Name {
                     name: CString::from(name),
