@@ -540,11 +540,12 @@ impl Image {
         flags: u32,
         block: &[u8; ROOT_SIZE],
     ) -> Result<(), Ext4Error> {
-        let raw = self.fresh_inode(ino, mode, links, flags, block)?;
+        let raw = self.fresh_inode(ino, mode, links, flags, block, now())?;
         self.write_inode_fields(ino, &[(0, &raw)])
     }
 
-    /// The bytes [`Image::init_inode`] writes into slot `ino`.
+    /// The bytes [`Image::init_inode`] writes into slot `ino`, with times
+    /// `t` (a caller that sets every time itself need not read the clock).
     ///
     /// # Errors
     /// [`Ext4Error::Corrupt`] when the slot still has links (a damaged
@@ -556,6 +557,7 @@ impl Image {
         links: u16,
         flags: u32,
         block: &[u8; ROOT_SIZE],
+        t: u32,
     ) -> Result<Vec<u8>, Ext4Error> {
         let old = self.inode_raw(ino)?;
         // A free bit over a live inode (links left) is a damaged bitmap:
@@ -570,7 +572,6 @@ impl Image {
         }
         let isz = old.len();
         let mut raw = std::vec![0u8; isz];
-        let t = now();
         layout::put16(&mut raw, off::MODE, mode);
         layout::put16(&mut raw, off::LINKS_COUNT, links);
         layout::put32(&mut raw, off::FLAGS, flags);

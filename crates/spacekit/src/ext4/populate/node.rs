@@ -220,8 +220,10 @@ impl Image {
         let mut root = [0u8; ROOT_SIZE];
         extent::init_root(&mut root);
         let mode = S_IFREG | (meta.perm & 0o7777);
-        // The fresh inode first: its generation signs the extent tree.
-        let mut raw = self.fresh_inode(ino, mode, 1, EXTENTS_FL, &root)?;
+        // The fresh inode first: its generation signs the extent tree. Its
+        // times are `meta`'s (below), so the clock is not read.
+        let t = meta.ctime.secs as u32;
+        let mut raw = self.fresh_inode(ino, mode, 1, EXTENTS_FL, &root, t)?;
         let seed = self.seed_of(ino, layout::le32(&raw, off::GENERATION));
         let blocks = self.write_new(ino, &mut root, seed, data)?;
         raw[off::BLOCK..off::BLOCK + ROOT_SIZE].copy_from_slice(&root);
