@@ -98,6 +98,19 @@ pub struct Image {
     /// the device may hold part of its records, so it is no committed image
     /// write-behind may reason about until a flush completes.
     pub(super) log_waiting: bool,
+    /// The committed image's descriptors and block bitmaps as read from
+    /// the device, kept until the next flush writes them (see
+    /// `tx/behind.rs`).
+    pub(super) committed: Option<Box<Committed>>,
+}
+
+/// The committed image's descriptor table and the block bitmaps looked at
+/// so far, as the device holds them: they change only when a flush writes
+/// them, which drops this (see `tx/behind.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Committed {
+    pub(super) gdt: Vec<u8>,
+    pub(super) maps: BTreeMap<u32, Vec<u8>>,
 }
 
 /// The geometry, mode and what is waiting to be flushed (not the cached

@@ -389,6 +389,7 @@ impl Image {
             behind_next: usize::MAX,
             recent: Default::default(),
             log_waiting: false,
+            committed: None,
         };
         img.set_cache_budget(Some(tx::behind::CACHE_BUDGET));
         Ok(img)

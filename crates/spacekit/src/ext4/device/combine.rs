@@ -91,6 +91,11 @@ impl Combiner {
         }
     }
 
+    /// The offset just past the waiting bytes, if any wait.
+    pub(crate) fn end(&self) -> Option<u64> {
+        (!self.bytes.is_empty()).then(|| self.at + self.bytes.len() as u64)
+    }
+
     /// Lays the waiting bytes that fall in `offset..offset + buf.len()`
     /// over `buf` (which holds what the file has there).
     pub(crate) fn overlay(&self, offset: u64, buf: &mut [u8]) {

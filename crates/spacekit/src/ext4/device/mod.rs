@@ -128,6 +128,13 @@ pub trait Device: fmt::Debug + Send {
         self.read_at(offset, buf)
     }
 
+    /// The byte offset just past the writes the device holds back to
+    /// combine them, if it holds any: a write there joins them. `None` by
+    /// default.
+    fn waiting_end(&self) -> Option<u64> {
+        None
+    }
+
     /// The host file holding the image, when the device is one file read
     /// and written as it is (byte `n` of the image at byte `n` of the
     /// file): lets the kernel copy file data out without a pass through
@@ -273,6 +280,10 @@ impl Device for FileDevice {
     fn start_writeback(&mut self) -> io::Result<()> {
         self.waiting.get_mut().send(&self.file)?;
         start_writeback(&self.file)
+    }
+
+    fn waiting_end(&self) -> Option<u64> {
+        self.waiting.borrow().end()
     }
 }
 

@@ -35,12 +35,11 @@
 //! roll-back, and what the device holds there does not matter.
 
 use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
 use std::vec::Vec;
 
 use crate::ext4::error::{io, Ext4Error};
 use crate::ext4::group::{desc_at, meta_in, uninit_block_bitmap};
-use crate::ext4::image::Image;
+use crate::ext4::image::{Committed, Image};
 use crate::ext4::layout::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::ext4::mode::OpenMode;
 
@@ -117,62 +116,81 @@ impl Image {
     }
 
     /// The pending blocks the committed image cannot see, in block order.
-    fn unseen_pending(&self) -> Result<Vec<u64>, Ext4Error> {
-        let bs = self.info.block_size as usize;
-        // The committed descriptors: the flush rewrites the table, so the
-        // device holds the committed one until then.
-        let mut gdt = std::vec![0u8; self.info.desc_blocks as usize * bs];
-        self.dev
-            .read_at(self.info.gdt_start() * bs as u64, &mut gdt)
-            .map_err(io("read the committed descriptors"))?;
-        let csum = self.info.uninit_flags();
-        let ipg = self.info.inodes_per_group;
-        let per_block = (bs / self.info.inode_size as usize) as u64;
-        // Committed block bitmaps, read once per group.
-        let mut maps: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    fn unseen_pending(&mut self) -> Result<Vec<u64>, Ext4Error> {
+        let pending: Vec<u64> = self
+            .pending_blocks
+            .keys()
+            .copied()
+            .filter(|&b| !self.recent.contains(b))
+            .collect();
         let mut out = Vec::new();
-        for &b in self.pending_blocks.keys() {
-            if self.recent.contains(b) {
-                continue;
-            }
-            let unseen = match meta_in(&self.meta, b, b + 1).next() {
-                None => {
-                    let Some((g, bit)) = self.info.group_of_block(b) else {
-                        continue;
-                    };
-                    let map = match maps.entry(g) {
-                        Entry::Occupied(e) => e.into_mut(),
-                        Entry::Vacant(e) => {
-                            let d = desc_at(&self.info, &gdt, g);
-                            e.insert(if csum && d.flags() & BG_BLOCK_UNINIT != 0 {
-                                uninit_block_bitmap(&self.info, &self.meta, g)?.to_le_bytes()
-                            } else {
-                                let mut m = std::vec![0u8; bs];
-                                self.dev
-                                    .read_at(d.block_bitmap() * bs as u64, &mut m)
-                                    .map_err(io("read a committed block bitmap"))?;
-                                m
-                            })
-                        }
-                    };
-                    map.get(bit as usize / 8)
-                        .is_some_and(|&byte| byte & (1 << (bit % 8)) == 0)
-                }
-                Some(m) if csum && m.field == "bg_inode_table" => {
-                    let d = desc_at(&self.info, &gdt, m.group);
-                    let watermark = if d.flags() & BG_INODE_UNINIT != 0 {
-                        0
-                    } else {
-                        u64::from(ipg.saturating_sub(d.itable_unused()))
-                    };
-                    (b - m.start) * per_block >= watermark
-                }
-                Some(_) => false,
-            };
-            if unseen {
+        for b in pending {
+            if self.unseen(b)? {
                 out.push(b);
             }
         }
         Ok(out)
+    }
+
+    /// Whether block `b` means nothing to the committed image: a block
+    /// outside the file system's metadata that the committed block bitmap
+    /// has free, or (with descriptor checksums) an inode-table block whose
+    /// every slot lies past its group's committed watermark. The committed
+    /// descriptors and bitmaps are read from the device once per flush
+    /// interval ([`Committed`]).
+    pub(crate) fn unseen(&mut self, b: u64) -> Result<bool, Ext4Error> {
+        let mut c = self.committed.take().unwrap_or_default();
+        let r = self.unseen_in(&mut c, b);
+        self.committed = Some(c);
+        r
+    }
+
+    fn unseen_in(&self, c: &mut Committed, b: u64) -> Result<bool, Ext4Error> {
+        let bs = self.info.block_size as usize;
+        let csum = self.info.uninit_flags();
+        if c.gdt.is_empty() {
+            // The flush rewrites the table, so the device holds the
+            // committed one until then.
+            let mut gdt = std::vec![0u8; self.info.desc_blocks as usize * bs];
+            self.dev
+                .read_at(self.info.gdt_start() * bs as u64, &mut gdt)
+                .map_err(io("read the committed descriptors"))?;
+            c.gdt = gdt;
+        }
+        Ok(match meta_in(&self.meta, b, b + 1).next() {
+            None => {
+                let Some((g, bit)) = self.info.group_of_block(b) else {
+                    return Ok(false);
+                };
+                let map = match c.maps.entry(g) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => {
+                        let d = desc_at(&self.info, &c.gdt, g);
+                        e.insert(if csum && d.flags() & BG_BLOCK_UNINIT != 0 {
+                            uninit_block_bitmap(&self.info, &self.meta, g)?.to_le_bytes()
+                        } else {
+                            let mut m = std::vec![0u8; bs];
+                            self.dev
+                                .read_at(d.block_bitmap() * bs as u64, &mut m)
+                                .map_err(io("read a committed block bitmap"))?;
+                            m
+                        })
+                    }
+                };
+                map.get(bit as usize / 8)
+                    .is_some_and(|&byte| byte & (1 << (bit % 8)) == 0)
+            }
+            Some(m) if csum && m.field == "bg_inode_table" => {
+                let d = desc_at(&self.info, &c.gdt, m.group);
+                let watermark = if d.flags() & BG_INODE_UNINIT != 0 {
+                    0
+                } else {
+                    u64::from(self.info.inodes_per_group.saturating_sub(d.itable_unused()))
+                };
+                let per_block = (bs / self.info.inode_size as usize) as u64;
+                (b - m.start) * per_block >= watermark
+            }
+            Some(_) => false,
+        })
     }
 }

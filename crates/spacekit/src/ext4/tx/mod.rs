@@ -198,6 +198,7 @@ impl Image {
         // may be half old, half new: write-behind waits for a flush that
         // completes (see `behind.rs`).
         self.log_waiting = true;
+        self.committed = None;
         redo::write(dev, &self.info.uuid, &records).map_err(io("write redo log"))?;
         dev.sync_log().map_err(io("fsync redo log"))?;
         for r in &records {
