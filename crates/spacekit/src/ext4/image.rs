@@ -76,9 +76,6 @@ pub struct Image {
     /// Bytes of file data written since the device was last asked to start
     /// writing them back (see `Image::note_data`).
     pub(super) data_since_writeback: u64,
-    /// Another thread asks the device to start write-back (a populate's
-    /// walking thread, see `populate/host.rs`): `note_data` does not.
-    pub(super) writeback_elsewhere: bool,
     /// While an operation runs: what it changed, as it was before (see
     /// `undo.rs`).
     pub(super) undo: Option<std::boxed::Box<Undo>>,

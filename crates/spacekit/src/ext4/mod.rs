@@ -382,7 +382,6 @@ impl Image {
             freed_since_flush: false,
             data_unsynced: false,
             data_since_writeback: 0,
-            writeback_elsewhere: false,
             undo: None,
             last_dir: None,
             cache_budget: None,

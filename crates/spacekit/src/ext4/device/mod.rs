@@ -107,10 +107,7 @@ pub trait Device: fmt::Debug + Send {
 
     /// Asks the device to start writing back what was written so far,
     /// without waiting for it (a hint: the next [`Device::sync`] is still
-    /// what makes it durable). Does nothing by default. While a populate
-    /// walks a host tree (`Populate::add_dir`), a device with a
-    /// [`Device::file`] is not asked for the small files' data: the walking
-    /// thread asks the kernel through that file.
+    /// what makes it durable). Does nothing by default.
     ///
     /// # Errors
     /// An I/O error from the backend.

@@ -62,7 +62,7 @@ static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 
 /// File data written between two requests to the device to start writing
 /// it back ([`Device::start_writeback`](crate::ext4::Device::start_writeback)).
-pub(crate) const WRITEBACK_EVERY: u64 = 8 << 20;
+const WRITEBACK_EVERY: u64 = 8 << 20;
 
 /// Where the bytes of a write come from.
 #[derive(Clone, Copy, Debug)]
@@ -379,7 +379,7 @@ impl Image {
     fn note_data(&mut self, n: u64) -> Result<(), Ext4Error> {
         self.data_unsynced = true;
         self.data_since_writeback += n;
-        if self.data_since_writeback >= WRITEBACK_EVERY && !self.writeback_elsewhere {
+        if self.data_since_writeback >= WRITEBACK_EVERY {
             self.data_since_writeback = 0;
             self.dev
                 .start_writeback()

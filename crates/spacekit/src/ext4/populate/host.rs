@@ -20,11 +20,7 @@
 //! [`Image::copy_in`] (holes stay holes, the kernel copies big ranges).
 //! The walking thread stays at most [`BUDGET`] bytes ahead, a larger file
 //! (handed over open) counting as [`FILE_HELD`] bytes, so at most a few
-//! of them are open at once. The walking thread also asks the kernel to
-//! start writing back the image file's new data every 8 MiB of small
-//! files it reads (`sync_file_range`), which the image would otherwise ask
-//! from the thread building it (a larger file's copy still asks for its
-//! own). The host system calls are in `host/sys.rs`.
+//! of them are open at once. The host system calls are in `host/sys.rs`.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -38,7 +34,6 @@ use std::sync::{Condvar, Mutex};
 use std::vec::Vec;
 
 use crate::ext4::error::{host_io, Ext4Error};
-use crate::ext4::inode::data::WRITEBACK_EVERY;
 
 mod sys;
 use crate::ext4::namespace::NodeKind;
@@ -158,10 +153,6 @@ impl Populate<'_> {
         }
         let top = open_dir(dir)?;
         let budget = Budget::default();
-        // The walking thread asks for write-back of the small files' data
-        // (a hint the image otherwise gives every 8 MiB from this thread).
-        let writeback = self.img.dev.file().and_then(|f| f.try_clone().ok());
-        self.img.writeback_elsewhere = writeback.is_some();
         let (tx, rx) = sync_channel::<Vec<Result<Item, Ext4Error>>>(16);
         std::thread::scope(|s| {
             let b = &budget;
@@ -172,8 +163,6 @@ impl Populate<'_> {
                     links: HashMap::new(),
                     batch: Vec::with_capacity(BATCH),
                     batch_bytes: 0,
-                    writeback,
-                    unwritten: 0,
                     dirents: Vec::new(),
                 };
                 let top_meta = fstat(&top)
@@ -200,7 +189,6 @@ impl Populate<'_> {
             });
             let _close = CloseOnDrop(&budget);
             let r = self.consume(rx, &budget);
-            self.img.writeback_elsewhere = false;
             if r.is_err() {
                 // A host error between entries: nothing of the tree stays.
                 self.fail(false);
@@ -258,10 +246,6 @@ struct Walker<'b> {
     /// may wake the other thread (a system call).
     batch: Vec<Result<Item, Ext4Error>>,
     batch_bytes: u64,
-    /// The image file, to ask for write-back of what the consumer wrote,
-    /// every [`WRITEBACK_EVERY`] bytes of file contents walked.
-    writeback: Option<fs::File>,
-    unwritten: u64,
     /// The buffer directory records are read into, for every directory.
     dirents: Vec<u8>,
 }
@@ -281,22 +265,6 @@ impl Walker<'_> {
             return self.hand_over();
         }
         true
-    }
-
-    /// Counts `n` bytes of a small file's contents read into memory;
-    /// every [`WRITEBACK_EVERY`] bytes the image file is asked to start
-    /// writing back what the consumer wrote so far (it is at most
-    /// [`BUDGET`] of such bytes behind; a larger file, copied from its
-    /// descriptor, is asked for by the image as it writes it). A hint: an
-    /// error is ignored, the flush syncs anyway.
-    fn note_contents(&mut self, n: u64) {
-        self.unwritten += n;
-        if self.unwritten >= WRITEBACK_EVERY {
-            self.unwritten = 0;
-            if let Some(f) = &self.writeback {
-                let _ = crate::ext4::device::start_writeback(f);
-            }
-        }
     }
 
     /// Hands the batch over; false when the consumer has gone.
@@ -352,9 +320,6 @@ impl Walker<'_> {
             };
             if held > 0 && !self.reserve(held) {
                 return Ok(fd);
-            }
-            if let Kind::Bytes(b) = &kind {
-                self.note_contents(b.len() as u64);
             }
             let item = Item {
                 path: rel.clone(),
@@ -434,34 +399,5 @@ impl Walker<'_> {
             _ => Kind::Node(NodeKind::Socket),
         };
         Ok((kind, None))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ext4::populate::PopulateOptions;
-    use crate::ext4::{Image, OpenMode};
-
-    #[test]
-    fn the_image_asks_for_writeback_again_after_a_walk() {
-        let Some((dir, path)) = crate::ext4::tx::cache::tests::image("walk-writeback") else {
-            std::eprintln!("skipping: mkfs.ext4 not found");
-            return;
-        };
-        let src = dir.join("src");
-        fs::create_dir_all(src.join("d")).unwrap();
-        fs::write(src.join("a"), [7u8; 3000]).unwrap();
-        fs::write(src.join("d/b"), [9u8; 100]).unwrap();
-        let mut img = Image::open(&path, OpenMode::ReadWrite).unwrap();
-        let mut p = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
-        p.add_dir(&src).unwrap();
-        assert!(!p.img.writeback_elsewhere, "after a walk");
-        // A walk that fails (its names exist now) hands it back too.
-        assert!(p.add_dir(&src).is_err());
-        assert!(!p.img.writeback_elsewhere, "after a failed walk");
-        drop(p);
-        drop(img);
-        let _ = fs::remove_dir_all(dir);
     }
 }

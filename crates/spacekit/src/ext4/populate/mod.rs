@@ -632,10 +632,8 @@ impl<'i> Populate<'i> {
 }
 
 impl Drop for Populate<'_> {
-    /// A populate never finished is rolled back. The image asks for
-    /// write-back itself again (a walk that panicked left it to the walk).
+    /// A populate never finished is rolled back.
     fn drop(&mut self) {
-        self.img.writeback_elsewhere = false;
         if self.owns_undo {
             self.img.end_undo(false);
         }

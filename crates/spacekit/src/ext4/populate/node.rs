@@ -141,12 +141,7 @@ impl Image {
             Contents::Borrowed(b) => self.pop_bytes(ino, b),
             Contents::Host(f) => {
                 let len = f.metadata().map_err(io_err("stat source file"))?.len();
-                // A walk asks for write-back of the small files it reads;
-                // a large file's copy asks for its own as it goes.
-                let elsewhere = core::mem::replace(&mut self.writeback_elsewhere, false);
-                let r = self.copy_in(ino, &f);
-                self.writeback_elsewhere = elsewhere;
-                r?;
+                self.copy_in(ino, &f)?;
                 Ok(len)
             }
             Contents::Reader { reader, size } => {
