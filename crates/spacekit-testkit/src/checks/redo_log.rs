@@ -33,14 +33,20 @@ use super::input::Input;
 const SECTOR: usize = 512;
 
 /// One record of a built log.
-struct Rec {
-    offset: u64,
-    data: Vec<u8>,
-    before: Vec<u32>,
+pub struct Rec {
+    /// Byte offset in the image.
+    pub offset: u64,
+    /// The new bytes.
+    pub data: Vec<u8>,
+    /// CRC-32C of each 512-byte sector as it was (versions 2 and later).
+    pub before: Vec<u32>,
 }
 
-/// The log's bytes (see the format in the module doc of `tx/redo.rs`).
-fn encode(version: u32, uuid: &[u8], recs: &[Rec]) -> Vec<u8> {
+/// A complete, signed log of `version` (1 to 4) for the file system with
+/// `uuid`, built from the format in the module doc of `tx/redo.rs` alone:
+/// an encoder independent of spacekit's, for this check and for tests of
+/// the versions spacekit no longer writes.
+pub fn encode(version: u32, uuid: &[u8], recs: &[Rec]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(b"SKREDO01");
     out.extend_from_slice(&version.to_le_bytes());
