@@ -293,9 +293,8 @@ impl Drop for FileDevice {
 }
 
 /// Asks the kernel to start writing back `file`'s dirty pages, without
-/// waiting (Linux; nothing elsewhere). Any thread may ask, through any
-/// descriptor of the file.
-pub(crate) fn start_writeback(file: &File) -> io::Result<()> {
+/// waiting (Linux; nothing elsewhere).
+fn start_writeback(file: &File) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
