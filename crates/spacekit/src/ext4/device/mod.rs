@@ -294,7 +294,7 @@ impl Drop for FileDevice {
 
 /// Asks the kernel to start writing back `file`'s dirty pages, without
 /// waiting (Linux; nothing elsewhere).
-fn start_writeback(file: &File) -> io::Result<()> {
+pub(crate) fn start_writeback(file: &File) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;

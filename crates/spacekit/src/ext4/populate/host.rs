@@ -16,15 +16,21 @@
 //! whole path, not following a symlink. Two directories of the path are
 //! open at a time, however deep the tree. Files with more than one link become one inode and
 //! hard links (by device and inode number). Files up to [`IN_MEMORY`] bytes
-//! are read whole on the walking thread; larger ones are copied by
+//! are read whole on the walking thread, one after another into their
+//! batch's buffer (no allocation per file; the consumer lends the bytes to
+//! the image and hands the emptied buffer back); larger ones are copied by
 //! [`Image::copy_in`] (holes stay holes, the kernel copies big ranges).
 //! The walking thread stays at most [`BUDGET`] bytes ahead, a larger file
 //! (handed over open) counting as [`FILE_HELD`] bytes, so at most a few
-//! of them are open at once. The host system calls are in `host/sys.rs`.
+//! of them are open at once; when it must wait for the consumer, it first
+//! asks the kernel to start writing back the image file's new data (work
+//! the image otherwise asks for from the consuming thread, which then
+//! finds less to do). The host system calls are in `host/sys.rs`.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fs;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -55,7 +61,8 @@ pub const FILE_HELD: u64 = BUDGET / 16;
 /// What the walking thread hands over.
 enum Kind {
     Dir,
-    Bytes(Vec<u8>),
+    /// A small file: where its bytes are in its batch's [`Batch::bytes`].
+    Bytes(Range<usize>),
     File(fs::File),
     Symlink(Vec<u8>),
     Node(NodeKind),
@@ -71,6 +78,23 @@ struct Item {
     /// handed over open (counted against [`BUDGET`]).
     held: u64,
 }
+
+/// Items handed over at once, and the bytes of their small files, read
+/// one after another into one buffer (no allocation per file on the
+/// walking thread, no free per file on the other). The consumer hands
+/// emptied buffers back through the [`Spare`] pool.
+struct Batch {
+    items: Vec<Result<Item, Ext4Error>>,
+    bytes: Vec<u8>,
+}
+
+/// Emptied batch buffers, back from the consumer for the walking thread to
+/// fill again (at most [`SPARE`]: their pages stay mapped, so the next
+/// batches reuse them instead of faulting fresh ones in).
+type Spare = Mutex<Vec<Vec<u8>>>;
+
+/// Batch buffers kept for reuse, at most.
+const SPARE: usize = 1;
 
 /// The bytes the walking thread holds ahead, whether the consumer has
 /// gone, and whether the walking thread waits (so the consumer wakes it
@@ -89,11 +113,18 @@ struct Held {
 }
 
 impl Budget {
-    /// Waits until `n` more bytes fit (or nothing is held); false when the
+    /// Waits until `n` more bytes fit (or nothing is held), calling `idle`
+    /// once first (without the lock) if it must wait; false when the
     /// consumer has gone.
-    fn take(&self, n: u64) -> bool {
+    fn take(&self, n: u64, idle: impl FnOnce()) -> bool {
+        let must_wait = |s: &Held| !s.gone && s.bytes > 0 && s.bytes + n > BUDGET;
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while !s.gone && s.bytes > 0 && s.bytes + n > BUDGET {
+        if must_wait(&s) {
+            drop(s);
+            idle();
+            s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        }
+        while must_wait(&s) {
             s.waiting = true;
             s = self.cond.wait(s).unwrap_or_else(|e| e.into_inner());
         }
@@ -153,17 +184,23 @@ impl Populate<'_> {
         }
         let top = open_dir(dir)?;
         let budget = Budget::default();
-        let (tx, rx) = sync_channel::<Vec<Result<Item, Ext4Error>>>(16);
+        let spare = Spare::default();
+        let writeback = self.img.dev.file().and_then(|f| f.try_clone().ok());
+        let (tx, rx) = sync_channel::<Batch>(16);
         std::thread::scope(|s| {
-            let b = &budget;
+            let (b, sp) = (&budget, &spare);
             s.spawn(move || {
                 let mut w = Walker {
                     tx,
                     budget: b,
+                    spare: sp,
                     links: HashMap::new(),
                     batch: Vec::with_capacity(BATCH),
+                    bytes: Vec::with_capacity(ARENA),
                     batch_bytes: 0,
                     dirents: Vec::new(),
+                    writeback,
+                    unwritten: 0,
                 };
                 let top_meta = fstat(&top)
                     .map_err(|e| host_io("fstat", dir)(e))
@@ -188,7 +225,7 @@ impl Populate<'_> {
                 w.hand_over();
             });
             let _close = CloseOnDrop(&budget);
-            let r = self.consume(rx, &budget);
+            let r = self.consume(rx, &budget, &spare);
             if r.is_err() {
                 // A host error between entries: nothing of the tree stays.
                 self.fail(false);
@@ -201,32 +238,43 @@ impl Populate<'_> {
     /// fails.
     fn consume(
         &mut self,
-        rx: Receiver<Vec<Result<Item, Ext4Error>>>,
+        rx: Receiver<Batch>,
         budget: &Budget,
+        spare: &Spare,
     ) -> Result<(), Ext4Error> {
         let mut room = false;
-        for item in rx.into_iter().flatten() {
-            let item = item?;
-            if item.held > 0 {
-                budget.give(item.held);
+        for Batch { items, mut bytes } in rx {
+            debug_assert!(bytes.capacity() <= ARENA, "a batch buffer grew");
+            for item in items {
+                let item = item?;
+                if item.held > 0 {
+                    budget.give(item.held);
+                }
+                let kind = match item.kind {
+                    Kind::Dir => EntryKind::Dir,
+                    Kind::Bytes(r) => EntryKind::File(Contents::Borrowed(&bytes[r])),
+                    Kind::File(f) => EntryKind::File(Contents::Host(f)),
+                    Kind::Symlink(t) => EntryKind::Symlink(t),
+                    Kind::Node(n) => EntryKind::Node(n),
+                    Kind::HardLink(t) => EntryKind::HardLink(t),
+                };
+                let entry = Entry {
+                    path: item.path,
+                    kind,
+                    meta: item.meta,
+                };
+                match self.add(entry) {
+                    Ok(()) => {}
+                    Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
+                    Err(e) => return Err(e),
+                }
             }
-            let kind = match item.kind {
-                Kind::Dir => EntryKind::Dir,
-                Kind::Bytes(b) => EntryKind::File(Contents::Bytes(b)),
-                Kind::File(f) => EntryKind::File(Contents::Host(f)),
-                Kind::Symlink(t) => EntryKind::Symlink(t),
-                Kind::Node(n) => EntryKind::Node(n),
-                Kind::HardLink(t) => EntryKind::HardLink(t),
-            };
-            let entry = Entry {
-                path: item.path,
-                kind,
-                meta: item.meta,
-            };
-            match self.add(entry) {
-                Ok(()) => {}
-                Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
-                Err(e) => return Err(e),
+            if bytes.capacity() > 0 {
+                bytes.clear();
+                let mut s = spare.lock().unwrap_or_else(|e| e.into_inner());
+                if s.len() < SPARE {
+                    s.push(bytes);
+                }
             }
         }
         if room {
@@ -238,20 +286,37 @@ impl Populate<'_> {
 
 /// The walking thread.
 struct Walker<'b> {
-    tx: SyncSender<Vec<Result<Item, Ext4Error>>>,
+    tx: SyncSender<Batch>,
     budget: &'b Budget,
+    spare: &'b Spare,
     /// First path of each multiply-linked file, by (device, inode).
     links: HashMap<(u64, u64), Vec<u8>>,
     /// Items not handed over yet: they go in batches, as each hand-over
     /// may wake the other thread (a system call).
     batch: Vec<Result<Item, Ext4Error>>,
+    /// The batch's small files' bytes.
+    bytes: Vec<u8>,
     batch_bytes: u64,
     /// The buffer directory records are read into, for every directory.
     dirents: Vec<u8>,
+    /// The image file, to ask for write-back while the walk waits for the
+    /// consumer, and the small files' bytes walked since it last asked.
+    writeback: Option<fs::File>,
+    unwritten: u64,
 }
+
+/// Small files' bytes walked before a wait for the consumer asks for
+/// write-back of the image file (see [`Walker::reserve`]).
+const IDLE_WRITEBACK: u64 = 2 << 20;
 
 /// Items per hand-over, at most.
 const BATCH: usize = 64;
+
+/// A batch buffer's capacity: a batch is handed over once its files hold
+/// a quarter of [`BUDGET`], or before a file that would not fit (at most
+/// [`IN_MEMORY`] bytes: it fits an empty buffer).
+const ARENA: usize = (BUDGET / 4) as usize;
+const _: () = assert!(IN_MEMORY as usize <= ARENA);
 
 impl Walker<'_> {
     /// Queues `item` for the consumer, handing the batch over when it is
@@ -269,22 +334,66 @@ impl Walker<'_> {
 
     /// Hands the batch over; false when the consumer has gone.
     fn hand_over(&mut self) -> bool {
-        self.batch_bytes = 0;
-        if self.batch.is_empty() {
-            return true;
-        }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-        self.tx.send(batch).is_ok()
+        self.hand_over_from(self.bytes.len())
     }
 
-    /// Reserves `n` bytes of [`BUDGET`] (handing the batch over first if
-    /// the walk must wait: the consumer must see those bytes to give them
-    /// back); false when the consumer has gone.
-    fn reserve(&mut self, n: u64) -> bool {
-        if !self.budget.fits(n) && !self.hand_over() {
-            return false;
+    /// Hands the batch over with its buffer's bytes before `keep` (those
+    /// of its items); the bytes from `keep` on (a file read for an item
+    /// not queued yet) start the next batch's buffer. False when the
+    /// consumer has gone.
+    fn hand_over_from(&mut self, keep: usize) -> bool {
+        self.batch_bytes = 0;
+        if self.batch.is_empty() {
+            // Nothing to hand over; the buffer holds no queued item's
+            // bytes (at most those of the item being reserved, or of one
+            // left unqueued when the consumer went).
+            return true;
         }
-        self.budget.take(n)
+        let items = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        // The batch's buffer goes with it; the next batch fills one the
+        // consumer gave back, or a new one.
+        let bytes = if keep == 0 {
+            Vec::new()
+        } else {
+            let s = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let mut next = s.unwrap_or_else(|| Vec::with_capacity(ARENA));
+            next.extend_from_slice(&self.bytes[keep..]);
+            self.bytes.truncate(keep);
+            std::mem::replace(&mut self.bytes, next)
+        };
+        self.tx.send(Batch { items, bytes }).is_ok()
+    }
+
+    /// Reserves the `n` bytes of [`BUDGET`] that `kind` holds (handing the
+    /// batch over first if the walk must wait: the consumer must see those
+    /// bytes to give them back; a small file's bytes then move to the
+    /// next batch's buffer); false when the consumer has gone.
+    fn reserve(&mut self, n: u64, kind: &mut Kind) -> bool {
+        if !self.budget.fits(n) {
+            let keep = match kind {
+                Kind::Bytes(r) => r.start,
+                _ => self.bytes.len(),
+            };
+            if !self.hand_over_from(keep) {
+                return false;
+            }
+            if let Kind::Bytes(r) = kind {
+                *r = r.start - keep..r.end - keep;
+            }
+        }
+        // Ahead of the consumer: while it catches up, this thread asks the
+        // kernel to start writing back the image's new data (work the
+        // image would otherwise ask for from the consuming thread).
+        let (writeback, unwritten) = (&self.writeback, &mut self.unwritten);
+        self.budget.take(n, || {
+            if *unwritten >= IDLE_WRITEBACK {
+                if let Some(f) = writeback {
+                    // A hint: on an error the flush still syncs.
+                    let _ = crate::ext4::device::start_writeback(f);
+                }
+                *unwritten = 0;
+            }
+        })
     }
 
     /// Walks directory `dir` (open as `fd`; relative path `rel`): its names
@@ -312,14 +421,17 @@ impl Walker<'_> {
             };
             let xattrs = xattrs_of(&target, &path)?;
             let meta = meta_of(&st, xattrs);
-            let (kind, sub) = self.kind_of(opened, &fd, &name.name, &path, rel, &st)?;
+            let (mut kind, sub) = self.kind_of(opened, &fd, &name.name, &path, rel, &st)?;
             let held = match &kind {
-                Kind::Bytes(b) => b.len() as u64,
+                Kind::Bytes(r) => r.len() as u64,
                 Kind::File(_) => FILE_HELD,
                 _ => 0,
             };
-            if held > 0 && !self.reserve(held) {
+            if held > 0 && !self.reserve(held, &mut kind) {
                 return Ok(fd);
+            }
+            if let Kind::Bytes(r) = &kind {
+                self.unwritten += r.len() as u64;
             }
             let item = Item {
                 path: rel.clone(),
@@ -378,10 +490,16 @@ impl Walker<'_> {
                 if st.st_size as u64 > IN_MEMORY {
                     Kind::File(f)
                 } else {
-                    Kind::Bytes(
-                        read_whole(&f, st.st_size as usize)
-                            .map_err(|e| host_io("read", &path())(e))?,
-                    )
+                    // A batch's buffer never grows: a file that does not
+                    // fit starts the next batch (if the consumer has gone,
+                    // the item's own hand-over says so).
+                    let size = st.st_size as usize;
+                    if !self.bytes.is_empty() && self.bytes.len() + size > self.bytes.capacity() {
+                        self.hand_over();
+                    }
+                    let r = read_whole(&f, size, &mut self.bytes)
+                        .map_err(|e| host_io("read", &path())(e))?;
+                    Kind::Bytes(r)
                 }
             }
             libc::S_IFLNK => Kind::Symlink(
@@ -399,5 +517,33 @@ impl Walker<'_> {
             _ => Kind::Node(NodeKind::Socket),
         };
         Ok((kind, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_is_idle_only_when_it_must_wait_for_the_consumer() {
+        let b = Budget::default();
+        let mut idle = 0;
+        assert!(b.take(BUDGET / 2, || idle += 1));
+        assert!(b.take(BUDGET / 2, || idle += 1));
+        assert_eq!(idle, 0, "both fit: no wait");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Gives the bytes back once the walk waits.
+                while !b.state.lock().unwrap().waiting {
+                    std::thread::yield_now();
+                }
+                b.give(BUDGET);
+            });
+            assert!(b.take(1, || idle += 1));
+        });
+        assert_eq!(idle, 1, "one idle call before the wait");
+        b.close();
+        assert!(!b.take(BUDGET, || idle += 1), "the consumer has gone");
+        assert_eq!(idle, 1, "no wait once the consumer has gone");
     }
 }

@@ -14,14 +14,21 @@ use crate::ext4::error::{host_io, Ext4Error};
 use crate::ext4::namespace::Timestamp;
 use crate::ext4::populate::Meta;
 
-/// The first `size` bytes of `f` (fewer if it ends sooner), read straight
-/// into the vector's spare room (no zeroing), one `read` for a file that
-/// has them all.
-pub(super) fn read_whole(f: &fs::File, size: usize) -> std::io::Result<Vec<u8>> {
-    let mut b: Vec<u8> = Vec::with_capacity(size);
-    while b.len() < size {
-        let want = size - b.len();
-        let spare = &mut b.spare_capacity_mut()[..want];
+/// Appends the first `size` bytes of `f` (fewer if it ends sooner) to
+/// `into`, read straight into its spare room (no zeroing), one `read` for
+/// a file that has them all; returns where they are in `into`. On an error
+/// `into` is as it was.
+pub(super) fn read_whole(
+    f: &fs::File,
+    size: usize,
+    into: &mut Vec<u8>,
+) -> std::io::Result<core::ops::Range<usize>> {
+    let start = into.len();
+    into.reserve(size);
+    let end = start + size;
+    while into.len() < end {
+        let want = end - into.len();
+        let spare = &mut into.spare_capacity_mut()[..want];
         // SAFETY: `f` is an open file; the kernel writes at most
         // `spare.len()` bytes into the vector's spare room.
         let r = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
@@ -30,6 +37,7 @@ pub(super) fn read_whole(f: &fs::File, size: usize) -> std::io::Result<Vec<u8>> 
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
+            into.truncate(start);
             return Err(e);
         }
         if r == 0 {
@@ -37,9 +45,9 @@ pub(super) fn read_whole(f: &fs::File, size: usize) -> std::io::Result<Vec<u8>> 
         }
         // SAFETY: `read` initialised the `r` bytes after the length, all
         // within the capacity (`r <= spare.len()`).
-        unsafe { b.set_len(b.len() + r as usize) };
+        unsafe { into.set_len(into.len() + r as usize) };
     }
-    Ok(b)
+    Ok(start..into.len())
 }
 
 /// One name of a host directory, and its type as the directory listing
