@@ -220,8 +220,15 @@ impl Image {
         let pinode = self.inode(parent)?;
         let csum = self.csum();
         let pseed = self.seed_of(parent, pinode.generation);
-        // Where the entry goes, decided before any change.
-        let (blocks, htree) = self.dir_blocks(parent)?;
+        // Where the entry goes, decided before any change. An htree
+        // directory's leaf comes from its index, so only a linear one's
+        // blocks are listed.
+        let htree = pinode.is_dir() && pinode.flags & dir::INDEX_FL != 0;
+        let blocks = if htree {
+            Vec::new()
+        } else {
+            self.dir_blocks(parent)?.0
+        };
         let mut place = Place::Append;
         if htree {
             let exts = self.extents_of(parent)?;
