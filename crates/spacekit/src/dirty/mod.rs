@@ -64,6 +64,8 @@ mod builder;
 #[doc(hidden)]
 pub mod claim;
 mod error;
+#[cfg(feature = "rayon")]
+mod gate;
 mod geometry;
 mod harvest;
 #[cfg(any(test, feature = "testing"))]

@@ -357,8 +357,12 @@ impl MemoryRangeTable {
         if parallel && src.len() >= 2 * opts.block() {
             match split_of(src, opts) {
                 Split::Count => return self.extend_counted(src, shift, base, opts),
-                Split::OnePass => return self.extend_one_pass(src, shift, base, opts),
-                Split::Serial => {}
+                // Unless recent one-pass builds lost to one thread (see
+                // `gate.rs`).
+                Split::OnePass if opts.force_parallel() || super::gate::ONE_PASS.admit() => {
+                    return self.extend_one_pass(src, shift, base, opts)
+                }
+                Split::OnePass | Split::Serial => {}
             }
         }
         let _ = parallel;
@@ -375,10 +379,14 @@ impl MemoryRangeTable {
     /// A thread that starts late takes fewer chunks, and one that never
     /// starts none: then this thread scans the whole log into the table,
     /// as the serial build does. The buffers stay with the table, empty,
-    /// for its next build.
+    /// for its next build. Whether the build paid goes to
+    /// [`gate::ONE_PASS`](super::gate::ONE_PASS), which runs the next ones
+    /// on one thread after a loss.
     #[cfg(feature = "rayon")]
     fn extend_one_pass<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
+        use core::sync::atomic::{AtomicU64, Ordering};
         use std::sync::{Mutex, PoisonError};
+        use std::time::{Duration, Instant};
 
         use super::claim::{with_helpers, Claims};
 
@@ -395,6 +403,15 @@ impl MemoryRangeTable {
         let slots: Vec<Mutex<(Vec<MemoryRange>, Option<u64>)>> =
             bufs.into_iter().map(|v| Mutex::new((v, None))).collect();
         let data = &mut self.data;
+        // The quickest chunk's scan, in nanoseconds, by any thread: what
+        // one unhindered thread would take per chunk (see `gate.rs`).
+        let quickest = AtomicU64::new(u64::MAX);
+        let timed = |f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            f();
+            let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            quickest.fetch_min(ns, Ordering::Relaxed);
+        };
         let back = || {
             while let Some(c) = claims.back() {
                 // Each slot is claimed once: the lock is never contended,
@@ -403,20 +420,27 @@ impl MemoryRangeTable {
                 let mut slot = slots[c].lock().unwrap_or_else(PoisonError::into_inner);
                 let (v, part_open) = &mut *slot;
                 v.clear();
-                *part_open = scan::extend_part(src, cut(c), cut(c + 1), level, v, shift, base);
+                timed(&mut || {
+                    *part_open = scan::extend_part(src, cut(c), cut(c + 1), level, v, shift, base);
+                });
             }
         };
-        let front_open = with_helpers(threads - 1, &back, || {
+        let start = Instant::now();
+        let (front_open, own) = with_helpers(threads - 1, &back, || {
             let mut open = None;
             while let Some(c) = claims.front() {
                 debug_assert_eq!(src.carry_in(cut(c)) != 0, open.is_some());
                 let at = data.len();
-                let part_open =
-                    scan::extend_part(src, cut(c), cut(c + 1), level, data, shift, base);
+                let mut part_open = None;
+                timed(&mut || {
+                    part_open =
+                        scan::extend_part(src, cut(c), cut(c + 1), level, data, shift, base);
+                });
                 open = seam(&mut data[at..], open, part_open, shift, base);
             }
-            open
+            (open, start.elapsed())
         });
+        let joined = start.elapsed();
         let first_back = claims.taken_from_front();
         let mut slots: Vec<(Vec<MemoryRange>, Option<u64>)> = slots
             .into_iter()
@@ -433,6 +457,12 @@ impl MemoryRangeTable {
         if let Some(s) = open {
             self.data
                 .push(super::memory_range::range_of(s, n as u64 * 64, shift, base));
+        }
+        // Whether the helpers paid (the join included), for the next
+        // builds' choice; a build forced by a test does not count.
+        if !opts.force_parallel() {
+            let quickest = Duration::from_nanos(quickest.into_inner());
+            super::gate::ONE_PASS.record(quickest * chunks as u32, own, joined, start.elapsed());
         }
     }
 
@@ -765,6 +795,37 @@ mod par_tests {
                 );
             }
         }
+    }
+
+    /// A sparse log of the one-pass split's size runs on one thread while
+    /// the gate pauses the split, and split once it opens: the same table
+    /// either way (the split leaves a buffer per chunk with the table).
+    /// The gate is the process's: no other unit test runs an unforced
+    /// one-pass build.
+    #[test]
+    fn a_paused_gate_runs_the_one_pass_build_on_one_thread() {
+        use super::super::gate::ONE_PASS;
+        use super::super::geometry::Geometry;
+        let sparse = log(ONE_PASS_MIN_WORDS, 64, 1);
+        let g = Geometry::new(1 << 32, 4096).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let want = MemoryRangeTable::from_scan(Scan::new(&sparse, g).unwrap());
+        assert_eq!(want.len(), ONE_PASS_MIN_WORDS / 64);
+        let scan = Scan::new(&sparse, g).unwrap().parallel(true);
+        ONE_PASS.set(2);
+        for k in 0..2 {
+            let mut t = MemoryRangeTable::new();
+            pool.install(|| t.extend_from(scan));
+            assert_eq!(t, want, "paused, build {k}");
+            assert!(t.parts.is_empty(), "paused, build {k}: one thread");
+        }
+        let mut t = MemoryRangeTable::new();
+        pool.install(|| t.extend_from(scan));
+        assert_eq!(t, want, "open");
+        assert_eq!(t.parts.len(), 2 * CHUNKS_PER_THREAD, "open: split");
     }
 
     /// The one-pass split forced at `level`, in blocks of 64 words.
