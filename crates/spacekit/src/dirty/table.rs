@@ -384,11 +384,11 @@ impl MemoryRangeTable {
     /// on one thread after a loss.
     #[cfg(feature = "rayon")]
     fn extend_one_pass<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
-        use core::sync::atomic::{AtomicU64, Ordering};
         use std::sync::{Mutex, PoisonError};
-        use std::time::{Duration, Instant};
+        use std::time::Instant;
 
         use super::claim::{with_helpers, Claims};
+        use super::gate::Rate;
 
         let n = src.len();
         let level = opts.level();
@@ -403,14 +403,14 @@ impl MemoryRangeTable {
         let slots: Vec<Mutex<(Vec<MemoryRange>, Option<u64>)>> =
             bufs.into_iter().map(|v| Mutex::new((v, None))).collect();
         let data = &mut self.data;
-        // The quickest chunk's scan, in nanoseconds, by any thread: what
-        // one unhindered thread would take per chunk (see `gate.rs`).
-        let quickest = AtomicU64::new(u64::MAX);
-        let timed = |f: &mut dyn FnMut()| {
+        // Each chunk's scan timed against its work (words and ranges), by
+        // whichever thread: what one unhindered thread would have taken
+        // (see `gate.rs`).
+        let rate = Rate::new();
+        let timed = |c: usize, f: &mut dyn FnMut() -> usize| {
             let t = Instant::now();
-            f();
-            let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            quickest.fetch_min(ns, Ordering::Relaxed);
+            let ranges = f();
+            rate.note(t.elapsed(), cut(c + 1) - cut(c), ranges);
         };
         let back = || {
             while let Some(c) = claims.back() {
@@ -420,8 +420,9 @@ impl MemoryRangeTable {
                 let mut slot = slots[c].lock().unwrap_or_else(PoisonError::into_inner);
                 let (v, part_open) = &mut *slot;
                 v.clear();
-                timed(&mut || {
+                timed(c, &mut || {
                     *part_open = scan::extend_part(src, cut(c), cut(c + 1), level, v, shift, base);
+                    v.len()
                 });
             }
         };
@@ -432,9 +433,10 @@ impl MemoryRangeTable {
                 debug_assert_eq!(src.carry_in(cut(c)) != 0, open.is_some());
                 let at = data.len();
                 let mut part_open = None;
-                timed(&mut || {
+                timed(c, &mut || {
                     part_open =
                         scan::extend_part(src, cut(c), cut(c + 1), level, data, shift, base);
+                    data.len() - at
                 });
                 open = seam(&mut data[at..], open, part_open, shift, base);
             }
@@ -461,8 +463,7 @@ impl MemoryRangeTable {
         // Whether the helpers paid (the join included), for the next
         // builds' choice; a build forced by a test does not count.
         if !opts.force_parallel() {
-            let quickest = Duration::from_nanos(quickest.into_inner());
-            super::gate::ONE_PASS.record(quickest * chunks as u32, own, joined, start.elapsed());
+            super::gate::ONE_PASS.record(rate.alone(), own, joined, start.elapsed());
         }
     }
 

@@ -222,7 +222,8 @@ impl Image {
         let pseed = self.seed_of(parent, pinode.generation);
         // Where the entry goes, decided before any change. An htree
         // directory's leaf comes from its index, so only a linear one's
-        // blocks are listed.
+        // blocks are listed (the index nodes off the leaf's path are not
+        // read here; a lookup's listing reads and checks them all).
         let htree = pinode.is_dir() && pinode.flags & dir::INDEX_FL != 0;
         let blocks = if htree {
             Vec::new()

@@ -22,10 +22,11 @@
 //! [`Image::copy_in`] (holes stay holes, the kernel copies big ranges).
 //! The walking thread stays at most [`BUDGET`] bytes ahead, a larger file
 //! (handed over open) counting as [`FILE_HELD`] bytes, so at most a few
-//! of them are open at once; when it must wait for the consumer, it first
-//! asks the kernel to start writing back the image file's new data (work
-//! the image otherwise asks for from the consuming thread, which then
-//! finds less to do). The host system calls are in `host/sys.rs`.
+//! of them are open at once; when it must wait for the consumer and has
+//! read [`IDLE_WRITEBACK`] bytes of small files since it last did, it
+//! first asks the kernel to start writing back the image file's new data
+//! (work the image otherwise asks for from the consuming thread, which
+//! then finds less to do). The host system calls are in `host/sys.rs`.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -201,6 +202,7 @@ impl Populate<'_> {
                     dirents: Vec::new(),
                     writeback,
                     unwritten: 0,
+                    gone: false,
                 };
                 let top_meta = fstat(&top)
                     .map_err(|e| host_io("fstat", dir)(e))
@@ -303,6 +305,8 @@ struct Walker<'b> {
     /// consumer, and the small files' bytes walked since it last asked.
     writeback: Option<fs::File>,
     unwritten: u64,
+    /// The consumer has gone (a hand-over failed).
+    gone: bool,
 }
 
 /// Small files' bytes walked before a wait for the consumer asks for
@@ -361,7 +365,10 @@ impl Walker<'_> {
             self.bytes.truncate(keep);
             std::mem::replace(&mut self.bytes, next)
         };
-        self.tx.send(Batch { items, bytes }).is_ok()
+        if self.tx.send(Batch { items, bytes }).is_err() {
+            self.gone = true;
+        }
+        !self.gone
     }
 
     /// Reserves the `n` bytes of [`BUDGET`] that `kind` holds (handing the
@@ -385,7 +392,7 @@ impl Walker<'_> {
         // kernel to start writing back the image's new data (work the
         // image would otherwise ask for from the consuming thread).
         let (writeback, unwritten) = (&self.writeback, &mut self.unwritten);
-        self.budget.take(n, || {
+        let taken = self.budget.take(n, || {
             if *unwritten >= IDLE_WRITEBACK {
                 if let Some(f) = writeback {
                     // A hint: on an error the flush still syncs.
@@ -393,7 +400,9 @@ impl Walker<'_> {
                 }
                 *unwritten = 0;
             }
-        })
+        });
+        self.gone |= !taken;
+        taken
     }
 
     /// Walks directory `dir` (open as `fd`; relative path `rel`): its names
@@ -408,6 +417,10 @@ impl Walker<'_> {
     fn walk(&mut self, fd: OwnedFd, dir: &Path, rel: &mut Vec<u8>) -> Result<OwnedFd, Ext4Error> {
         let mut fd = fd;
         for name in names_of(&fd, dir, &mut self.dirents)? {
+            if self.gone {
+                // Nothing more reaches the consumer: no more reading.
+                return Ok(fd);
+            }
             let len = rel.len();
             if len > 0 {
                 rel.push(b'/');
