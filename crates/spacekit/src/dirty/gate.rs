@@ -1,4 +1,5 @@
-//! When the one-pass parallel table build steps aside: a helper thread
+//! When the parallel table builds step aside (the one-pass split and, with
+//! its own [`COUNTED`] gate, the counting split): a helper thread
 //! pays only if the build ends sooner than one thread alone would have
 //! finished it. On a guest whose host runs its virtual CPUs on fewer cores
 //! than it has (two vCPUs getting about one core's time here, at times),
@@ -86,6 +87,10 @@ impl Rate {
 /// The process's gate for the one-pass split.
 pub(crate) static ONE_PASS: Gate = Gate::new();
 
+/// The process's gate for the counting split (dense logs, where the level
+/// does not expand words with one compress or the pool is large).
+pub(crate) static COUNTED: Gate = Gate::new();
+
 impl Gate {
     /// A gate that admits the next build.
     pub(crate) const fn new() -> Gate {
@@ -131,6 +136,11 @@ impl Gate {
     pub(crate) fn set(&self, skip: u32) {
         self.penalty.store(0, Ordering::Relaxed);
         self.skip.store(skip, Ordering::Relaxed);
+    }
+
+    /// Builds still to run on one thread.
+    pub(crate) fn skip(&self) -> u32 {
+        self.skip.load(Ordering::Relaxed)
     }
 }
 

@@ -356,13 +356,15 @@ impl MemoryRangeTable {
         #[cfg(feature = "rayon")]
         if parallel && src.len() >= 2 * opts.block() {
             match split_of(src, opts) {
-                Split::Count => return self.extend_counted(src, shift, base, opts),
+                Split::Count if opts.force_parallel() || super::gate::COUNTED.admit() => {
+                    return self.extend_counted(src, shift, base, opts)
+                }
                 // Unless recent one-pass builds lost to one thread (see
                 // `gate.rs`).
                 Split::OnePass if opts.force_parallel() || super::gate::ONE_PASS.admit() => {
                     return self.extend_one_pass(src, shift, base, opts)
                 }
-                Split::OnePass | Split::Serial => {}
+                Split::Count | Split::OnePass | Split::Serial => {}
             }
         }
         let _ = parallel;
@@ -521,7 +523,12 @@ impl MemoryRangeTable {
     fn extend_counted<W: Words>(&mut self, src: W, shift: u32, base: u64, opts: ScanOpts) {
         use core::mem::MaybeUninit;
         use rayon::prelude::*;
+        use std::time::Instant;
 
+        let start = Instant::now();
+        // Each block's second pass, which is what one thread's scan does,
+        // timed against its work (see `gate.rs`).
+        let rate = super::gate::Rate::new();
         let n = src.len();
         let bw = opts.block();
         let nblocks = n.div_ceil(bw);
@@ -556,7 +563,10 @@ impl MemoryRangeTable {
         let written: usize = parts
             .into_par_iter()
             .map(|(b, out)| {
-                scan::write_block(src, b * bw, ((b + 1) * bw).min(n), out, shift, base, be)
+                let (t, ranges) = (Instant::now(), out.len());
+                let w = scan::write_block(src, b * bw, ((b + 1) * bw).min(n), out, shift, base, be);
+                rate.note(t.elapsed(), ((b + 1) * bw).min(n) - b * bw, ranges);
+                w
             })
             .sum();
         // Each block fills exactly its share (the bitmap is immutable while
@@ -567,6 +577,13 @@ impl MemoryRangeTable {
         // blocks' disjoint slices cover exactly those `nr` slots, and every
         // block initialised its whole slice (checked just above).
         unsafe { self.data.set_len(old + nr) };
+        // Whether the split paid, for the next builds' choice (rayon's
+        // join gives no wait of its own to judge); a build forced by a
+        // test does not count.
+        if !opts.force_parallel() {
+            let total = start.elapsed();
+            super::gate::COUNTED.record(rate.alone(), total, total, total);
+        }
     }
 
     /// Joins ranges from index `from` on that lie at most `gap` bytes apart.
@@ -827,6 +844,43 @@ mod par_tests {
         pool.install(|| t.extend_from(scan));
         assert_eq!(t, want, "open");
         assert_eq!(t.parts.len(), 2 * CHUNKS_PER_THREAD, "open: split");
+    }
+
+    /// A dense log at a level that counts (no compress) asks the counting
+    /// split's gate before each build: two builds on a gate paused for two
+    /// use it up, each giving the serial build's table. No other unit test
+    /// runs an unforced counting build.
+    #[test]
+    fn the_counting_split_asks_its_gate() {
+        use super::super::gate::COUNTED;
+        use super::super::geometry::Geometry;
+        let Some(level) = Level::available().find(|&l| !compresses(l)) else {
+            std::eprintln!("skipping: every level here compresses");
+            return;
+        };
+        let dense = log(1 << 16, 1, 8);
+        let g = Geometry::new(1 << 32, 4096).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let opts = ScanOpts {
+            backend: level,
+            ..ScanOpts::default()
+        };
+        assert_eq!(pool.install(|| split_of(One(&dense), opts)), Split::Count);
+        let want = MemoryRangeTable::from_scan(Scan::new(&dense, g).unwrap());
+        let mut scan = Scan::new(&dense, g).unwrap().parallel(true);
+        scan.opts = opts;
+        COUNTED.set(2);
+        for k in 0..3 {
+            let mut t = MemoryRangeTable::new();
+            pool.install(|| t.extend_from(scan));
+            assert_eq!(t, want, "build {k}");
+            if k == 1 {
+                assert_eq!(COUNTED.skip(), 0, "two builds asked the gate");
+            }
+        }
     }
 
     /// The one-pass split forced at `level`, in blocks of 64 words.
