@@ -70,6 +70,12 @@ impl Rate {
         self.work.fetch_add(work, Ordering::Relaxed);
     }
 
+    /// Adds `words` words of work no chunk timed (blocks a build skipped
+    /// that one thread would still read).
+    pub(crate) fn untimed(&self, words: usize) {
+        self.work.fetch_add(words as u64, Ordering::Relaxed);
+    }
+
     /// The whole work at the cheapest chunk's rate (zero before any chunk).
     pub(crate) fn alone(&self) -> Duration {
         let (ps, work) = (
@@ -205,5 +211,8 @@ mod tests {
         r.note(Duration::from_micros(50), 1000, 0);
         // 6,200 units at 1 ns.
         assert_eq!(r.alone(), Duration::from_nanos(6200));
+        // A skipped clean block one thread would still read.
+        r.untimed(800);
+        assert_eq!(r.alone(), Duration::from_nanos(7000));
     }
 }

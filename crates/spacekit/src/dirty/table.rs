@@ -558,6 +558,9 @@ impl MemoryRangeTable {
             rest = tail;
             if !head.is_empty() {
                 parts.push((b, head));
+            } else {
+                // No second pass; one thread would still read it.
+                rate.untimed(((b + 1) * bw).min(n) - b * bw);
             }
         }
         let written: usize = parts
