@@ -139,7 +139,12 @@ fn cases() -> Vec<Case> {
 
 /// A fresh image for `case`, its hash and signedness set.
 fn make_image(dir: &TempDir, case: &Case) -> std::path::PathBuf {
-    let path = mkfs(dir, &case.cfg);
+    make_image_with(dir, case, UUID)
+}
+
+/// [`make_image`] with `uuid` as the UUID and the directory hash seed.
+fn make_image_with(dir: &TempDir, case: &Case, uuid: &str) -> std::path::PathBuf {
+    let path = mkfs_with_uuid(dir, &case.cfg, uuid);
     let out = e2fs("tune2fs")
         .args(["-E", &format!("hash_alg={}", case.alg)])
         .arg(&path)
@@ -449,6 +454,60 @@ fn a_full_one_block_directory_becomes_an_htree() {
             names.len(),
             moved.len()
         );
+    }
+}
+
+/// Long names (200 to 255 bytes, four to a 1 KiB block) among short ones:
+/// a leaf split must leave the new name room in the half its hash selects,
+/// whatever the hash seed puts next to the cut (the seeds here made a split
+/// by size alone fail). Checked as every stage above: e2fsck, debugfs, the
+/// kernel, spacekit.
+#[test]
+fn long_names_in_small_blocks_always_find_room_after_a_split() {
+    require_e2fsprogs!();
+    let seeds = [
+        "1e33c13c-97d8-46b8-80d9-0f490a6a3afc",
+        "67986caa-b0b9-4ea9-be4e-95835be134e4",
+        UUID,
+    ];
+    for uuid in seeds {
+        for (cfg, alg, version) in [(K1_CSUM, "half_md4", 1), (K1_PLAIN, "half_md4", 1)] {
+            let case = Case {
+                cfg,
+                version,
+                alg,
+                unsigned: false,
+            };
+            let tmp = TempDir::new("indexed-long");
+            let path = make_image_with(&tmp, &case, uuid);
+            let mut img = open_rw(&path);
+            img.mkdir("/d", 0o755).unwrap();
+            let mut names = Names::new();
+            // In byte order, as a populate adds them.
+            let mut list: Vec<String> = (0..700usize)
+                .map(|i| {
+                    if i % 4 == 3 {
+                        format!("s{i}")
+                    } else {
+                        let mut n = format!("{i}-");
+                        let len = 200 + (i * 37) % 56;
+                        n.extend(std::iter::repeat_n('n', len - n.len()));
+                        n
+                    }
+                })
+                .collect();
+            list.sort();
+            for (i, n) in list.into_iter().enumerate() {
+                let ino = img
+                    .create(&format!("/d/{n}"), 0o644)
+                    .unwrap_or_else(|e| panic!("{} {alg} {uuid}: name {i}: {e}", case.cfg.name));
+                names.insert(n, (ino, false));
+            }
+            img.flush().unwrap();
+            drop(img);
+            let mut kernel = Kernel { refused: false };
+            check_dir(&path, &tmp, "/d", &names, &case, false, &mut kernel);
+        }
     }
 }
 

@@ -337,7 +337,7 @@ impl Image {
             }
             Place::Split { leaf, index, path } => {
                 let old = self.dir_block(parent, pinode.generation, leaf)?;
-                let mut sp = dir::split_leaf(&old, &path.hasher, pseed)?;
+                let mut sp = dir::split_leaf_for(&old, &path.hasher, pseed, name)?;
                 let half = if path.hash >= sp.hash & !1 {
                     &mut sp.upper
                 } else {
@@ -355,7 +355,7 @@ impl Image {
             Place::Index { block, version } => {
                 let old = self.dir_block(parent, pinode.generation, block)?;
                 let (s_flags, seed16) = self.hash_params();
-                let mut ix = dir::make_indexed(&old, version, s_flags, seed16, pseed)?;
+                let mut ix = dir::make_indexed_for(&old, version, s_flags, seed16, pseed, name)?;
                 if !ix.add_entry(name, ino, ft)? {
                     return Err(Ext4Error::Unsupported {
                         feature: "htree leaf split (the name fits neither half)",

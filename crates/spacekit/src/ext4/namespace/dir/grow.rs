@@ -31,28 +31,56 @@ pub struct LeafSplit {
 }
 
 /// Splits a full htree leaf (the kernel's `do_split`): its live entries are
-/// sorted by `(hash, minor_hash)` and the top ones, up to half the block's
-/// room, move to a new block; both blocks are written packed (each record its
-/// [`entry_size`], the last one taking the rest) and, with `seed`
-/// (metadata_csum: the directory's
-/// [`raw::inode_seed`](crate::ext4::raw::inode_seed)), signed. Names keep their
-/// inode and file type.
+/// sorted by `(hash, minor_hash)` and the top ones move to a new block, each
+/// one that lies more than half in the upper half of the block's bytes (so
+/// both halves keep about half the block free); both blocks are written
+/// packed (each record its [`entry_size`], the last one taking the rest) and,
+/// with `seed` (metadata_csum: the directory's
+/// [`raw::inode_seed`](crate::ext4::raw::inode_seed)), signed. Names keep
+/// their inode and file type.
 ///
 /// # Errors
 /// As [`entries`] for a bad block; [`Ext4Error::InvalidArgument`]
 /// (`"entries"`) for a leaf with fewer than two entries (nothing to split).
 pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<LeafSplit, Ext4Error> {
-    split_entries(entries(leaf, seed.is_some())?, leaf.len(), hasher, seed)
+    split_entries(
+        entries(leaf, seed.is_some())?,
+        leaf.len(),
+        hasher,
+        seed,
+        None,
+    )
+}
+
+/// [`split_leaf`] for the entry `name` that did not fit: when the usual
+/// split would leave the half that `name`'s hash selects without room for
+/// it (entries of very different lengths, long names in small blocks), the
+/// nearest split point that has room for it is taken instead, so that
+/// [`add_entry`](super::add_entry) into the half that
+/// `hash >= LeafSplit::hash & !1` selects succeeds.
+///
+/// # Errors
+/// As [`split_leaf`].
+pub fn split_leaf_for(
+    leaf: &[u8],
+    hasher: &DxHash,
+    seed: Option<u32>,
+    name: &[u8],
+) -> Result<LeafSplit, Ext4Error> {
+    let list = entries(leaf, seed.is_some())?;
+    split_entries(list, leaf.len(), hasher, seed, Some(name))
 }
 
 /// [`split_leaf`] over the live entries of a leaf of `block_size` bytes
 /// (also the entries a linear block 0 hands over when it becomes a dx root:
-/// [`make_indexed`](super::make_indexed)).
+/// [`make_indexed`](super::make_indexed)); with `incoming`, a split that
+/// leaves room for that name in its half ([`split_leaf_for`]).
 pub(super) fn split_entries(
     list: Vec<DirEntry>,
     block_size: usize,
     hasher: &DxHash,
     seed: Option<u32>,
+    incoming: Option<&[u8]>,
 ) -> Result<LeafSplit, Ext4Error> {
     check_block_size(block_size)?;
     let csum = seed.is_some();
@@ -69,18 +97,40 @@ pub(super) fn split_entries(
     }
     map.sort_by_key(|(h, _)| *h);
     let room = block_size - if csum { TAIL_LEN } else { 0 };
-    // Move entries from the top while they fill at most half the room.
-    let mut split = map.len();
-    let mut moved = 0;
-    while split > 1 {
-        let size = entry_size(map[split - 1].1.name.len());
-        if moved + size > room / 2 {
-            break;
+    let sizes: Vec<usize> = map.iter().map(|(_, e)| entry_size(e.name.len())).collect();
+    let mut split = half_split(&sizes, block_size);
+    if let Some(name) = incoming {
+        let hash = hasher.hash(name).0;
+        let need = entry_size(name.len());
+        let lower_sum: Vec<usize> = core::iter::once(0)
+            .chain(sizes.iter().scan(0, |acc, s| {
+                *acc += s;
+                Some(*acc)
+            }))
+            .collect();
+        let total = lower_sum[map.len()];
+        // Whether the name fits the half its hash selects when the upper
+        // half starts at entry `k`.
+        let fits = |k: usize| {
+            let used = if hash >= map[k].0 .0 {
+                total - lower_sum[k]
+            } else {
+                lower_sum[k]
+            };
+            used + need <= room
+        };
+        if !fits(split) {
+            // The nearest split point, below or above, that has room.
+            let n = map.len();
+            if let Some(k) = (1..n)
+                .flat_map(|d| [split.checked_sub(d), Some(split + d)])
+                .flatten()
+                .find(|&k| (1..n).contains(&k) && fits(k))
+            {
+                split = k;
+            }
         }
-        moved += size;
-        split -= 1;
     }
-    split = split.min(map.len() - 1);
     let hash2 = map[split].0 .0;
     let continued = u32::from(map[split - 1].0 .0 == hash2);
     let pack = |part: &[((u32, u32), DirEntry)]| -> Result<Vec<u8>, Ext4Error> {
@@ -106,6 +156,29 @@ pub(super) fn split_entries(
         upper: pack(&map[split..])?,
         hash: hash2 + continued,
     })
+}
+
+/// Where the kernel's `do_split` cuts `sizes` (entries in hash order, at
+/// least two): entries move from the top while more than half of the next
+/// one lies in the upper half of the block; if that stops only at the first
+/// entry (or never), the cut is by count instead. The upper half is
+/// `split..`, never empty nor the whole.
+fn half_split(sizes: &[usize], block_size: usize) -> usize {
+    let n = sizes.len();
+    let mut moved = 0;
+    let mut stop = None;
+    for i in (0..n).rev() {
+        if moved + sizes[i] / 2 > block_size / 2 {
+            stop = Some(i);
+            break;
+        }
+        moved += sizes[i];
+    }
+    match stop {
+        Some(i) if i > 0 => i + 1,
+        _ => n / 2,
+    }
+    .clamp(1, n - 1)
 }
 
 /// Rewrites the index entries of a dx root or node: `count` becomes
@@ -263,6 +336,133 @@ mod tests {
     use crate::ext4::namespace::dir::{
         add_entry, dx_checksum, init_block, parse_dx_node, verify_dx, verify_tail, FT_REG_FILE,
     };
+
+    /// The cut follows the kernel's `do_split`: an entry moves up while
+    /// more than half of it lies above the block's middle; a cut that would
+    /// stop only at the first entry (or never) goes by count.
+    #[test]
+    fn half_split_cuts_by_size_then_by_count() {
+        // Three 264-byte names (255 bytes each) in a 1 KiB block: two move.
+        assert_eq!(half_split(&[264, 264, 264], 1024), 1);
+        // Small entries: those in the upper half move.
+        let small = [16; 60];
+        assert_eq!(half_split(&small, 1024), 60 - 32);
+        // All of them fit in half the block: by count.
+        assert_eq!(half_split(&[16, 16, 16, 16], 1024), 2);
+        // Stops at the first entry: by count.
+        assert_eq!(half_split(&[264, 264, 264, 12, 12, 12], 1024), 3);
+        assert_eq!(half_split(&[264, 264, 264, 264, 12, 12, 12], 1024), 2);
+        // Never empty, never the whole.
+        assert_eq!(half_split(&[600, 8], 1024), 1);
+        assert_eq!(half_split(&[8, 600], 1024), 1);
+    }
+
+    /// A leaf full of names of mixed lengths (up to 255 bytes) in 1 KiB
+    /// blocks splits so that the name that did not fit goes into the half
+    /// its hash selects: for every seed and leaf tried. The size rule alone
+    /// can leave that half without room (a long name next to the cut).
+    #[test]
+    fn split_for_a_name_leaves_it_room() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut splits = 0;
+        for trial in 0..3000u32 {
+            let seed = (trial % 2 == 0).then_some(0x5eed_0000 | trial);
+            let csum = seed.is_some();
+            let hasher = DxHash::new(1, (next() as u128).to_le_bytes()).unwrap();
+            let mut leaf = init_block(1024, seed).unwrap();
+            let mut count = 0;
+            let incoming = loop {
+                let len = if next() % 4 == 0 {
+                    1 + (next() % 40) as usize
+                } else {
+                    200 + (next() % 56) as usize
+                };
+                let name: Vec<u8> = (0..len).map(|_| b'a' + (next() % 26) as u8).collect();
+                if !add_entry(&mut leaf, &name, 100 + count, FT_REG_FILE, csum).unwrap() {
+                    break name;
+                }
+                count += 1;
+            };
+            if count < 2 {
+                continue;
+            }
+            let mut sp = split_leaf_for(&leaf, &hasher, seed, &incoming).unwrap();
+            let upper = hasher.hash(&incoming).0 >= sp.hash & !1;
+            let half = if upper { &mut sp.upper } else { &mut sp.lower };
+            assert!(
+                add_entry(half, &incoming, 9, FT_REG_FILE, csum).unwrap(),
+                "trial {trial}: {} entries, the name ({} bytes) fits neither half",
+                count,
+                incoming.len()
+            );
+            let split = sp.hash & !1;
+            for e in entries(&sp.lower, csum).unwrap() {
+                let h = hasher.hash(&e.name).0;
+                assert!(h < split || (h == split && sp.hash & 1 == 1));
+            }
+            for e in entries(&sp.upper, csum).unwrap() {
+                assert!(hasher.hash(&e.name).0 >= split);
+            }
+            if let Some(s) = seed {
+                verify_tail(s, &sp.lower).unwrap();
+                verify_tail(s, &sp.upper).unwrap();
+            }
+            splits += 1;
+        }
+        assert!(splits > 2000, "{splits}");
+    }
+
+    /// Where the size rule cuts by count (it stops at the first entry) and
+    /// the lower half keeps three 255-byte names, a fourth one hashing into
+    /// that half would not fit: the split for that name cuts elsewhere.
+    #[test]
+    fn split_for_a_name_moves_the_cut_when_its_half_is_full() {
+        let hasher = DxHash::new(1, [3; 16]).unwrap();
+        let long = |i: usize| {
+            let mut n = std::format!("L{i}-").into_bytes();
+            n.resize(255, b'x');
+            n
+        };
+        let short = |i: usize| std::format!("s{i}").into_bytes();
+        let h = |n: &[u8]| hasher.hash(n).0;
+        let mut shorts: Vec<Vec<u8>> = (0..200).map(short).collect();
+        shorts.sort_by_key(|n| core::cmp::Reverse(h(n)));
+        shorts.truncate(3);
+        let floor = shorts.iter().map(|n| h(n)).min().unwrap();
+        let longs: Vec<Vec<u8>> = (0..200)
+            .map(long)
+            .filter(|n| h(n) < floor)
+            .take(4)
+            .collect();
+        assert_eq!(longs.len(), 4);
+        for seed in [None, Some(0xabcd_0123)] {
+            let csum = seed.is_some();
+            let mut leaf = init_block(1024, seed).unwrap();
+            for (i, n) in longs[..3].iter().chain(&shorts).enumerate() {
+                assert!(add_entry(&mut leaf, n, 10 + i as u32, FT_REG_FILE, csum).unwrap());
+            }
+            let incoming = &longs[3];
+            assert!(!add_entry(&mut leaf.clone(), incoming, 9, FT_REG_FILE, csum).unwrap());
+            // The size rule alone: its half for the name has no room.
+            let plain = split_leaf(&leaf, &hasher, seed).unwrap();
+            assert!(h(incoming) < plain.hash & !1);
+            assert!(!add_entry(&mut plain.lower.clone(), incoming, 9, FT_REG_FILE, csum).unwrap());
+            // Split for the name: it fits where its hash sends it.
+            let mut sp = split_leaf_for(&leaf, &hasher, seed, incoming).unwrap();
+            let half = if h(incoming) >= sp.hash & !1 {
+                &mut sp.upper
+            } else {
+                &mut sp.lower
+            };
+            assert!(add_entry(half, incoming, 9, FT_REG_FILE, csum).unwrap());
+        }
+    }
 
     /// A full leaf splits into two signed blocks holding the same names,
     /// the lower ones below the split hash and the upper ones from it, and

@@ -105,6 +105,36 @@ pub fn make_indexed(
     hash_seed: [u8; 16],
     seed: Option<u32>,
 ) -> Result<Indexed, Ext4Error> {
+    index_block0(block0, hash_version, s_flags, hash_seed, seed, None)
+}
+
+/// [`make_indexed`] for the entry `name` that did not fit block 0: the
+/// leaves are split so that the one `name`'s hash selects has room for it
+/// (as [`split_leaf_for`](super::split_leaf_for)), for
+/// [`Indexed::add_entry`].
+///
+/// # Errors
+/// As [`make_indexed`].
+pub fn make_indexed_for(
+    block0: &[u8],
+    hash_version: u8,
+    s_flags: u32,
+    hash_seed: [u8; 16],
+    seed: Option<u32>,
+    name: &[u8],
+) -> Result<Indexed, Ext4Error> {
+    index_block0(block0, hash_version, s_flags, hash_seed, seed, Some(name))
+}
+
+/// [`make_indexed`], with the name to make room for if any.
+fn index_block0(
+    block0: &[u8],
+    hash_version: u8,
+    s_flags: u32,
+    hash_seed: [u8; 16],
+    seed: Option<u32>,
+    incoming: Option<&[u8]>,
+) -> Result<Indexed, Ext4Error> {
     check_block_size(block0.len())?;
     if hash_version > 2 {
         return Err(invalid(
@@ -151,7 +181,7 @@ pub fn make_indexed(
         ));
     };
     let hasher = DxHash::for_dir(hash_version, s_flags, hash_seed)?;
-    let split = split_entries(moved, bs, &hasher, seed)?;
+    let split = split_entries(moved, bs, &hasher, seed, incoming)?;
 
     let mut root = vec![0u8; bs];
     put32(&mut root, 0, dot);

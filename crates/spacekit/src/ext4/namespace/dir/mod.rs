@@ -69,7 +69,9 @@ pub use format::{
     FLAGS_UNSIGNED_HASH, FT_DIR_CSUM, FT_REG_FILE, FT_UNKNOWN, INDEX_FL, MAX_NAME_LEN, TAIL_LEN,
 };
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
-pub use grow::{dx_insert, dx_node, dx_rewrite, dx_set_levels, split_leaf, LeafSplit};
+pub use grow::{
+    dx_insert, dx_node, dx_rewrite, dx_set_levels, split_leaf, split_leaf_for, LeafSplit,
+};
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
 pub use hash::{DxHash, HashAlg};
 #[cfg(any(test, feature = "testing"))]
@@ -80,7 +82,7 @@ pub use htree::{
     DxEntry, DxLevel, DxNode, DxPath, DxRoot,
 };
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
-pub use index::{make_indexed, new_index_version, Indexed, COMPAT_DIR_INDEX};
+pub use index::{make_indexed, make_indexed_for, new_index_version, Indexed, COMPAT_DIR_INDEX};
 #[cfg(any(test, feature = "testing"))]
 pub use linear::records;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
