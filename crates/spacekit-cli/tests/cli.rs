@@ -1180,6 +1180,53 @@ fn ext4_writes_refuse_an_image_whose_descriptor_checksum_fails() {
     let _ = std::fs::remove_file(&img);
 }
 
+/// An image with the `quota` feature: every write verb refuses it with one
+/// line naming the feature, exit 1, the image byte-identical (its quota
+/// files' usage would otherwise fall behind); reading verbs work.
+#[test]
+fn ext4_writes_refuse_a_quota_image_and_reads_work() {
+    let path = tmp("ext4-quota.img");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(32 << 20).unwrap();
+    drop(f);
+    let made = Command::new("mkfs.ext4")
+        .args(["-F", "-q", "-b", "4096", "-O", "quota"])
+        .arg(&path)
+        .output();
+    if !made.is_ok_and(|o| o.status.success()) {
+        eprintln!("mkfs.ext4 not available: skipping");
+        return;
+    }
+    let host = tmp("ext4-quota-src");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("f"), b"bytes").unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let from = host.to_str().unwrap();
+    for args in [
+        &["mkdir", "/d"][..],
+        &["write", "/w", "--from", "/etc/hostname"],
+        &["fallocate", "/f", "--size", "8192"],
+        &["touch", "/t"],
+        &["populate", "--from", from],
+    ] {
+        let out = ext4_cmd(args[0], &path, &args[1..]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("quota"), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(std::fs::read(&path).unwrap() == bytes, "{args:?} wrote");
+    }
+    let out = ext4_cmd("ls", &path, &["/"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("lost+found"));
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&host);
+}
+
 /// `debugfs -R CMD IMAGE`'s standard output, or `None` without debugfs.
 fn debugfs(img: &std::path::Path, cmd: &str) -> Option<String> {
     let out = Command::new("debugfs")

@@ -50,6 +50,9 @@ const INCOMPAT_KNOWN: u32 = 0x2
 const RO_COMPAT_SPARSE_SUPER: u32 = 0x1;
 const RO_COMPAT_GDT_CSUM: u32 = 0x10;
 const RO_COMPAT_HAS_SNAPSHOT: u32 = 0x80;
+/// `quota`: usage kept in hidden quota inodes, which every allocation and
+/// free would have to update.
+const RO_COMPAT_QUOTA: u32 = 0x100;
 const RO_COMPAT_BIGALLOC: u32 = 0x200;
 const RO_COMPAT_METADATA_CSUM: u32 = 0x400;
 const RO_COMPAT_READONLY: u32 = 0x1000;
@@ -505,6 +508,9 @@ fn check_features(incompat: u32, ro_compat: u32, mode: OpenMode) -> Result<(), E
             (incompat & INCOMPAT_MMP, "mmp"),
             (ro_compat & RO_COMPAT_READONLY, "read-only"),
             (ro_compat & RO_COMPAT_HAS_SNAPSHOT, "snapshot"),
+            // Writes would leave the quota files' usage behind (e2fsck:
+            // "Usage inconsistent"); reading needs nothing of them.
+            (ro_compat & RO_COMPAT_QUOTA, "quota"),
         ];
         if let Some(&(_, feature)) = write_only.iter().find(|(bit, _)| *bit != 0) {
             return Err(Ext4Error::Unsupported { feature });

@@ -18,7 +18,8 @@
 //! Refused with [`Ext4Error::Unsupported`]: `bigalloc`, `meta_bg`,
 //! `needs_recovery` (a journal to replay first: run e2fsck or mount the file
 //! system), `journal_dev`, `compression`; for read-write opens also `mmp`,
-//! the `read-only` feature and `snapshot`. Unknown `incompat` bits are
+//! the `read-only` feature, `snapshot` and `quota` (the quota files' usage
+//! is not kept up to date, so writes are refused before any change). Unknown `incompat` bits are
 //! refused in both modes and unknown `ro_compat` bits when writing
 //! ([`Ext4Error::UnknownFeatures`]). A corrupt superblock or descriptor gives
 //! [`Ext4Error::Corrupt`] naming the field. An image that gives an error when

@@ -201,6 +201,28 @@ fn corrupt_and_unsupported_images_are_refused_without_writing() {
             assert_eq!(unsupported(open_err(&p, mode)), name);
         }
     }
+    // quota: its usage files would fall behind every write (e2fsck:
+    // "Usage inconsistent"), so writes are refused; reading works. The
+    // CLI's write verbs leave such an image byte-identical
+    // (`spacekit-cli/tests/cli.rs`).
+    const QUOTA: &[&str] = &["-b", "4096", "-O", "quota,project", "-I", "256"];
+    let cfg = Config {
+        name: "quota",
+        size: "16M",
+        args: QUOTA,
+    };
+    let p = mkfs(&dir, &cfg);
+    assert_eq!(unsupported(open_err(&p, OpenMode::ReadWrite)), "quota");
+    let mut img = open_ro(&p);
+    let root = img.lookup("/").unwrap();
+    let names: Vec<Vec<u8>> = img
+        .read_dir(root)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(names.iter().any(|n| n == b"lost+found"), "{names:?}");
+    drop(img);
     // Not an image at all.
     let p = dir.path("zeros.img");
     fs::write(&p, vec![0u8; 1 << 20]).unwrap();
