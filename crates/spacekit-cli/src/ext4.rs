@@ -74,7 +74,8 @@ enum Ext4Command {
     /// Create the regular file PATH (it must not exist, as with debugfs
     /// `write`) holding the bytes of a host file (`--from`, sparse-aware:
     /// only its data ranges are read and holes stay holes) or of standard
-    /// input. One flush at the end: on any error the image is as before.
+    /// input. One flush at the end: on any error the file system is as
+    /// before (new bytes may remain in blocks it counts as free).
     Write(WriteArgs),
     /// Print the bytes of the regular file PATH on standard output.
     Cat(PathArgs),
@@ -102,8 +103,11 @@ enum Ext4Command {
     /// (a tar's in archive order), so the same source gives the same
     /// image; `--mtime` (or
     /// SOURCE_DATE_EPOCH) clamps times. One transaction and one flush: on
-    /// any error (no space: the message says how much is missing) the
-    /// image is as before.
+    /// any error (no space: the message says how much is missing; else it
+    /// names the entry) the file system is as before: every file,
+    /// directory, count and checksum; blocks and inode slots it counts as
+    /// free may keep bytes written before the error. Images with the
+    /// `quota` feature are refused before any change.
     Populate(crate::ext4_populate::PopulateArgs),
     #[command(flatten)]
     Ns(crate::ext4_ns::NsCommand),

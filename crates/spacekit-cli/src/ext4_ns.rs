@@ -227,32 +227,33 @@ fn change(
     if c.json {
         print_json(&v);
     } else {
-        eprintln!("{}", human(&v));
+        eprintln!("{}", human(&v, path));
     }
     Ok(())
 }
 
 /// The report of a change for a person, on one line: `IMAGE: PATH: ` and
-/// the other fields as `name value`, strings unquoted (`--json` prints the
-/// object itself).
-fn human(v: &Value) -> String {
+/// what was done (`made`, `removed`, ...: a field whose value is `PATH`),
+/// then the other fields as `name value`, strings unquoted (`--json` prints
+/// the object itself).
+fn human(v: &Value, path: &str) -> String {
     let text = |x: &Value| match x {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let rest: Vec<String> = v
+    let fields: Vec<(&String, &Value)> = v
         .as_object()
         .into_iter()
         .flatten()
         .filter(|(k, _)| *k != "image" && *k != "path")
-        .map(|(k, x)| format!("{k} {}", text(x)))
         .collect();
-    format!(
-        "{}: {}: {}",
-        text(&v["image"]),
-        text(&v["path"]),
-        rest.join(", ")
-    )
+    let done = fields.iter().filter(|(_, x)| x.as_str() == Some(path));
+    let rest = fields.iter().filter(|(_, x)| x.as_str() != Some(path));
+    let words: Vec<String> = done
+        .map(|(k, _)| k.to_string())
+        .chain(rest.map(|(k, x)| format!("{k} {}", text(x))))
+        .collect();
+    format!("{}: {path}: {}", text(&v["image"]), words.join(", "))
 }
 
 /// `SECONDS[.NANOS]`.

@@ -99,14 +99,26 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
             Err(e) => return Err(format!("{}: {e}", tar.display())),
         },
     };
+    // The entry that failed, when one did and the error does not name it
+    // already: `at PATH: ` before the error.
+    let failed_at = pop
+        .failed_at()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
     let r = match added {
         Ok(()) => pop.finish(),
         Err(e) => Err(e),
     };
+    let at = |e: &spacekit::ext4::Ext4Error| match &failed_at {
+        Some(p) if !e.to_string().contains(p.as_str()) => format!("at {p}: "),
+        _ => String::new(),
+    };
     if !a.quiet && std::io::stderr().is_terminal() {
         eprint!("\r\x1b[K");
     }
-    let r = r.map_err(|e| format!("{}: populate from {source}: {e}", c.image.display()))?;
+    let r = r.map_err(|e| {
+        let at = at(&e);
+        format!("{}: populate from {source}: {at}{e}", c.image.display())
+    })?;
     let secs = start.elapsed().as_secs_f64();
     if c.json {
         print_json(&json!({

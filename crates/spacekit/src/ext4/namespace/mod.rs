@@ -191,21 +191,25 @@ impl Image {
     ///
     /// # Errors
     /// As [`Image::lookup`] and [`Image::create`];
-    /// [`Ext4Error::InvalidArgument`] for a directory or an inode at
-    /// 65,000 links.
+    /// [`Ext4Error::InvalidArgument`] for a directory (`what: "ino"`) or an
+    /// inode at 65,000 links (`what: "i_links_count"`).
     pub fn link(&mut self, existing: &str, new: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| {
             let ino = img.lookup(existing)?;
             let inode = img.inode(ino)?;
             if inode.is_dir() {
                 return Err(invalid(
-                    "path",
+                    "ino",
                     ino.into(),
-                    "hard links to directories are not allowed",
+                    "a directory: hard links to directories are not allowed",
                 ));
             }
             if inode.links_count >= LINK_MAX - 1 {
-                return Err(invalid("path", inode.links_count.into(), "too many links"));
+                return Err(invalid(
+                    "i_links_count",
+                    inode.links_count.into(),
+                    "the inode has as many links as it can",
+                ));
             }
             let (parent, name, ft, place) = img.plan_new(new, inode.mode)?;
             let l = (inode.links_count + 1).to_le_bytes();
@@ -227,8 +231,9 @@ impl Image {
     /// # Errors
     /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`] (a directory over
     /// a file); [`Ext4Error::NotEmpty`] (a directory over one that is not
-    /// empty); [`Ext4Error::InvalidArgument`] (`what: "to"`) for a file
-    /// over a directory, a directory into its own subtree, or `.`/`..`.
+    /// empty); [`Ext4Error::InvalidArgument`] (`what: "ino"`) for a file
+    /// over a directory or a directory into its own subtree, (`what:
+    /// "to"`) for `.`/`..` as a name.
     pub fn rename(&mut self, from: &str, to: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| img.rename_op(from, to))
     }
@@ -262,7 +267,7 @@ impl Image {
             while x != crate::ext4::stat::ROOT_INO {
                 if x == ino {
                     return Err(invalid(
-                        "to",
+                        "ino",
                         ino.into(),
                         "a directory cannot move under itself",
                     ));
@@ -278,9 +283,9 @@ impl Image {
             match (inode.is_dir(), tinode.is_dir()) {
                 (false, true) => {
                     return Err(invalid(
-                        "to",
+                        "ino",
                         t.inode.into(),
-                        "a file cannot replace a directory",
+                        "the inode at the new name is a directory, which a file cannot replace",
                     ))
                 }
                 (true, false) => return Err(Ext4Error::NotADirectory { path: to.into() }),
@@ -291,11 +296,7 @@ impl Image {
                         .filter(|e| e.inode != 0 && e.name != b"." && e.name != b"..")
                         .count();
                     if live > 0 {
-                        return Err(invalid(
-                            "to",
-                            live as u64,
-                            "the directory it replaces is not empty",
-                        ));
+                        return Err(Ext4Error::NotEmpty { path: to.into() });
                     }
                 }
                 (false, false) => {}

@@ -222,6 +222,8 @@ pub struct Populate<'i> {
     /// Set once an entry failed (the changes are rolled back): `true` when
     /// for lack of room, and [`Need`] is still counted.
     failed: Option<bool>,
+    /// The path of the entry that failed, if one did.
+    failed_at: Option<Vec<u8>>,
     need: Need,
     /// Whether this populate opened the image's undo (and must close it).
     owns_undo: bool,
@@ -256,6 +258,7 @@ impl<'i> Populate<'i> {
             names: HashMap::new(),
             report: PopulateReport::default(),
             failed: None,
+            failed_at: None,
             need: Need::default(),
             owns_undo,
             progress: None,
@@ -298,7 +301,9 @@ impl<'i> Populate<'i> {
             }
             None => {}
         }
-        match self.add_entry(entry) {
+        let mut entry = entry;
+        let path = core::mem::take(&mut entry.path);
+        match self.add_entry(&path, entry) {
             Ok(()) => {
                 self.img.write_behind();
                 if let Some(f) = self.progress.as_mut() {
@@ -309,6 +314,7 @@ impl<'i> Populate<'i> {
                 Ok(())
             }
             Err(e) => {
+                self.failed_at = Some(path);
                 // Everything since `new` goes back now.
                 self.fail(matches!(
                     e,
@@ -336,6 +342,13 @@ impl<'i> Populate<'i> {
     /// Whether an [`Populate::add`] failed (the populate is rolled back).
     pub fn failed(&self) -> bool {
         self.failed.is_some()
+    }
+
+    /// The path (relative to the populate's directory, as
+    /// [`Entry::path`]) of the entry whose [`Populate::add`] failed, if
+    /// one did: for a message that names it.
+    pub fn failed_at(&self) -> Option<&[u8]> {
+        self.failed_at.as_deref()
     }
 
     /// [`Ext4Error::PopulateNoSpace`]: what every entry added so far
@@ -397,32 +410,33 @@ impl<'i> Populate<'i> {
         self.need.inodes += inodes;
     }
 
-    /// [`Populate::add`] without the error handling.
-    fn add_entry(&mut self, entry: Entry<'_>) -> Result<(), Ext4Error> {
-        check_path(&entry.path)?;
+    /// [`Populate::add`] without the error handling: `path` is the
+    /// entry's (taken out of it).
+    fn add_entry(&mut self, path: &[u8], entry: Entry<'_>) -> Result<(), Ext4Error> {
+        check_path(path)?;
         let meta = self.rewrite(entry.meta);
-        if entry.path.is_empty() {
+        if path.is_empty() {
             if !matches!(entry.kind, EntryKind::Dir) {
                 return Err(invalid("path", 0, "only a directory can be the top"));
             }
             self.merge_xattrs(self.at, &meta)?;
             return self.img.stamp(self.at, &meta);
         }
-        let (parent_path, name) = match entry.path.iter().rposition(|&b| b == b'/') {
-            Some(i) => (&entry.path[..i], &entry.path[i + 1..]),
-            None => (&entry.path[..0], &entry.path[..]),
+        let (parent_path, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&path[..0], path),
         };
         let parent = self.parent(parent_path, &meta)?;
-        let existing = self.lookup_in(parent, name, &entry.path)?;
+        let existing = self.lookup_in(parent, name, path)?;
         if let Some(ino) = existing {
             if matches!(entry.kind, EntryKind::Dir) && self.img.inode(ino)?.is_dir() {
                 self.merge_xattrs(ino, &meta)?;
                 self.img.stamp(ino, &meta)?;
-                self.made.insert(entry.path, ino);
+                self.made.insert(path.to_vec(), ino);
                 return Ok(());
             }
             return Err(Ext4Error::Exists {
-                path: String::from_utf8_lossy(&entry.path).into_owned(),
+                path: String::from_utf8_lossy(path).into_owned(),
             });
         }
         let ino = match entry.kind {
@@ -441,7 +455,7 @@ impl<'i> Populate<'i> {
                 self.report.bytes += b.len() as u64;
                 self.report.files += 1;
                 self.named(parent, name, ino);
-                self.files.insert(path_hash(&entry.path), ino);
+                self.files.insert(path_hash(path), ino);
                 return Ok(());
             }
             EntryKind::File(c) => {
@@ -471,7 +485,7 @@ impl<'i> Populate<'i> {
                 self.img.pop_link(parent, name, ino)?;
                 self.named(parent, name, ino);
                 self.report.hard_links += 1;
-                self.files.insert(path_hash(&entry.path), ino);
+                self.files.insert(path_hash(path), ino);
                 return Ok(());
             }
         };
@@ -482,9 +496,9 @@ impl<'i> Populate<'i> {
         self.img.stamp(ino, &meta)?;
         self.named(parent, name, ino);
         if self.fresh.contains(&ino) {
-            self.made.insert(entry.path, ino);
+            self.made.insert(path.to_vec(), ino);
         } else {
-            self.files.insert(path_hash(&entry.path), ino);
+            self.files.insert(path_hash(path), ino);
         }
         Ok(())
     }

@@ -83,7 +83,7 @@ impl Image {
             return Err(invalid(
                 "target",
                 target.len() as u64,
-                "1 byte up to a block (at most 4095), without NUL",
+                "a symlink target is 1 byte up to the block size less one (4095 at most), without NUL",
             ));
         }
         let mode = S_IFLNK | (perm & 0o7777);
