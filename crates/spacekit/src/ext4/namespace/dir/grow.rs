@@ -161,8 +161,10 @@ pub(super) fn split_entries(
 /// Where the kernel's `do_split` cuts `sizes` (entries in hash order, at
 /// least two): entries move from the top while more than half of the next
 /// one lies in the upper half of the block; if that stops only at the first
-/// entry (or never), the cut is by count instead. The upper half is
-/// `split..`, never empty nor the whole.
+/// entry (or never), the cut is by count instead (Linux's "ext4: fix
+/// potential negative array index in do_split()"). The kernel counts each
+/// record's length as it is on disk, slack included; these are the packed
+/// sizes. The upper half is `split..`, never empty nor the whole.
 fn half_split(sizes: &[usize], block_size: usize) -> usize {
     let n = sizes.len();
     let mut moved = 0;
