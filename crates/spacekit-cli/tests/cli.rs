@@ -1614,6 +1614,16 @@ fn ext4_name_and_inode_verbs_agree_with_debugfs() {
         o.status.success() && said.contains("/etc/hosts: ") && !said.contains('{'),
         "{said}"
     );
+    // Each verb's line names the path and what was done first.
+    let o = ext4_cmd("mkdir", &img, &["/made"]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && said.contains(": /made: made, inode ") && !said.contains("null"),
+        "{said}"
+    );
+    let o = ext4_cmd("rmdir", &img, &["/made"]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.trim_end().ends_with(": /made: removed"), "{said}");
     ok(&["mv", "/etc/sub", "/sub2"]);
     assert_eq!(
         ext4_text("readlink", &img, &["/sub2/link"]),
