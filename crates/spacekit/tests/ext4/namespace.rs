@@ -122,6 +122,28 @@ fn every_kind_of_inode_agrees_with_e2fsck_debugfs_and_the_kernel() {
             },
         )
         .unwrap();
+        // The last second an inode holds (2446-05-10 with `*_extra`
+        // fields, 2038-01-19 without) is taken; the next is refused, not
+        // wrapped into the past.
+        let max = if img.info().inode_size > 128 {
+            (1i64 << 31) - 1 + (3 << 32)
+        } else {
+            i64::from(i32::MAX)
+        };
+        let tmp = img.create("/t", 0o644).unwrap();
+        let at = |secs| FileTimes {
+            atime: None,
+            mtime: t(secs, 0),
+            ctime: None,
+            crtime: None,
+        };
+        assert!(matches!(
+            img.set_times(tmp, at(max + 1)),
+            Err(Ext4Error::InvalidArgument { what: "secs", .. })
+        ));
+        img.set_times(tmp, at(max)).unwrap();
+        assert_eq!(img.inode(tmp).unwrap().times().mtime.unwrap().secs, max);
+        img.unlink("/t").unwrap();
         let gone = img.mkdir("/gone", 0o755).unwrap();
         assert!(gone > 0);
         img.rmdir("/gone").unwrap();

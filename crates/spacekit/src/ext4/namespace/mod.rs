@@ -653,6 +653,13 @@ impl Image {
     }
 }
 
+/// The earliest time (seconds) an inode with `*_extra` time fields holds:
+/// 32 signed bits, epoch bits 0.
+pub(crate) const EXTRA_TIME_MIN: i64 = -(1 << 31);
+/// The latest: 32 signed bits plus 3 << 32 from the two epoch bits
+/// (2446-05-10 22:38:55 UTC).
+pub(crate) const EXTRA_TIME_MAX: i64 = (1 << 31) - 1 + (3 << 32);
+
 /// The inode bytes of `fields` (a time, its seconds field, its `*_extra`
 /// field; `None` skipped) in an inode whose fields end at byte `extra`
 /// (128 + `i_extra_isize`): the seconds' low 32 bits, and where the extra
@@ -674,7 +681,7 @@ pub(crate) fn time_fields(
         }
         let has_extra = hi + 4 <= extra;
         let fits = if has_extra {
-            (-(1i64 << 31)..1i64 << 34).contains(&t.secs)
+            (EXTRA_TIME_MIN..=EXTRA_TIME_MAX).contains(&t.secs)
         } else {
             i32::try_from(t.secs).is_ok()
         };

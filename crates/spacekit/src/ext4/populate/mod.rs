@@ -17,7 +17,7 @@ use crate::ext4::flags::S_IFREG;
 /// Directory type bits.
 const S_IFDIR: u16 = 0x4000;
 use crate::ext4::image::Image;
-use crate::ext4::namespace::{NodeKind, Timestamp};
+use crate::ext4::namespace::{NodeKind, Timestamp, EXTRA_TIME_MAX, EXTRA_TIME_MIN};
 
 /// One thing to create, at `path` under the populate's directory.
 pub struct Entry<'a> {
@@ -640,6 +640,22 @@ impl<'i> Populate<'i> {
             }
             meta.atime = meta.mtime;
             meta.ctime = meta.mtime;
+        }
+        // Times the inode cannot hold become the nearest it can, as the
+        // kernel clamps them (and tar extracting gets): 1901-12-13 to
+        // 2446-05-10 with 256-byte inodes, to 2038-01-19 with 128-byte ones.
+        let (lo, hi) = if self.img.info.inode_size > 128 {
+            (EXTRA_TIME_MIN, EXTRA_TIME_MAX)
+        } else {
+            (i64::from(i32::MIN), i64::from(i32::MAX))
+        };
+        for t in [&mut meta.atime, &mut meta.mtime, &mut meta.ctime] {
+            if !(lo..=hi).contains(&t.secs) {
+                *t = Timestamp {
+                    secs: t.secs.clamp(lo, hi),
+                    nanos: 0,
+                };
+            }
         }
         meta
     }
