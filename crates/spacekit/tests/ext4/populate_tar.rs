@@ -345,3 +345,187 @@ fn bad_archives_are_refused_and_change_nothing() {
     assert!(img.lookup("/d").is_err(), "a refused populate left /d");
     assert!(img.lookup("/ok").is_err(), "a refused populate left /ok");
 }
+
+/// A ustar header like [`ustar`] with its mode and its raw 12-byte mtime
+/// field (octal or GNU base-256), checksummed.
+fn header(name: &str, kind: u8, size: usize, mode: u32, mtime: [u8; 12]) -> Vec<u8> {
+    let mut h = ustar(name, kind, size);
+    h[100..108].copy_from_slice(format!("{mode:07o}\0").as_bytes());
+    h[136..148].copy_from_slice(&mtime);
+    h[148..156].fill(b' ');
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+/// An octal mtime field.
+fn octal(t: i64) -> [u8; 12] {
+    format!("{t:011o}\0").as_bytes().try_into().unwrap()
+}
+
+/// A GNU base-256 mtime field (two's complement, 0x80 or 0xff first).
+fn base256(t: i64) -> [u8; 12] {
+    let mut f = [if t < 0 { 0xff } else { 0 }; 12];
+    f[4..].copy_from_slice(&t.to_be_bytes());
+    if t >= 0 {
+        f[0] = 0x80;
+    }
+    f
+}
+
+/// A member: `header` and `data` padded to 512 bytes.
+fn member(name: &str, kind: u8, data: &[u8], mode: u32, mtime: [u8; 12]) -> Vec<u8> {
+    let mut m = header(name, kind, data.len(), mode, mtime);
+    m.extend_from_slice(data);
+    m.resize(m.len().div_ceil(512) * 512, 0);
+    m
+}
+
+/// A PAX extended (`x`) or global (`g`) header member with `records`.
+fn pax(kind: u8, records: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (k, v) in records {
+        let rest = format!(" {k}={v}\n");
+        let mut len = rest.len() + 1;
+        while format!("{len}{rest}").len() != len {
+            len += 1;
+        }
+        body.extend_from_slice(format!("{len}{rest}").as_bytes());
+    }
+    member("pax", kind, &body, 0o644, octal(0))
+}
+
+/// What tar extracting on Linux makes of an archive, a populate makes too:
+/// negative GNU base-256 times, an access ACL that sets the permission
+/// bits, symlinks 0777, times past what an inode holds clamped to its
+/// last second, a PAX global header's owner and times for the entries
+/// after it; a sparse entry of 2 TiB with 4 KiB of data is its data's work
+/// (only its piece is read and written), one past the largest file size
+/// is refused before any byte is read, and an empty stream is no archive.
+#[test]
+fn tar_entries_read_as_linux_tar_extracts_them() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("populate-tar-details");
+    let img_path = mkfs(&dir, &K1);
+    let mtime = octal(1_700_000_000);
+    let mut a = Vec::new();
+    a.extend(member("old", b'0', b"old", 0o644, base256(-1)));
+    a.extend(member("older", b'0', b"", 0o644, base256(-315_360_000)));
+    a.extend(member("new", b'0', b"", 0o644, base256(1_800_000_000)));
+    a.extend(pax(
+        b'x',
+        &[(
+            "SCHILY.acl.access",
+            "user::rw-,group::r--,other::---,user:1000:rwx,mask::rwx",
+        )],
+    ));
+    a.extend(member("acl", b'0', b"", 0o4644, mtime));
+    let mut link = header("link", b'2', 0, 0o755, mtime);
+    link[157..163].copy_from_slice(b"target");
+    link[148..156].fill(b' ');
+    let sum: u32 = link.iter().map(|&b| u32::from(b)).sum();
+    link[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    a.extend(link);
+    a.extend(pax(b'x', &[("mtime", "16000000000.5")]));
+    a.extend(member("future", b'0', b"", 0o644, mtime));
+    // A PAX 1.0 sparse file: 2 TiB, its last 4 KiB data.
+    let real: u64 = 2 << 40;
+    let mut data = format!("1\n{}\n4096\n", real - 4096).into_bytes();
+    data.resize(512, 0);
+    data.extend(std::iter::repeat_n(0x5a, 4096));
+    a.extend(pax(
+        b'x',
+        &[
+            ("GNU.sparse.major", "1"),
+            ("GNU.sparse.minor", "0"),
+            ("GNU.sparse.name", "sparse"),
+            ("GNU.sparse.realsize", &real.to_string()),
+        ],
+    ));
+    a.extend(member("GNUSparseFile.0/sparse", b'0', &data, 0o644, mtime));
+    // Global records: for every entry after them, under its own.
+    a.extend(pax(b'g', &[("uid", "77"), ("mtime", "1234567890.5")]));
+    a.extend(member("g1", b'0', b"g", 0o644, mtime));
+    a.extend(pax(b'x', &[("uid", "5")]));
+    a.extend(member("g2", b'0', b"", 0o644, mtime));
+    a.resize(a.len() + 1024, 0);
+
+    let mut img = open_rw(&img_path);
+    let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+    pop.add_tar(&a[..]).unwrap();
+    pop.finish().unwrap();
+    let node = |img: &mut Image, p: &str| {
+        let ino = img.lookup(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        img.inode(ino).unwrap()
+    };
+    let secs = |img: &mut Image, p: &str| {
+        let t = node(img, p).times().mtime.unwrap();
+        (t.secs, t.nanos)
+    };
+    assert_eq!(secs(&mut img, "/old"), (-1, 0));
+    assert_eq!(secs(&mut img, "/older"), (-315_360_000, 0));
+    assert_eq!(secs(&mut img, "/new"), (1_800_000_000, 0));
+    // Owner from user::, group from mask::, others from other::; setuid kept.
+    assert_eq!(node(&mut img, "/acl").mode & 0o7777, 0o4670);
+    assert_eq!(node(&mut img, "/link").mode & 0o7777, 0o777);
+    // 2446-05-10 22:38:55, the last second a 256-byte inode holds.
+    assert_eq!(secs(&mut img, "/future"), (15_032_385_535, 0));
+    let sparse = node(&mut img, "/sparse");
+    assert_eq!(sparse.size, real);
+    assert!(sparse.blocks <= 16, "{} sectors", sparse.blocks);
+    let mut tail = vec![0u8; 8192];
+    let ino = img.lookup("/sparse").unwrap();
+    img.read(ino, real - 8192, &mut tail).unwrap();
+    assert!(tail[..4096].iter().all(|&b| b == 0) && tail[4096..].iter().all(|&b| b == 0x5a));
+    assert_eq!(node(&mut img, "/g1").uid, 77);
+    assert_eq!(secs(&mut img, "/g1"), (1_234_567_890, 500_000_000));
+    assert_eq!(node(&mut img, "/g2").uid, 5);
+    assert_eq!(secs(&mut img, "/g2"), (1_234_567_890, 500_000_000));
+    assert_eq!(node(&mut img, "/old").uid, 0);
+    drop(img);
+    assert_fsck_clean(&img_path, "tar details");
+    let mnt = dir.path("mnt");
+    if let Some(_m) = Mount::new(&img_path, &mnt) {
+        let st = fs::symlink_metadata(mnt.join("old")).unwrap();
+        assert_eq!(st.mtime(), -1);
+        let st = fs::symlink_metadata(mnt.join("acl")).unwrap();
+        assert_eq!(st.mode() & 0o7777, 0o4670);
+        let st = fs::symlink_metadata(mnt.join("future")).unwrap();
+        assert_eq!(st.mtime(), 15_032_385_535);
+        assert_eq!(fs::metadata(mnt.join("sparse")).unwrap().len(), real);
+    }
+
+    // Past the largest file size (4 TiB with 1 KiB blocks): refused
+    // before a byte of it is read, the image as it was.
+    let img2 = mkfs(&dir, &K1);
+    let before = fs::read(&img2).unwrap();
+    let mut big = pax(
+        b'x',
+        &[
+            ("GNU.sparse.major", "1"),
+            ("GNU.sparse.minor", "0"),
+            ("GNU.sparse.name", "huge"),
+            ("GNU.sparse.realsize", "1000000000000000000"),
+        ],
+    );
+    let mut data = b"1\n999999999999995904\n4096\n".to_vec();
+    data.resize(512, 0);
+    data.extend(std::iter::repeat_n(1, 4096));
+    big.extend(member("GNUSparseFile.0/huge", b'0', &data, 0o644, mtime));
+    big.resize(big.len() + 1024, 0);
+    assert!(matches!(
+        refused(&img2, &big),
+        Ext4Error::FileTooBig {
+            size: 1_000_000_000_000_000_000,
+            ..
+        }
+    ));
+    match refused(&img2, &[]) {
+        Ext4Error::BadSource { reason, .. } => assert!(reason.contains("empty"), "{reason}"),
+        e => panic!("an empty stream: {e:?}"),
+    }
+    assert!(
+        fs::read(&img2).unwrap() == before,
+        "the refusals changed the image"
+    );
+}

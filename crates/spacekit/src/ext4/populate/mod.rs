@@ -66,6 +66,20 @@ pub enum Contents<'a> {
         /// How many bytes to read (exactly; fewer is an error).
         size: u64,
     },
+    /// A sparse file of `size` bytes (a sparse tar entry): its data are
+    /// `pieces`, read back to back from `reader`, and the rest is holes.
+    /// Only the pieces' bytes are read and written, so the time and space
+    /// taken follow the data, not the size; blocks of zeros in a piece
+    /// become holes too.
+    Pieces {
+        /// The pieces' bytes, one after another.
+        reader: &'a mut dyn Read,
+        /// `(offset, length)` of each piece in the file, in order and
+        /// not overlapping, each within `size`.
+        pieces: Vec<(u64, u64)>,
+        /// The file's size.
+        size: u64,
+    },
 }
 
 impl Contents<'_> {
@@ -394,8 +408,19 @@ impl<'i> Populate<'i> {
                 let size = match c {
                     Contents::Bytes(b) => b.len() as u64,
                     Contents::Borrowed(b) => b.len() as u64,
-                    Contents::Host(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
+                    // What the host file has allocated (its holes stay
+                    // holes), at most its length.
+                    Contents::Host(f) => f
+                        .metadata()
+                        .map(|m| {
+                            m.len()
+                                .min(std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+                        })
+                        .unwrap_or(0),
                     Contents::Reader { size, .. } => *size,
+                    Contents::Pieces { pieces, .. } => {
+                        pieces.iter().map(|p| p.1.div_ceil(bs) * bs).sum()
+                    }
                 };
                 (size.div_ceil(bs), 1)
             }

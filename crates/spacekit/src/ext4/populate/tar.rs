@@ -8,9 +8,10 @@
 //! fractions of a second, `SCHILY.xattr.*` attributes and the
 //! `SCHILY.acl.*` text ACLs that GNU tar and star write (turned into the
 //! `system.posix_acl_*` values `getxattr(2)` gives), and the three PAX
-//! forms of sparse files GNU tar writes (0.0, 0.1 and 1.0; the old GNU
-//! `S` entries the `tar` crate expands itself). Holes come back as zeros,
-//! and blocks of zeros become holes in the image.
+//! forms of sparse files GNU tar writes (0.0, 0.1 and 1.0) and the old GNU
+//! `S` entries: only a sparse file's data pieces are read and written
+//! ([`Contents::Pieces`]), so a file of terabytes with little data takes
+//! the time of its data; blocks of zeros become holes in the image.
 
 use std::boxed::Box;
 use std::io::{self, BufReader, Read};
@@ -27,8 +28,8 @@ use crate::ext4::populate::{Contents, Entry, EntryKind, Meta, Populate};
 mod acl;
 mod stream;
 
-use acl::acl_xattr;
-use stream::{Sparse, Zstd};
+use acl::{acl_mode, acl_xattr};
+use stream::Zstd;
 
 /// The first bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -53,7 +54,13 @@ impl Populate<'_> {
     /// ACLs from `SCHILY.acl.access` and `SCHILY.acl.default` when no
     /// `system.posix_acl_*` attribute came with them (user and group
     /// names in them are looked up in `/etc/passwd` and `/etc/group`).
-    /// PAX global headers and GNU volume labels are skipped.
+    /// As tar extracting on Linux: an access ACL sets the permission bits
+    /// (owner from `user::`, group from `mask::`, others from `other::`),
+    /// and a symlink's are 0777. A PAX global header's `uid`, `gid`,
+    /// times and `SCHILY.*` records hold for every later entry that does
+    /// not set its own; GNU volume labels are skipped. Header times may be
+    /// negative (GNU's base-256 numbers). An empty stream is an error, as
+    /// it is to GNU tar (an empty archive is its end-of-archive blocks).
     ///
     /// # Errors
     /// [`Ext4Error::BadSource`] for a damaged or truncated archive, a
@@ -78,6 +85,12 @@ impl Populate<'_> {
     fn walk_tar(&mut self, mut r: impl Read) -> Result<(), Ext4Error> {
         let mut head = [0u8; 4];
         let n = read_up_to(&mut r, &mut head).map_err(source_err(""))?;
+        if n == 0 {
+            // As GNU tar: an empty stream is not an archive (an empty
+            // archive is its end-of-archive blocks), so that a producer
+            // that failed before writing anything is not taken for one.
+            return Err(bad("", "an empty stream, not a tar archive"));
+        }
         let src = io::Cursor::new(head).take(n as u64).chain(r);
         let mut stream: Box<dyn Read + '_> = if head[..n].starts_with(&GZIP_MAGIC) {
             Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(src)))
@@ -93,6 +106,8 @@ impl Populate<'_> {
         let mut room = false;
         // Extension members that describe the next entry.
         let (mut long_name, mut long_link, mut pax_raw) = (None, None, None);
+        // PAX global records: defaults for every later entry.
+        let mut global: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         loop {
             let mut h = Header::new_old();
             if !read_block(&mut stream, h.as_mut_bytes(), "")? {
@@ -125,9 +140,22 @@ impl Populate<'_> {
                     b'x' => &mut pax_raw,
                     b'L' => &mut long_name,
                     b'K' => &mut long_link,
-                    // A PAX global header: checked, then not used.
+                    // A PAX global header: its records hold for every
+                    // later entry (a later one replaces a key's value, an
+                    // empty value removes it), under the entry's own.
                     _ => {
-                        pax_records(&body, &name)?;
+                        for (k, v) in pax_records(&body, &name)? {
+                            if !GLOBAL_KEYS
+                                .iter()
+                                .any(|g| k == *g || k.starts_with(b"SCHILY."))
+                            {
+                                continue;
+                            }
+                            global.retain(|(gk, _)| gk != k);
+                            if !v.is_empty() {
+                                global.push((k.to_vec(), v.to_vec()));
+                            }
+                        }
                         continue;
                     }
                 };
@@ -146,6 +174,9 @@ impl Populate<'_> {
                 continue;
             }
             let mut pax = Pax::default();
+            for (k, v) in &global {
+                pax.take(k, v, &name)?;
+            }
             if let Some(raw) = pax_raw.take() {
                 for (k, v) in pax_records(&raw, &name)? {
                     pax.take(k, v, &name)?;
@@ -165,7 +196,12 @@ impl Populate<'_> {
                 .unwrap_or_default();
             let name = String::from_utf8_lossy(&raw_path).into_owned();
             let path = normalize(&raw_path, &name)?;
-            let meta = meta_of(&h, &mut pax, &name)?;
+            let mut meta = meta_of(&h, &mut pax, &name)?;
+            if et == EntryType::Symlink {
+                // Linux gives every symlink 0777 (symlink(2) takes no
+                // mode), as tar extracting it gets.
+                meta.perm = 0o777;
+            }
             let size = pax.size.unwrap_or(stored);
             if et.is_gnu_sparse() {
                 pax.old_gnu_sparse(&h, &mut stream, &name)?;
@@ -179,7 +215,6 @@ impl Populate<'_> {
                 _ => (u32::MAX, u32::MAX),
             };
             let mut data = (&mut stream).take(size);
-            let mut sparse_reader;
             let kind = match et {
                 EntryType::Directory => EntryKind::Dir,
                 // `D`: a GNU dump directory (its listing is not needed).
@@ -189,19 +224,11 @@ impl Populate<'_> {
                 EntryType::Regular if raw_path.ends_with(b"/") => EntryKind::Dir,
                 EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
                     match pax.sparse(&mut data, size, &name)? {
-                        Some((map, real)) => {
-                            sparse_reader = Sparse {
-                                inner: &mut data,
-                                map,
-                                next: 0,
-                                pos: 0,
-                                real,
-                            };
-                            EntryKind::File(Contents::Reader {
-                                reader: &mut sparse_reader,
-                                size: real,
-                            })
-                        }
+                        Some((pieces, real)) => EntryKind::File(Contents::Pieces {
+                            reader: &mut data,
+                            pieces,
+                            size: real,
+                        }),
                         None => EntryKind::File(Contents::Reader {
                             reader: &mut data,
                             size,
@@ -262,6 +289,11 @@ impl Populate<'_> {
 /// The most bytes one PAX header or long name may have (they are held in
 /// memory).
 const MAX_META: u64 = 16 << 20;
+
+/// The PAX keys a global header sets for every later entry, with
+/// `SCHILY.*` (xattrs, ACLs): the owner and the times. A file's own
+/// name, link, size and sparse map are never global.
+const GLOBAL_KEYS: [&[u8]; 5] = [b"uid", b"gid", b"atime", b"mtime", b"ctime"];
 
 /// Bytes after `size` bytes of data up to the next 512-byte block.
 fn padding(size: u64) -> u64 {
@@ -635,26 +667,79 @@ fn pax_time(v: &[u8], name: &str) -> Result<Timestamp, Ext4Error> {
     })
 }
 
+/// A 12-byte numeric header field as a signed number: octal digits
+/// (leading spaces, ending at a space or NUL), or GNU's base-256 form (the
+/// first byte's top bit set; `0xff` first: negative, two's complement over
+/// the whole field). `None` for a field that does not parse or needs more
+/// than 64 signed bits.
+fn header_number(field: &[u8]) -> Option<i64> {
+    debug_assert_eq!(field.len(), 12);
+    match field.first() {
+        Some(&b) if b & 0x80 != 0 => {
+            let negative = b == 0xff;
+            let fill = if negative { 0xff } else { 0x00 };
+            // The marker byte (without its marker bit when positive) and
+            // the other bytes above the last 8 are sign fill.
+            let (high, low) = field.split_at(4);
+            let first = if negative { b } else { b & 0x7f };
+            if first != fill || high[1..].iter().any(|&x| x != fill) {
+                return None;
+            }
+            let v = i64::from_be_bytes(low.try_into().ok()?);
+            // The value's sign agrees with the field's.
+            (negative == (v < 0)).then_some(v)
+        }
+        _ => {
+            let text = field
+                .iter()
+                .skip_while(|&&c| c == b' ')
+                .take_while(|&&c| c != b' ' && c != 0);
+            let mut v = 0i64;
+            let mut any = false;
+            for &c in text {
+                if !(b'0'..=b'7').contains(&c) {
+                    return None;
+                }
+                v = v.checked_mul(8)?.checked_add(i64::from(c - b'0'))?;
+                any = true;
+            }
+            any.then_some(v)
+        }
+    }
+}
+
 /// The entry's permission bits, owner, times and xattrs.
 fn meta_of(h: &Header, pax: &mut Pax, name: &str) -> Result<Meta, Ext4Error> {
     let bad_field = |_| bad(name, "a header field that does not parse");
     let id = |v: u64| u32::try_from(v).map_err(|_| bad(name, "an owner past 32 bits"));
-    let secs = |v: u64| Timestamp {
-        secs: i64::try_from(v).unwrap_or(i64::MAX),
-        nanos: 0,
-    };
+    let secs = |secs: i64| Timestamp { secs, nanos: 0 };
+    // Header times as signed numbers: octal, or GNU's base-256 (the form
+    // negative times take).
+    let time_at = |at: usize| header_number(&h.as_bytes()[at..at + 12]);
     let mtime = match pax.mtime {
         Some(t) => t,
-        None => secs(h.mtime().map_err(bad_field)?),
+        None => secs(time_at(136).ok_or_else(|| bad(name, "a header mtime that does not parse"))?),
     };
     // GNU headers may carry atime and ctime (GNU tar's incremental mode).
-    let gnu = |f: fn(&::tar::GnuHeader) -> io::Result<u64>| {
+    let gnu = |at: usize| {
         h.as_gnu()
-            .and_then(|g| f(g).ok())
+            .and_then(|_| time_at(at))
             .filter(|&t| t != 0)
             .map(secs)
     };
     let mut xattrs = std::mem::take(&mut pax.xattrs);
+    let mut perm = (h.mode().map_err(bad_field)? & 0o7777) as u16;
+    // The access ACL decides the permission bits, as the kernel makes them
+    // when tar sets it (the header's may disagree: bsdtar writes the group
+    // bits, not the mask).
+    let mut from_acl = |v: &[u8]| {
+        if let Some(m) = acl_mode(v) {
+            perm = (perm & 0o7000) | m;
+        }
+    };
+    if let Some((_, v)) = xattrs.iter().find(|(k, _)| k == "system.posix_acl_access") {
+        from_acl(v);
+    }
     for (text, key) in [
         (&pax.acl_access, "system.posix_acl_access"),
         (&pax.acl_default, "system.posix_acl_default"),
@@ -662,6 +747,9 @@ fn meta_of(h: &Header, pax: &mut Pax, name: &str) -> Result<Meta, Ext4Error> {
         if let Some(text) = text {
             if !xattrs.iter().any(|(k, _)| k == key) {
                 let v = acl_xattr(text).map_err(|why| bad(name, why))?;
+                if key.ends_with("access") {
+                    from_acl(&v);
+                }
                 // An access ACL of only the owner, group and other entries
                 // is the mode itself: the kernel stores none.
                 let minimal = v.len() == 4 + 3 * 8;
@@ -672,7 +760,7 @@ fn meta_of(h: &Header, pax: &mut Pax, name: &str) -> Result<Meta, Ext4Error> {
         }
     }
     Ok(Meta {
-        perm: (h.mode().map_err(bad_field)? & 0o7777) as u16,
+        perm,
         uid: id(match pax.uid {
             Some(u) => u,
             None => h.uid().map_err(bad_field)?,
@@ -681,9 +769,9 @@ fn meta_of(h: &Header, pax: &mut Pax, name: &str) -> Result<Meta, Ext4Error> {
             Some(g) => g,
             None => h.gid().map_err(bad_field)?,
         })?,
-        atime: pax.atime.or_else(|| gnu(|g| g.atime())).unwrap_or(mtime),
+        atime: pax.atime.or_else(|| gnu(345)).unwrap_or(mtime),
         mtime,
-        ctime: pax.ctime.or_else(|| gnu(|g| g.ctime())).unwrap_or(mtime),
+        ctime: pax.ctime.or_else(|| gnu(357)).unwrap_or(mtime),
         xattrs,
     })
 }

@@ -1,53 +1,9 @@
-//! The readers under the tar walk: a PAX sparse file's logical contents
-//! and a multi-frame zstd stream.
+//! The reader under the tar walk: a multi-frame zstd stream.
 
 use std::io::{self, BufRead, Read};
-use std::vec::Vec;
 
 use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
 use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
-
-/// A PAX sparse file's logical contents: zeros between the pieces `map`
-/// gives, each piece read in turn from `inner`.
-pub(super) struct Sparse<'a, R: Read> {
-    pub(super) inner: &'a mut R,
-    /// `(offset, length)` of each data piece, in order.
-    pub(super) map: Vec<(u64, u64)>,
-    pub(super) next: usize,
-    pub(super) pos: u64,
-    pub(super) real: u64,
-}
-
-impl<R: Read> Read for Sparse<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if self.pos >= self.real || buf.is_empty() {
-                return Ok(0);
-            }
-            let (off, len) = match self.map.get(self.next) {
-                Some(&p) => p,
-                None => (self.real, 0),
-            };
-            let room = buf.len() as u64;
-            if self.pos < off {
-                let n = (off - self.pos).min(room) as usize;
-                buf[..n].fill(0);
-                self.pos += n as u64;
-                return Ok(n);
-            }
-            if self.pos < off + len {
-                let n = (off + len - self.pos).min(room) as usize;
-                let n = self.inner.read(&mut buf[..n])?;
-                self.pos += n as u64;
-                return Ok(n);
-            }
-            if self.next >= self.map.len() {
-                return Ok(0);
-            }
-            self.next += 1;
-        }
-    }
-}
 
 /// A zstd stream of one or more frames (skippable frames skipped), each
 /// checked against its content checksum when it has one.
