@@ -100,7 +100,7 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         },
     };
     // The entry that failed, when one did and the error does not name it
-    // already: `at PATH: ` before the error.
+    // already (errors name a path as `PATH:`): `at PATH: ` before it.
     let failed_at = pop
         .failed_at()
         .map(|p| String::from_utf8_lossy(p).into_owned());
@@ -109,7 +109,7 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         Err(e) => Err(e),
     };
     let at = |e: &spacekit::ext4::Ext4Error| match &failed_at {
-        Some(p) if !e.to_string().contains(p.as_str()) => format!("at {p}: "),
+        Some(p) if !e.to_string().contains(&format!("{p}:")) => format!("at {p}: "),
         _ => String::new(),
     };
     if !a.quiet && std::io::stderr().is_terminal() {

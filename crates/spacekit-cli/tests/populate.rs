@@ -225,10 +225,14 @@ fn errors_exit_non_zero_and_change_nothing() {
     let clash = dir.join("clash");
     fs::create_dir_all(&clash).unwrap();
     fs::write(clash.join("lost+found"), b"taken").unwrap();
-    // A symlink longer than a 1 KiB block allows: the message names it.
+    // A symlink longer than a 1 KiB block allows: the message names it
+    // (a name the error's own words contain too).
     let long = dir.join("long");
     fs::create_dir_all(long.join("sub")).unwrap();
     std::os::unix::fs::symlink("t".repeat(1500), long.join("sub/link")).unwrap();
+    let long2 = dir.join("long2");
+    fs::create_dir_all(&long2).unwrap();
+    std::os::unix::fs::symlink("t".repeat(1500), long2.join("target")).unwrap();
     let missing = dir.join("missing");
     let s = |p: &Path| p.to_str().unwrap().to_string();
     for (args, says) in [
@@ -239,6 +243,10 @@ fn errors_exit_non_zero_and_change_nothing() {
         (
             vec!["--from".into(), s(&long)],
             "at sub/link: ext4: invalid target 1500: a symlink target is 1 byte up to the block size less one",
+        ),
+        (
+            vec!["--from".into(), s(&long2)],
+            "at target: ext4: invalid target 1500",
         ),
         (
             vec!["--from".into(), s(&src), "--at".into(), "/nowhere".into()],
