@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", printable(&e));
             ExitCode::FAILURE
         }
     }
@@ -86,4 +86,20 @@ fn quiet_broken_pipe() {
         }
         default(info);
     }));
+}
+
+/// `text` with its control characters escaped (`\x1b`, `\n`, ...): an
+/// error may quote a name from an archive or an image, which must not
+/// move the cursor or recolour the terminal, nor split the one line.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }

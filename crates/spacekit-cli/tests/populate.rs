@@ -299,6 +299,41 @@ fn errors_exit_non_zero_and_change_nothing() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A name from an archive is quoted in an error with its control
+/// characters escaped: an escape sequence in a member's name neither
+/// reaches the terminal nor splits the one line.
+#[test]
+fn control_characters_in_names_are_escaped_in_errors() {
+    let dir = scratch("escape");
+    let Some(img) = image(&dir, "x.img", "4M", "64") else {
+        return;
+    };
+    let mut h = vec![0u8; 512];
+    let name = b"a/../\x1b[31mred\nline";
+    h[..name.len()].copy_from_slice(name);
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(b"00000000000\0");
+    h[136..148].copy_from_slice(b"14533274460\0");
+    h[156] = b'0';
+    h[257..265].copy_from_slice(b"ustar\x0000");
+    h[148..156].fill(b' ');
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h.resize(512 * 3, 0);
+    let tar = dir.join("evil.tar");
+    fs::write(&tar, &h).unwrap();
+    let out = populate(&img, &["--tar", tar.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = &out.stderr;
+    assert!(!err.contains(&0x1b), "{:?}", String::from_utf8_lossy(err));
+    let text = String::from_utf8_lossy(err);
+    assert!(text.contains("\\u{1b}[31mred\\nline"), "{text}");
+    assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A tree 200 directories deep and 64 files too large to be read ahead
 /// (over 256 KiB: they wait open) populate with 40 file descriptors: the
 /// walk keeps two directories open, not one per level, and at most a few
