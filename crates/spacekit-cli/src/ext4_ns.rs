@@ -232,10 +232,12 @@ fn change(
     Ok(())
 }
 
-/// The report of a change for a person, on one line: `IMAGE: PATH: ` and
-/// what was done (`made`, `removed`, ...: a field whose value is `PATH`),
-/// then the other fields as `name value`, strings unquoted (`--json` prints
-/// the object itself).
+/// What a change's report names as done, when its value is the path.
+const DONE: [&str; 6] = ["made", "removed", "symlink", "link", "renamed", "touched"];
+
+/// The report of a change for a person, on one line: `IMAGE: PATH: `,
+/// what was done (`made`, `removed`, ...), then the other fields as `name
+/// value`, strings unquoted (`--json` prints the object itself).
 fn human(v: &Value, path: &str) -> String {
     let text = |x: &Value| match x {
         Value::String(s) => s.clone(),
@@ -247,8 +249,9 @@ fn human(v: &Value, path: &str) -> String {
         .flatten()
         .filter(|(k, _)| *k != "image" && *k != "path")
         .collect();
-    let done = fields.iter().filter(|(_, x)| x.as_str() == Some(path));
-    let rest = fields.iter().filter(|(_, x)| x.as_str() != Some(path));
+    let is_done = |k: &str, x: &Value| DONE.contains(&k) && x.as_str() == Some(path);
+    let done = fields.iter().filter(|(k, x)| is_done(k, x));
+    let rest = fields.iter().filter(|(k, x)| !is_done(k, x));
     let words: Vec<String> = done
         .map(|(k, _)| k.to_string())
         .chain(rest.map(|(k, x)| format!("{k} {}", text(x))))

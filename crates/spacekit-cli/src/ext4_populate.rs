@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::{ArgGroup, Args};
 use serde_json::json;
-use spacekit::ext4::{OpenMode, Populate, PopulateOptions, PopulateReport};
+use spacekit::ext4::{Ext4Error, OpenMode, Populate, PopulateOptions, PopulateReport};
 
 use crate::ext4_args::{open, print_json, Common};
 
@@ -99,8 +99,10 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
             Err(e) => return Err(format!("{}: {e}", tar.display())),
         },
     };
-    // The entry that failed, when one did and the error does not name it
-    // already (errors name a path as `PATH:`): `at PATH: ` before it.
+    // The entry that failed, when the error is that entry's and does not
+    // name it already (as `ext4: PATH: …`): `at PATH: ` before it. A
+    // shortage of room is the whole source's; a source error names its
+    // own entry.
     let failed_at = pop
         .failed_at()
         .map(|p| String::from_utf8_lossy(p).into_owned());
@@ -108,8 +110,9 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         Ok(()) => pop.finish(),
         Err(e) => Err(e),
     };
-    let at = |e: &spacekit::ext4::Ext4Error| match &failed_at {
-        Some(p) if !e.to_string().contains(&format!("{p}:")) => format!("at {p}: "),
+    let at = |e: &Ext4Error| match (&failed_at, e) {
+        (_, Ext4Error::PopulateNoSpace { .. } | Ext4Error::BadSource { .. }) => String::new(),
+        (Some(p), e) if !e.to_string().contains(&format!("ext4: {p}:")) => format!("at {p}: "),
         _ => String::new(),
     };
     if !a.quiet && std::io::stderr().is_terminal() {

@@ -88,7 +88,7 @@ fn quiet_broken_pipe() {
     }));
 }
 
-/// `text` with its control characters escaped (`\x1b`, `\n`, ...): an
+/// `text` with its control characters escaped (`\u{1b}`, `\n`, ...): an
 /// error may quote a name from an archive or an image, which must not
 /// move the cursor or recolour the terminal, nor split the one line.
 fn printable(text: &str) -> String {

@@ -41,7 +41,7 @@ pub enum Ext4Error {
     },
     /// The image uses a feature spacekit does not handle (`bigalloc`,
     /// `meta_bg`, `needs_recovery`, ...). For features that only matter when
-    /// writing (`mmp`, `readonly`, unknown `ro_compat` bits) the read-only open
+    /// writing (`mmp`, `readonly`, `quota`, unknown `ro_compat` bits) the read-only open
     /// succeeds and the read-write open gives this error.
     Unsupported {
         /// The feature's name as `dumpe2fs` prints it.

@@ -448,6 +448,9 @@ fn tar_entries_read_as_linux_tar_extracts_them() {
     a.extend(member("g1", b'0', b"g", 0o644, mtime));
     a.extend(pax(b'x', &[("uid", "5")]));
     a.extend(member("g2", b'0', b"", 0o644, mtime));
+    // An empty value unsets the global one: the header's time.
+    a.extend(pax(b'x', &[("mtime", "")]));
+    a.extend(member("g3", b'0', b"", 0o644, mtime));
     a.resize(a.len() + 1024, 0);
 
     let mut img = open_rw(&img_path);
@@ -481,6 +484,8 @@ fn tar_entries_read_as_linux_tar_extracts_them() {
     assert_eq!(secs(&mut img, "/g1"), (1_234_567_890, 500_000_000));
     assert_eq!(node(&mut img, "/g2").uid, 5);
     assert_eq!(secs(&mut img, "/g2"), (1_234_567_890, 500_000_000));
+    assert_eq!(secs(&mut img, "/g3"), (1_700_000_000, 0));
+    assert_eq!(node(&mut img, "/g3").uid, 77);
     assert_eq!(node(&mut img, "/old").uid, 0);
     drop(img);
     assert_fsck_clean(&img_path, "tar details");
@@ -524,8 +529,121 @@ fn tar_entries_read_as_linux_tar_extracts_them() {
         Ext4Error::BadSource { reason, .. } => assert!(reason.contains("empty"), "{reason}"),
         e => panic!("an empty stream: {e:?}"),
     }
+    // Sizes at the edge of 64 bits: an error, not an overflow (tests run
+    // with overflow checks).
+    let mut edge = pax(b'x', &[("size", "18446744073709551615")]);
+    edge.extend(header("label", b'V', 0, 0o644, mtime));
+    match refused(&img2, &edge) {
+        Ext4Error::BadSource { reason, .. } => assert!(reason.contains("size"), "{reason}"),
+        e => panic!("a 2^64 - 1 label: {e:?}"),
+    }
+    let max = u64::MAX.to_string();
+    let mut edge = pax(
+        b'x',
+        &[
+            ("GNU.sparse.major", "0"),
+            ("GNU.sparse.minor", "1"),
+            ("GNU.sparse.name", "edge"),
+            ("GNU.sparse.size", &max),
+            ("GNU.sparse.map", &format!("0,{max}")),
+            ("size", &max),
+        ],
+    );
+    edge.extend(header("GNUSparseFile.0/edge", b'0', 0, 0o644, mtime));
+    assert!(matches!(
+        refused(&img2, &edge),
+        Ext4Error::FileTooBig { .. } | Ext4Error::BadSource { .. }
+    ));
     assert!(
         fs::read(&img2).unwrap() == before,
         "the refusals changed the image"
     );
+}
+
+/// A sparse file's pieces out of order, overlapping or past its size are
+/// refused before a byte is read from its stream, and so is a size past
+/// the largest file.
+#[test]
+fn bad_pieces_are_refused_before_any_read() {
+    use spacekit::ext4::{Contents, Entry, EntryKind, Meta, Timestamp};
+    require_e2fsprogs!();
+    let dir = TempDir::new("populate-pieces");
+    let img_path = mkfs(&dir, &K1);
+    /// A stream that counts the bytes read from it.
+    struct Counting(u64);
+    impl std::io::Read for Counting {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            buf.fill(7);
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+    }
+    let t = Timestamp {
+        secs: 1_700_000_000,
+        nanos: 0,
+    };
+    let meta = Meta {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        xattrs: Vec::new(),
+    };
+    for (pieces, size) in [
+        (vec![(8192, 10), (0, 10)], 1 << 20),
+        (vec![(0, 4096), (4000, 10)], 1 << 20),
+        (vec![(0, 10), ((1 << 20) - 5, 10)], 1 << 20),
+        (vec![(0, 10), (u64::MAX - 5, 10)], u64::MAX),
+        (vec![(0, 10)], u64::MAX),
+    ] {
+        let mut img = open_rw(&img_path);
+        let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+        let mut r = Counting(0);
+        let e = pop
+            .add(Entry {
+                path: b"p".to_vec(),
+                kind: EntryKind::File(Contents::Pieces {
+                    reader: &mut r,
+                    pieces: pieces.clone(),
+                    size,
+                }),
+                meta: meta.clone(),
+            })
+            .expect_err("bad pieces");
+        assert!(
+            matches!(
+                e,
+                Ext4Error::InvalidArgument { what: "pieces", .. } | Ext4Error::FileTooBig { .. }
+            ),
+            "{pieces:?}: {e}"
+        );
+        assert_eq!(r.0, 0, "{pieces:?}: read before the refusal");
+    }
+    // And good ones, sharing a block, read back.
+    let mut img = open_rw(&img_path);
+    let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+    let mut r = Counting(0);
+    pop.add(Entry {
+        path: b"p".to_vec(),
+        kind: EntryKind::File(Contents::Pieces {
+            reader: &mut r,
+            pieces: vec![(100, 50), (600, 3000), (1 << 20, 1)],
+            size: (1 << 20) + 10,
+        }),
+        meta,
+    })
+    .unwrap();
+    pop.finish().unwrap();
+    assert_eq!(r.0, 3051);
+    let ino = img.lookup("/p").unwrap();
+    let mut got = vec![0u8; (1 << 20) + 10];
+    img.read(ino, 0, &mut got).unwrap();
+    for (i, &b) in got.iter().enumerate() {
+        let data = (100..150).contains(&i) || (600..3600).contains(&i) || i == 1 << 20;
+        assert_eq!(b, if data { 7 } else { 0 }, "byte {i}");
+    }
+    drop(img);
+    assert_fsck_clean(&img_path, "pieces");
 }

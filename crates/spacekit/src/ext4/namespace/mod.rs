@@ -71,8 +71,8 @@ pub enum NodeKind {
 /// A point in time with nanoseconds, as `struct timespec`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timestamp {
-    /// Seconds since the epoch (ext4 stores -2^31 to 2^34 - 1 with large
-    /// inodes, 32 signed bits without).
+    /// Seconds since the epoch (ext4 stores -2^31 to 2^34 - 2^31 - 1,
+    /// 2446-05-10, with large inodes, 32 signed bits without).
     pub secs: i64,
     /// Nanoseconds, below 10^9 (kept only with large inodes).
     pub nanos: u32,

@@ -17,7 +17,7 @@ use crate::ext4::flags::S_IFREG;
 /// Directory type bits.
 const S_IFDIR: u16 = 0x4000;
 use crate::ext4::image::Image;
-use crate::ext4::namespace::{NodeKind, Timestamp, EXTRA_TIME_MAX, EXTRA_TIME_MIN};
+use crate::ext4::namespace::{NodeKind, Timestamp};
 
 /// One thing to create, at `path` under the populate's directory.
 pub struct Entry<'a> {
@@ -418,8 +418,14 @@ impl<'i> Populate<'i> {
                         })
                         .unwrap_or(0),
                     Contents::Reader { size, .. } => *size,
+                    // The blocks each piece touches (a piece may start
+                    // inside a block); a bad list is refused later.
                     Contents::Pieces { pieces, .. } => {
-                        pieces.iter().map(|p| p.1.div_ceil(bs) * bs).sum()
+                        let blocks = pieces.iter().fold(0u64, |n, &(off, len)| {
+                            let stop = off.saturating_add(len);
+                            n.saturating_add(stop.div_ceil(bs).saturating_sub(off / bs))
+                        });
+                        blocks.saturating_mul(bs)
                     }
                 };
                 (size.div_ceil(bs), 1)
@@ -431,8 +437,8 @@ impl<'i> Populate<'i> {
         if entry.path.is_empty() {
             return;
         }
-        self.need.blocks += blocks;
-        self.need.inodes += inodes;
+        self.need.blocks = self.need.blocks.saturating_add(blocks);
+        self.need.inodes = self.need.inodes.saturating_add(inodes);
     }
 
     /// [`Populate::add`] without the error handling: `path` is the
@@ -665,22 +671,6 @@ impl<'i> Populate<'i> {
             }
             meta.atime = meta.mtime;
             meta.ctime = meta.mtime;
-        }
-        // Times the inode cannot hold become the nearest it can, as the
-        // kernel clamps them (and tar extracting gets): 1901-12-13 to
-        // 2446-05-10 with 256-byte inodes, to 2038-01-19 with 128-byte ones.
-        let (lo, hi) = if self.img.info.inode_size > 128 {
-            (EXTRA_TIME_MIN, EXTRA_TIME_MAX)
-        } else {
-            (i64::from(i32::MIN), i64::from(i32::MAX))
-        };
-        for t in [&mut meta.atime, &mut meta.mtime, &mut meta.ctime] {
-            if !(lo..=hi).contains(&t.secs) {
-                *t = Timestamp {
-                    secs: t.secs.clamp(lo, hi),
-                    nanos: 0,
-                };
-            }
         }
         meta
     }

@@ -15,7 +15,9 @@ use crate::ext4::inode::data::nonzero_runs;
 use crate::ext4::inode::extent::{self, ROOT_SIZE};
 use crate::ext4::inode::off;
 use crate::ext4::layout::{self, le16};
-use crate::ext4::namespace::{node_block, time_fields, NodeKind};
+use crate::ext4::namespace::{
+    node_block, time_fields, NodeKind, Timestamp, EXTRA_TIME_MAX, EXTRA_TIME_MIN,
+};
 use crate::ext4::populate::{Contents, Meta};
 use crate::ext4::stat::EXTENTS_FL;
 
@@ -162,21 +164,26 @@ impl Image {
                 pieces,
                 size,
             } => {
+                // The whole list before a byte is read or written.
+                let mut end = 0u64;
+                for &(off, len) in &pieces {
+                    match off.checked_add(len) {
+                        Some(stop) if off >= end && stop <= size => end = stop,
+                        _ => {
+                            return Err(invalid(
+                                "pieces",
+                                off,
+                                "pieces in order, not overlapping, within the size",
+                            ))
+                        }
+                    }
+                }
                 self.check_size(size)?;
                 let bs = u64::from(self.info.block_size);
                 let longest = pieces.iter().map(|p| p.1).max().unwrap_or(0);
                 let mut buf = std::vec![0u8; (longest.min(PIECE as u64)) as usize];
-                let mut end = 0u64;
                 for (off, len) in pieces {
-                    let stop = off.checked_add(len).filter(|&s| s <= size && off >= end);
-                    let Some(stop) = stop else {
-                        return Err(invalid(
-                            "pieces",
-                            off,
-                            "pieces in order, not overlapping, within the size",
-                        ));
-                    };
-                    end = stop;
+                    let stop = off + len;
                     let mut at = off;
                     while at < stop {
                         // Up to the next block boundary first, then whole
@@ -304,13 +311,32 @@ fn meta_fields(raw: &[u8], meta: &Meta) -> Result<Vec<(usize, [u8; 4], usize)>, 
     } else {
         128
     };
+    // A time the field cannot hold becomes the nearest it can, as the
+    // kernel clamps timestamps (and tar extracting gets): 1901-12-13 to
+    // 2446-05-10 with the `*_extra` field, to 2038-01-19 without.
+    let clamp = |t: Timestamp, hi: usize| {
+        let (lo_s, hi_s) = if hi + 4 <= extra {
+            (EXTRA_TIME_MIN, EXTRA_TIME_MAX)
+        } else {
+            (i64::from(i32::MIN), i64::from(i32::MAX))
+        };
+        if (lo_s..=hi_s).contains(&t.secs) {
+            t
+        } else {
+            Timestamp {
+                secs: t.secs.clamp(lo_s, hi_s),
+                nanos: 0,
+            }
+        }
+    };
     let crtime = (off::CRTIME + 4 <= extra).then_some(meta.ctime);
     let fields = [
         (Some(meta.atime), off::ATIME, off::ATIME_EXTRA),
         (Some(meta.mtime), off::MTIME, off::MTIME_EXTRA),
         (Some(meta.ctime), off::CTIME, off::CTIME_EXTRA),
         (crtime, off::CRTIME, off::CRTIME_EXTRA),
-    ];
+    ]
+    .map(|(t, lo, hi)| (t.map(|t| clamp(t, hi)), lo, hi));
     // Eight time fields at most and five of mode and owner.
     let mut out: Vec<(usize, [u8; 4], usize)> = Vec::with_capacity(13);
     out.extend(

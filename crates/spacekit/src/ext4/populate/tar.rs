@@ -14,6 +14,7 @@
 //! the time of its data; blocks of zeros become holes in the image.
 
 use std::boxed::Box;
+use std::collections::BTreeMap;
 use std::io::{self, BufReader, Read};
 use std::string::{String, ToString};
 use std::vec::Vec;
@@ -106,8 +107,10 @@ impl Populate<'_> {
         let mut room = false;
         // Extension members that describe the next entry.
         let (mut long_name, mut long_link, mut pax_raw) = (None, None, None);
-        // PAX global records: defaults for every later entry.
-        let mut global: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        // PAX global records (the keys they may set), and what they make
+        // of an entry before its own records.
+        let mut global: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut defaults = Pax::default();
         loop {
             let mut h = Header::new_old();
             if !read_block(&mut stream, h.as_mut_bytes(), "")? {
@@ -145,16 +148,21 @@ impl Populate<'_> {
                     // empty value removes it), under the entry's own.
                     _ => {
                         for (k, v) in pax_records(&body, &name)? {
-                            if !GLOBAL_KEYS
-                                .iter()
-                                .any(|g| k == *g || k.starts_with(b"SCHILY."))
-                            {
+                            let kept = GLOBAL_KEYS.contains(&k)
+                                || k.starts_with(b"SCHILY.xattr.")
+                                || k.starts_with(b"SCHILY.acl.");
+                            if !kept {
                                 continue;
                             }
-                            global.retain(|(gk, _)| gk != k);
-                            if !v.is_empty() {
-                                global.push((k.to_vec(), v.to_vec()));
+                            if v.is_empty() {
+                                global.remove(k);
+                            } else {
+                                global.insert(k.to_vec(), v.to_vec());
                             }
+                        }
+                        defaults = Pax::default();
+                        for (k, v) in &global {
+                            defaults.take(k, v, &name)?;
                         }
                         continue;
                     }
@@ -173,10 +181,7 @@ impl Populate<'_> {
                 *slot = Some(body);
                 continue;
             }
-            let mut pax = Pax::default();
-            for (k, v) in &global {
-                pax.take(k, v, &name)?;
-            }
+            let mut pax = defaults.clone();
             if let Some(raw) = pax_raw.take() {
                 for (k, v) in pax_records(&raw, &name)? {
                     pax.take(k, v, &name)?;
@@ -245,7 +250,7 @@ impl Populate<'_> {
                 EntryType::Fifo => EntryKind::Node(NodeKind::Fifo),
                 // `V`: a GNU volume label.
                 _ if et.as_byte() == b'V' => {
-                    skip(&mut stream, size + padding(size), &name)?;
+                    skip(&mut stream, padded(size, size, &name)?, &name)?;
                     continue;
                 }
                 other => {
@@ -274,7 +279,7 @@ impl Populate<'_> {
             // What the entry did not read (all of it after a failure for
             // lack of room), then the padding.
             let rest = data.limit();
-            skip(&mut stream, rest + padding(size), &name)?;
+            skip(&mut stream, padded(rest, size, &name)?, &name)?;
         }
         if long_name.is_some() || long_link.is_some() || pax_raw.is_some() {
             return Err(bad("", "an extension member without its entry"));
@@ -298,6 +303,13 @@ const GLOBAL_KEYS: [&[u8]; 5] = [b"uid", b"gid", b"atime", b"mtime", b"ctime"];
 /// Bytes after `size` bytes of data up to the next 512-byte block.
 fn padding(size: u64) -> u64 {
     (512 - size % 512) % 512
+}
+
+/// `n` bytes and the padding after an entry of `size`: an error when the
+/// sum passes 64 bits (a size no archive can hold).
+fn padded(n: u64, size: u64, name: &str) -> Result<u64, Ext4Error> {
+    n.checked_add(padding(size))
+        .ok_or_else(|| bad(name, "an entry size past what an archive holds"))
 }
 
 /// Reads one 512-byte block: false at the end of the stream before it,
@@ -424,7 +436,7 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 type SparseMap = (Vec<(u64, u64)>, u64);
 
 /// What an entry's PAX records say beyond what the `tar` crate reads.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Pax {
     atime: Option<Timestamp>,
     mtime: Option<Timestamp>,
@@ -434,7 +446,8 @@ struct Pax {
     size: Option<u64>,
     uid: Option<u64>,
     gid: Option<u64>,
-    xattrs: Vec<(String, Vec<u8>)>,
+    /// By name: a record repeated replaces the value.
+    xattrs: BTreeMap<String, Vec<u8>>,
     acl_access: Option<Vec<u8>>,
     acl_default: Option<Vec<u8>>,
     /// `GNU.sparse.major` and `.minor`.
@@ -458,7 +471,21 @@ impl Pax {
                 .ok_or_else(|| bad(name, "a PAX record that is not a number"))
         };
         if value.is_empty() && !key.starts_with(b"SCHILY.xattr.") {
-            // An empty value unsets a key (a global header's).
+            // An empty value unsets a key: the entry then has the header's
+            // value, not a global header's.
+            match key {
+                b"path" => self.path = None,
+                b"linkpath" => self.linkpath = None,
+                b"size" => self.size = None,
+                b"uid" => self.uid = None,
+                b"gid" => self.gid = None,
+                b"atime" => self.atime = None,
+                b"mtime" => self.mtime = None,
+                b"ctime" => self.ctime = None,
+                b"SCHILY.acl.access" => self.acl_access = None,
+                b"SCHILY.acl.default" => self.acl_default = None,
+                _ => {}
+            }
             return Ok(());
         }
         match key {
@@ -492,10 +519,7 @@ impl Pax {
                 if let Some(x) = key.strip_prefix(b"SCHILY.xattr.") {
                     let x = std::str::from_utf8(x)
                         .map_err(|_| bad(name, "an xattr name that is not UTF-8"))?;
-                    match self.xattrs.iter_mut().find(|(k, _)| k == x) {
-                        Some((_, v)) => *v = value.to_vec(),
-                        None => self.xattrs.push((x.to_string(), value.to_vec())),
-                    }
+                    self.xattrs.insert(x.to_string(), value.to_vec());
                 }
             }
         }
@@ -727,7 +751,7 @@ fn meta_of(h: &Header, pax: &mut Pax, name: &str) -> Result<Meta, Ext4Error> {
             .filter(|&t| t != 0)
             .map(secs)
     };
-    let mut xattrs = std::mem::take(&mut pax.xattrs);
+    let mut xattrs: Vec<(String, Vec<u8>)> = std::mem::take(&mut pax.xattrs).into_iter().collect();
     let mut perm = (h.mode().map_err(bad_field)? & 0o7777) as u16;
     // The access ACL decides the permission bits, as the kernel makes them
     // when tar sets it (the header's may disagree: bsdtar writes the group
