@@ -27,9 +27,11 @@ use crate::ext4::namespace::{NodeKind, Timestamp};
 use crate::ext4::populate::{Contents, Entry, EntryKind, Meta, Populate};
 
 mod acl;
+mod numbers;
 mod stream;
 
 use acl::{acl_mode, acl_xattr};
+use numbers::{header_number, pax_time};
 use stream::Zstd;
 
 /// The first bytes of a gzip stream.
@@ -470,6 +472,9 @@ impl Pax {
                 .and_then(|s| s.trim().parse().ok())
                 .ok_or_else(|| bad(name, "a PAX record that is not a number"))
         };
+        let time = |v: &[u8]| {
+            pax_time(v).ok_or_else(|| bad(name, "a PAX time that is not a decimal number"))
+        };
         if value.is_empty() && !key.starts_with(b"SCHILY.xattr.") {
             // An empty value unsets a key: the entry then has the header's
             // value, not a global header's.
@@ -494,9 +499,9 @@ impl Pax {
             b"size" => self.size = Some(number(value)?),
             b"uid" => self.uid = Some(number(value)?),
             b"gid" => self.gid = Some(number(value)?),
-            b"atime" => self.atime = Some(pax_time(value, name)?),
-            b"mtime" => self.mtime = Some(pax_time(value, name)?),
-            b"ctime" => self.ctime = Some(pax_time(value, name)?),
+            b"atime" => self.atime = Some(time(value)?),
+            b"mtime" => self.mtime = Some(time(value)?),
+            b"ctime" => self.ctime = Some(time(value)?),
             b"SCHILY.acl.access" => self.acl_access = Some(value.to_vec()),
             b"SCHILY.acl.default" => self.acl_default = Some(value.to_vec()),
             b"GNU.sparse.major" => self.sparse_version.0 = Some(number(value)?),
@@ -654,82 +659,6 @@ fn read_line(e: &mut impl Read, used: &mut u64, name: &str) -> Result<u64, Ext4E
 /// Fills `buf` from an entry, or names it in the error.
 fn read_exact(e: &mut impl Read, buf: &mut [u8], name: &str) -> Result<(), Ext4Error> {
     e.read_exact(buf).map_err(source_err(name))
-}
-
-/// A PAX time: decimal seconds with an optional fraction, maybe negative.
-fn pax_time(v: &[u8], name: &str) -> Result<Timestamp, Ext4Error> {
-    let err = || bad(name, "a PAX time that is not a decimal number");
-    let (neg, v) = match v.strip_prefix(b"-") {
-        Some(rest) => (true, rest),
-        None => (false, v),
-    };
-    let (int, frac) = match v.iter().position(|&b| b == b'.') {
-        Some(i) => (&v[..i], &v[i + 1..]),
-        None => (v, &v[..0]),
-    };
-    if int.is_empty() || !int.iter().chain(frac).all(u8::is_ascii_digit) {
-        return Err(err());
-    }
-    let mut secs = 0i64;
-    for &d in int {
-        secs = secs
-            .checked_mul(10)
-            .and_then(|s| s.checked_add(i64::from(d - b'0')))
-            .ok_or_else(err)?;
-    }
-    let mut nanos = 0u32;
-    for i in 0..9 {
-        nanos = nanos * 10 + frac.get(i).map_or(0, |d| u32::from(d - b'0'));
-    }
-    Ok(match (neg, nanos) {
-        (false, _) => Timestamp { secs, nanos },
-        (true, 0) => Timestamp { secs: -secs, nanos },
-        (true, _) => Timestamp {
-            secs: -secs - 1,
-            nanos: 1_000_000_000 - nanos,
-        },
-    })
-}
-
-/// A 12-byte numeric header field as a signed number: octal digits
-/// (leading spaces, ending at a space or NUL), or GNU's base-256 form (the
-/// first byte's top bit set; `0xff` first: negative, two's complement over
-/// the whole field). `None` for a field that does not parse or needs more
-/// than 64 signed bits.
-fn header_number(field: &[u8]) -> Option<i64> {
-    debug_assert_eq!(field.len(), 12);
-    match field.first() {
-        Some(&b) if b & 0x80 != 0 => {
-            let negative = b == 0xff;
-            let fill = if negative { 0xff } else { 0x00 };
-            // The marker byte (without its marker bit when positive) and
-            // the other bytes above the last 8 are sign fill.
-            let (high, low) = field.split_at(4);
-            let first = if negative { b } else { b & 0x7f };
-            if first != fill || high[1..].iter().any(|&x| x != fill) {
-                return None;
-            }
-            let v = i64::from_be_bytes(low.try_into().ok()?);
-            // The value's sign agrees with the field's.
-            (negative == (v < 0)).then_some(v)
-        }
-        _ => {
-            let text = field
-                .iter()
-                .skip_while(|&&c| c == b' ')
-                .take_while(|&&c| c != b' ' && c != 0);
-            let mut v = 0i64;
-            let mut any = false;
-            for &c in text {
-                if !(b'0'..=b'7').contains(&c) {
-                    return None;
-                }
-                v = v.checked_mul(8)?.checked_add(i64::from(c - b'0'))?;
-                any = true;
-            }
-            any.then_some(v)
-        }
-    }
 }
 
 /// The entry's permission bits, owner, times and xattrs.
