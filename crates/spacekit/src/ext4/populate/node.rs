@@ -146,79 +146,68 @@ impl Image {
                 self.copy_in(ino, &f)?;
                 Ok(len)
             }
-            Contents::Reader { reader, size } => {
-                self.check_size(size)?;
-                let mut buf = std::vec![0u8; (size.min(PIECE as u64)) as usize];
-                let mut at = 0u64;
-                while at < size {
-                    let n = (size - at).min(PIECE as u64) as usize;
-                    read_exactly(reader, &mut buf[..n])?;
-                    self.write_sparse(ino, at, &buf[..n])?;
-                    at += n as u64;
-                }
-                self.grow_to(ino, size)?;
-                Ok(size)
-            }
+            Contents::Reader { reader, size } => self.pop_pieces(ino, reader, &[(0, size)], size),
             Contents::Pieces {
                 reader,
                 pieces,
                 size,
-            } => {
-                // The whole list before a byte is read or written.
-                let mut end = 0u64;
-                for &(off, len) in &pieces {
-                    match off.checked_add(len) {
-                        Some(stop) if off >= end && stop <= size => end = stop,
-                        _ => {
-                            return Err(invalid(
-                                "pieces",
-                                off,
-                                "pieces in order, not overlapping, within the size",
-                            ))
-                        }
-                    }
-                }
-                self.check_size(size)?;
-                let bs = u64::from(self.info.block_size);
-                let longest = pieces.iter().map(|p| p.1).max().unwrap_or(0);
-                let mut buf = std::vec![0u8; (longest.min(PIECE as u64)) as usize];
-                for (off, len) in pieces {
-                    let stop = off + len;
-                    let mut at = off;
-                    while at < stop {
-                        // Up to the next block boundary first, then whole
-                        // blocks: blocks of zeros are skipped (a fresh
-                        // file's unwritten bytes read as zeros).
-                        let to_boundary = (bs - at % bs) % bs;
-                        let want = if to_boundary != 0 {
-                            to_boundary
-                        } else {
-                            PIECE as u64
-                        };
-                        let n = (stop - at).min(want) as usize;
-                        read_exactly(reader, &mut buf[..n])?;
-                        if at % bs == 0 {
-                            self.write_sparse(ino, at, &buf[..n])?;
-                        } else if buf[..n].iter().any(|&b| b != 0) {
-                            self.write(ino, at, &buf[..n])?;
-                        }
-                        at += n as u64;
-                    }
-                }
-                self.grow_to(ino, size)?;
-                Ok(size)
-            }
+            } => self.pop_pieces(ino, reader, &pieces, size),
         }
     }
 
-    /// Refuses a file size past the largest one the image holds, before
-    /// any of its bytes are read.
-    fn check_size(&self, size: u64) -> Result<(), Ext4Error> {
-        let max = self.max_file_size();
-        if size > max {
-            return Err(Ext4Error::FileTooBig { size, max });
+    /// Writes the `pieces` `(offset, length)` of new regular file `ino`,
+    /// read back to back from `reader`, and makes it `size` bytes long;
+    /// the rest is holes, and so are blocks of zeros in a piece. The list
+    /// and the size are checked before a byte is read.
+    fn pop_pieces(
+        &mut self,
+        ino: u32,
+        reader: &mut dyn Read,
+        pieces: &[(u64, u64)],
+        size: u64,
+    ) -> Result<u64, Ext4Error> {
+        let mut end = 0u64;
+        for &(off, len) in pieces {
+            match off.checked_add(len) {
+                Some(stop) if off >= end && stop <= size => end = stop,
+                _ => {
+                    return Err(invalid(
+                        "pieces",
+                        off,
+                        "pieces in order, not overlapping, within the size",
+                    ))
+                }
+            }
         }
-        Ok(())
+        self.range_end(0, size)?;
+        let bs = u64::from(self.info.block_size);
+        let longest = pieces.iter().map(|p| p.1).max().unwrap_or(0);
+        let mut buf = std::vec![0u8; (longest.min(PIECE as u64)) as usize];
+        for &(off, len) in pieces {
+            let stop = off + len;
+            let mut at = off;
+            while at < stop {
+                // Up to the next block boundary first, then whole blocks:
+                // blocks of zeros are skipped (a fresh file's unwritten
+                // bytes read as zeros).
+                let to_boundary = (bs - at % bs) % bs;
+                let want = if to_boundary != 0 {
+                    to_boundary
+                } else {
+                    PIECE as u64
+                };
+                let n = (stop - at).min(want) as usize;
+                read_exactly(reader, &mut buf[..n])?;
+                if at % bs == 0 {
+                    self.write_sparse(ino, at, &buf[..n])?;
+                } else if buf[..n].iter().any(|&b| b != 0) {
+                    self.write(ino, at, &buf[..n])?;
+                }
+                at += n as u64;
+            }
+        }
+        self.grow_to(ino, size)?;
+        Ok(size)
     }
 
     /// Writes `b` into new regular file `ino`; returns its size in bytes.

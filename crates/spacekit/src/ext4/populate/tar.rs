@@ -109,9 +109,8 @@ impl Populate<'_> {
         let mut room = false;
         // Extension members that describe the next entry.
         let (mut long_name, mut long_link, mut pax_raw) = (None, None, None);
-        // PAX global records (the keys they may set), and what they make
-        // of an entry before its own records.
-        let mut global: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        // What PAX global headers make of every later entry, before its
+        // own records.
         let mut defaults = Pax::default();
         loop {
             let mut h = Header::new_old();
@@ -150,21 +149,17 @@ impl Populate<'_> {
                     // empty value removes it), under the entry's own.
                     _ => {
                         for (k, v) in pax_records(&body, &name)? {
-                            let kept = GLOBAL_KEYS.contains(&k)
-                                || k.starts_with(b"SCHILY.xattr.")
-                                || k.starts_with(b"SCHILY.acl.");
-                            if !kept {
-                                continue;
+                            match k.strip_prefix(b"SCHILY.xattr.") {
+                                // An empty value removes a global xattr
+                                // (an entry's own may be empty).
+                                Some(x) if v.is_empty() => {
+                                    defaults.xattrs.remove(&*String::from_utf8_lossy(x));
+                                }
+                                _ if GLOBAL_KEYS.contains(&k) || k.starts_with(b"SCHILY.") => {
+                                    defaults.take(k, v, &name)?;
+                                }
+                                _ => {}
                             }
-                            if v.is_empty() {
-                                global.remove(k);
-                            } else {
-                                global.insert(k.to_vec(), v.to_vec());
-                            }
-                        }
-                        defaults = Pax::default();
-                        for (k, v) in &global {
-                            defaults.take(k, v, &name)?;
                         }
                         continue;
                     }
