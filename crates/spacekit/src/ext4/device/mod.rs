@@ -510,9 +510,14 @@ pub(super) fn kernel_copy(
                 }
             }
             if r == 0 {
+                // The source ends before the range: a host file that
+                // shrank while being copied in, or an image file cut
+                // inside a file's extent while one is copied out.
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    "the image ends inside a file's extent",
+                    std::format!(
+                        "the source ended {left} bytes early: it shrank while being copied"
+                    ),
                 ));
             }
             left -= r as u64;

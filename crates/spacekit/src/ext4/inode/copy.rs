@@ -24,10 +24,11 @@ impl Image {
     /// (`copy_file_range(2)`, in pieces of up to [`KERNEL_CHUNK`] bytes);
     /// shorter ranges, all ranges on other devices, and where the kernel
     /// cannot copy between the two files, the bytes are read in pieces of
-    /// [`READ_PIECE`] and pieces that are all zeros stay holes too
-    /// (`cp --sparse=always`). Returns
-    /// the bytes written. Each piece is one [`Image::write`]; nothing is
-    /// flushed. `src`'s file offset is moved (by the seeks).
+    /// [`READ_PIECE`] and every block of the image they fill with zeros
+    /// stays a hole too (`cp --sparse=always`, `mke2fs -d`), while a
+    /// range the kernel copies keeps its zeros as data (as `cp` copies).
+    /// Returns the bytes written. Each piece is one [`Image::write`] per
+    /// run of blocks that are not all zeros; nothing is flushed. `src`'s file offset is moved (by the seeks).
     ///
     /// # Errors
     /// As [`Image::write`]; [`Ext4Error::Io`] reading `src`.
@@ -78,17 +79,46 @@ impl Image {
                     buf.resize(n, 0);
                 }
                 src.read_exact_at(&mut buf[..n], off)
-                    .map_err(io_err("read source file"))?;
-                if !all_zero(&buf[..n]) {
-                    self.write(ino, off, &buf[..n])?;
-                    written += n as u64;
-                }
+                    .map_err(|e| io_err("read source file")(shrank(e)))?;
+                written += self.write_nonzero(ino, off, &buf[..n])?;
                 off += n as u64;
             }
             at = hole;
         }
         if self.inode(ino)?.size < len {
             self.truncate(ino, len)?;
+        }
+        Ok(written)
+    }
+
+    /// Writes `data` at byte `off` of file `ino`, leaving out every block
+    /// of the image that it fills with zeros (so they stay holes, as
+    /// `mke2fs -d` leaves them; a block it fills only in part is written
+    /// if those bytes are not all zeros). Returns the bytes written.
+    fn write_nonzero(&mut self, ino: u32, off: u64, data: &[u8]) -> Result<u64, Ext4Error> {
+        let bs = u64::from(self.info.block_size);
+        let mut written = 0;
+        // The pieces `data` makes of the image's blocks: [at, to) in `data`.
+        let mut at = 0;
+        let mut run: Option<usize> = None;
+        while at < data.len() {
+            let next = ((off + at as u64) / bs + 1) * bs - off;
+            let to = (next as usize).min(data.len());
+            let zero = all_zero(&data[at..to]);
+            match (zero, run) {
+                (false, None) => run = Some(at),
+                (true, Some(r)) => {
+                    self.write(ino, off + r as u64, &data[r..at])?;
+                    written += (at - r) as u64;
+                    run = None;
+                }
+                _ => {}
+            }
+            at = to;
+        }
+        if let Some(r) = run {
+            self.write(ino, off + r as u64, &data[r..])?;
+            written += (data.len() - r) as u64;
         }
         Ok(written)
     }
@@ -214,6 +244,19 @@ impl Image {
     }
 }
 
+/// A read of a source file that ended early: the file shrank since its
+/// size was taken (another process cut it while it was being copied).
+fn shrank(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        io::Error::new(
+            e.kind(),
+            "the file ended early: it shrank while being copied",
+        )
+    } else {
+        e
+    }
+}
+
 /// Whether every byte of `b` is zero (the SIMD test the migration
 /// sender uses for zero pages; a byte-by-byte test costs more than the
 /// copy around it).
@@ -272,7 +315,27 @@ fn next_data(f: &std::fs::File, at: u64, len: u64) -> Result<Option<(u64, u64)>,
 
 #[cfg(test)]
 mod tests {
-    use super::all_zero;
+    use super::{all_zero, shrank};
+    use crate::ext4::device::kernel_copy;
+
+    /// A source that ends before the range asked for is named as the
+    /// source that shrank, through memory and in the kernel.
+    #[test]
+    fn a_source_that_ended_early_is_named() {
+        use std::os::unix::fs::FileExt;
+        let dir = std::env::temp_dir().join(std::format!("sk-shrank-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&a, [7u8; 5000]).unwrap();
+        let src = std::fs::File::open(&a).unwrap();
+        let dst = std::fs::File::create(&b).unwrap();
+        let mut buf = [0u8; 8192];
+        let e = shrank(src.read_exact_at(&mut buf, 0).unwrap_err());
+        assert!(e.to_string().contains("shrank"), "{e}");
+        let e = kernel_copy(&src, 0, &dst, 0, 8192).unwrap_err();
+        assert!(e.to_string().contains("ended 3192 bytes early"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// One non-zero byte anywhere (in a 16-byte word or the tail) is seen.
     #[test]
