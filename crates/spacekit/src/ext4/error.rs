@@ -235,7 +235,18 @@ impl fmt::Display for Ext4Error {
                 None => write!(f, "ext4: corrupt image: {field} = {value}: {reason}"),
             },
             Ext4Error::Unsupported { feature } => {
-                write!(f, "ext4: unsupported feature: {feature}")
+                write!(f, "ext4: unsupported feature: {feature}")?;
+                let why = match *feature {
+                    "needs_recovery" => {
+                        " (its journal holds changes not yet in place: the image is mounted, \
+                         or was not unmounted cleanly; unmount it, or replay the journal with \
+                         `e2fsck -fy`)"
+                    }
+                    "quota" => " (writes would leave the quota files' usage behind)",
+                    "mmp" => " (multi-mount protection: another host may be writing it)",
+                    _ => "",
+                };
+                f.write_str(why)
             }
             Ext4Error::UnknownFeatures { kind, bits } => {
                 write!(f, "ext4: unknown {kind} feature bits {bits:#x}")

@@ -157,6 +157,13 @@ fn corrupt_and_unsupported_images_are_refused_without_writing() {
         for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
             assert_eq!(unsupported(open_err(&p, mode)), name);
         }
+        // A journal to replay is named as such, with what to do.
+        let m = open_err(&p, OpenMode::ReadOnly).to_string();
+        assert_eq!(
+            m.contains("mounted") && m.contains("e2fsck -fy"),
+            name == "needs_recovery",
+            "{m}"
+        );
     }
     // Write-only refusals: mmp and an unknown ro_compat bit open read-only.
     let p = feat(0x60, 0x100);
@@ -255,4 +262,42 @@ fn corrupt_and_unsupported_images_are_refused_without_writing() {
     img.flush().unwrap();
     drop(img);
     assert_eq!(fs::metadata(&base).unwrap().modified().unwrap(), mtime);
+}
+
+/// A read-write open of an image whose directory cannot take the redo
+/// log is refused at the open, naming the log, not at the first flush
+/// after all the work. The directory is made immutable (`chattr +i`),
+/// which stops root too; without chattr the test is skipped.
+#[test]
+fn an_image_whose_directory_cannot_take_the_redo_log_is_refused_at_open() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("redo-dir");
+    let img = mkfs(&dir, &K1);
+    let sub = dir.path("ro");
+    fs::create_dir_all(&sub).unwrap();
+    let moved = sub.join("fs.img");
+    fs::rename(&img, &moved).unwrap();
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&sub)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        println!("skipping: chattr +i does not work here");
+        return;
+    }
+    let rw = Image::open(&moved, OpenMode::ReadWrite);
+    let ro = Image::open(&moved, OpenMode::ReadOnly);
+    assert!(chattr("-i"), "chattr -i");
+    match rw {
+        Err(Ext4Error::Io { source, .. }) => {
+            let m = source.to_string();
+            assert!(m.contains("fs.img.spacekit-redo"), "{m}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened read-write"),
+    }
+    assert!(ro.is_ok(), "a read-only open needs no log");
 }

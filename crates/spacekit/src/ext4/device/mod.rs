@@ -157,10 +157,16 @@ impl FileDevice {
     /// Opens the image file at `path`, for writing too if `writable`.
     ///
     /// # Errors
-    /// An I/O error opening the file.
+    /// An I/O error opening the file; for writing, `PermissionDenied` (or
+    /// the error `access(2)` gives) when the image's directory is not
+    /// writable, since the redo log is made there: refused at the open,
+    /// not at the first flush after all the work.
     pub fn open(path: impl AsRef<Path>, writable: bool) -> io::Result<FileDevice> {
         let path = path.as_ref();
         let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        if writable {
+            log_dir_writable(path)?;
+        }
         Ok(FileDevice {
             file,
             log: log_path(path),
@@ -168,6 +174,43 @@ impl FileDevice {
             waiting: RefCell::default(),
         })
     }
+}
+
+/// Whether this process may make the redo log of the image at `image`
+/// (its directory writable and searchable, by the effective ids); the
+/// error names the directory and the log.
+fn log_dir_writable(image: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = match image.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `c` is NUL-terminated; faccessat only reads it.
+        let r = unsafe {
+            libc::faccessat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                libc::W_OK | libc::X_OK,
+                libc::AT_EACCESS,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                std::format!(
+                    "the redo log {} cannot be made: {}: {e}",
+                    log_path(image).display(),
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The redo log path for the image at `image`: `<image>.spacekit-redo`.

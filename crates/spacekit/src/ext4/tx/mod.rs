@@ -17,7 +17,7 @@ pub(super) mod undo;
 use std::cell::OnceCell;
 use std::vec::Vec;
 
-use crate::ext4::error::{io, Ext4Error};
+use crate::ext4::error::{host_io, io, Ext4Error};
 use crate::ext4::image::Image;
 use crate::ext4::layout::SB_OFFSET;
 use crate::ext4::mode::OpenMode;
@@ -199,8 +199,9 @@ impl Image {
         // completes (see `behind.rs`).
         self.log_waiting = true;
         self.committed = None;
-        redo::write(dev, &self.info.uuid, &records).map_err(io("write redo log"))?;
-        dev.sync_log().map_err(io("fsync redo log"))?;
+        let log = dev.log_name();
+        redo::write(dev, &self.info.uuid, &records).map_err(host_io("write redo log", &log))?;
+        dev.sync_log().map_err(host_io("fsync redo log", &log))?;
         for r in &records {
             dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
         }
