@@ -24,9 +24,34 @@ pub(crate) struct PathArgs {
     pub(crate) path: String,
 }
 
-/// Opens the image, naming it in the error.
+/// Opens the image, naming it in the error. A write refuses a malformed
+/// `SOURCE_DATE_EPOCH` first: every write stamps times from it.
 pub(crate) fn open(c: &Common, mode: OpenMode) -> Result<Image, String> {
+    if mode == OpenMode::ReadWrite {
+        source_date_epoch()?;
+    }
     Image::open(&c.image, mode).map_err(|e| format!("{}: {e}", c.image.display()))
+}
+
+/// `SOURCE_DATE_EPOCH` as reproducible-builds.org defines it: unset (or
+/// empty) is `None`; a value that is not a whole number of seconds is an
+/// error, not ignored, so a build meant to be reproducible never quietly
+/// is not.
+pub(crate) fn source_date_epoch() -> Result<Option<i64>, String> {
+    match std::env::var_os("SOURCE_DATE_EPOCH") {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.parse::<i64>().ok())
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "SOURCE_DATE_EPOCH={}: not a whole number of seconds since 1970",
+                    v.to_string_lossy()
+                )
+            }),
+    }
 }
 
 /// One JSON value, pretty-printed, on standard output.

@@ -9,7 +9,7 @@ use clap::{ArgGroup, Args};
 use serde_json::json;
 use spacekit::ext4::{Ext4Error, OpenMode, Populate, PopulateOptions, PopulateReport};
 
-use crate::ext4_args::{open, print_json, Common};
+use crate::ext4_args::{open, print_json, source_date_epoch, Common};
 
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("source").required(true).args(["from", "tar"])))]
@@ -36,7 +36,8 @@ pub(crate) struct PopulateArgs {
     squash_owner: bool,
     /// Clamp times for a reproducible image: mtimes after SECONDS become
     /// SECONDS, and atime, ctime and crtime equal the clamped mtime.
-    /// Default: the SOURCE_DATE_EPOCH environment variable, when set.
+    /// Default: the SOURCE_DATE_EPOCH environment variable, when set (a
+    /// value that is not a whole number of seconds is an error).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     mtime: Option<i64>,
     /// No progress lines on standard error.
@@ -67,7 +68,10 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         } else {
             a.owner
         },
-        clamp: a.mtime.or_else(PopulateOptions::clamp_from_env),
+        clamp: match a.mtime {
+            Some(t) => Some(t),
+            None => source_date_epoch()?,
+        },
     };
     let start = Instant::now();
     let mut pop = Populate::new(&mut img, &a.at, opts).map_err(err)?;

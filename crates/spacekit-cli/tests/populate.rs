@@ -242,7 +242,7 @@ fn errors_exit_non_zero_and_change_nothing() {
         (vec!["--from".into(), s(&many)], "inodes"),
         (
             vec!["--from".into(), s(&long)],
-            "at sub/link: ext4: invalid target 1500: a symlink target is 1 byte up to the block size less one",
+            "at sub/link: ext4: invalid target 1500: a symlink target is 1 to 1023 bytes on this image's 1 KiB blocks",
         ),
         (
             vec!["--from".into(), s(&long2)],
@@ -295,6 +295,73 @@ fn errors_exit_non_zero_and_change_nothing() {
     ok_json(
         &img,
         &["--from", src.to_str().unwrap(), "--at", "/lost+found"],
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What a user meets at the edges of `--from`: a symlink to the tree is
+/// followed (as `mke2fs -d` follows it); a tree that holds the image is
+/// refused, naming it; a `SOURCE_DATE_EPOCH` that is not a number is an
+/// error, not quietly no clamp. Refusals exit 1, one line, the image as
+/// it was.
+#[test]
+fn a_symlinked_tree_an_image_inside_its_tree_and_a_bad_epoch() {
+    let dir = scratch("edges");
+    let Some(img) = image(&dir, "a.img", "32M", "2048") else {
+        return;
+    };
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("sub/f"), b"through the link").unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&src, &link).unwrap();
+    let refused = |out: Output, says: &str, before: &[u8], img: &Path| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            fs::read(img).unwrap() == before,
+            "{says}: the image changed"
+        );
+    };
+
+    // A bad epoch, before anything is read.
+    let before = fs::read(&img).unwrap();
+    let out = spacekit()
+        .args(["ext4", "populate"])
+        .arg(&img)
+        .args(["--from", link.to_str().unwrap()])
+        .env("SOURCE_DATE_EPOCH", "yesterday")
+        .output()
+        .unwrap();
+    refused(
+        out,
+        "SOURCE_DATE_EPOCH=yesterday: not a whole number",
+        &before,
+        &img,
+    );
+
+    // Through the link.
+    ok_json(&img, &["--from", link.to_str().unwrap()]);
+    let mut i = Image::open(&img, OpenMode::ReadOnly).unwrap();
+    let ino = i.lookup("/sub/f").unwrap();
+    let mut buf = vec![0u8; 16];
+    i.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(buf, b"through the link");
+    drop(i);
+
+    // The image inside the tree it is populated from.
+    // (Named to come first in the walk: nothing is written before it.)
+    let inside = src.join("sub/0.img");
+    fs::copy(image(&dir, "b.img", "32M", "2048").unwrap(), &inside).unwrap();
+    let before = fs::read(&inside).unwrap();
+    let out = populate(&inside, &["--from", src.to_str().unwrap()]);
+    refused(
+        out,
+        "0.img: it is the image being populated",
+        &before,
+        &inside,
     );
     fs::remove_dir_all(&dir).unwrap();
 }

@@ -168,7 +168,8 @@ impl Populate<'_> {
     /// Adds everything under host directory `dir` (not `dir` itself, whose
     /// permission bits, owner, times and xattrs go to the populate's
     /// directory), as [`Populate::add`] would one entry at a time, in byte
-    /// order of names, depth first.
+    /// order of names, depth first. A symlink `dir` is followed (as
+    /// `mke2fs -d` follows it); symlinks under it are copied as symlinks.
     ///
     /// # Errors
     /// [`Ext4Error::Io`] reading the host tree (the context names the
@@ -177,7 +178,9 @@ impl Populate<'_> {
     /// counted); as [`Populate::add`]. After an error the populate is
     /// rolled back.
     pub fn add_dir(&mut self, dir: &Path) -> Result<(), Ext4Error> {
-        let top = fs::symlink_metadata(dir).map_err(host_io("lstat", dir))?;
+        // The top is followed if it is a symlink (as `mke2fs -d` and
+        // `cp -a DIR/` take it); nothing below it is.
+        let top = fs::metadata(dir).map_err(host_io("stat", dir))?;
         if !top.is_dir() {
             return Err(Ext4Error::NotADirectory {
                 path: dir.display().to_string(),
@@ -187,6 +190,10 @@ impl Populate<'_> {
         let budget = Budget::default();
         let spare = Spare::default();
         let writeback = self.img.dev.file().and_then(|f| f.try_clone().ok());
+        let image = writeback.as_ref().and_then(|f| {
+            use std::os::unix::fs::MetadataExt;
+            f.metadata().ok().map(|m| (m.dev(), m.ino()))
+        });
         let (tx, rx) = sync_channel::<Batch>(16);
         std::thread::scope(|s| {
             let (b, sp) = (&budget, &spare);
@@ -201,6 +208,7 @@ impl Populate<'_> {
                     batch_bytes: 0,
                     dirents: Vec::new(),
                     writeback,
+                    image,
                     unwritten: 0,
                     gone: false,
                 };
@@ -304,6 +312,9 @@ struct Walker<'b> {
     /// The image file, to ask for write-back while the walk waits for the
     /// consumer, and the small files' bytes walked since it last asked.
     writeback: Option<fs::File>,
+    /// The image file's (device, inode): a tree that holds the image
+    /// cannot take a copy of it (it is being written).
+    image: Option<(u64, u64)>,
     unwritten: u64,
     /// The consumer has gone (a hand-over failed).
     gone: bool,
@@ -428,6 +439,12 @@ impl Walker<'_> {
             rel.extend_from_slice(name.name.as_bytes());
             let path = || dir.join(std::ffi::OsStr::from_bytes(name.name.as_bytes()));
             let (st, opened) = stat_entry(&fd, &name, &path)?;
+            if self.image == Some((st.st_dev, st.st_ino)) {
+                return Err(Ext4Error::BadSource {
+                    entry: path().display().to_string(),
+                    reason: "it is the image being populated (move it out of the tree)".into(),
+                });
+            }
             let target = match &opened {
                 Some(f) => Target::Fd(f.as_raw_fd()),
                 None => Target::path(&path())?,

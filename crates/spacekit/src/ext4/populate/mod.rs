@@ -126,7 +126,9 @@ pub struct PopulateOptions {
 }
 
 impl PopulateOptions {
-    /// The clamp from `SOURCE_DATE_EPOCH` when it is set to a number.
+    /// The clamp from `SOURCE_DATE_EPOCH` when it is set to a number
+    /// (`None` when it is not: a program that must not build without its
+    /// clamp checks the variable itself, as the CLI does).
     pub fn clamp_from_env() -> Option<i64> {
         std::env::var("SOURCE_DATE_EPOCH")
             .ok()
@@ -168,6 +170,20 @@ pub(crate) struct Need {
     pub(crate) blocks: u64,
     /// Inodes the whole source needs.
     pub(crate) inodes: u64,
+    /// Bytes of directory entries the source's names take (blocks of
+    /// their own once directories grow past their first block).
+    pub(crate) dirents: u64,
+}
+
+impl Need {
+    /// Blocks in all on blocks of `bs` bytes: [`Need::blocks`] and the
+    /// directory blocks the entries fill, counted three quarters full (an
+    /// htree split leaves leaves half full; a linear directory fills its
+    /// blocks).
+    fn total_blocks(&self, bs: u64) -> u64 {
+        self.blocks
+            .saturating_add(self.dirents.div_ceil((bs / 4).saturating_mul(3).max(1)))
+    }
 }
 
 /// A progress callback.
@@ -219,6 +235,9 @@ pub struct Populate<'i> {
     img: &'i mut Image,
     /// The directory entries go under.
     at: u32,
+    /// Its path in the image, without a trailing `/` (empty for the
+    /// root): errors name image paths.
+    at_path: String,
     opts: PopulateOptions,
     /// Inode of every directory made or met, by path.
     made: HashMap<Vec<u8>, u32>,
@@ -265,6 +284,7 @@ impl<'i> Populate<'i> {
         Ok(Populate {
             img,
             at: ino,
+            at_path: at.trim_end_matches('/').into(),
             opts,
             made,
             files: HashMap::new(),
@@ -370,7 +390,7 @@ impl<'i> Populate<'i> {
     /// free. Call it after feeding the rest of the source.
     pub fn shortfall(&self) -> Ext4Error {
         Ext4Error::PopulateNoSpace {
-            blocks_needed: self.need.blocks,
+            blocks_needed: self.need.total_blocks(u64::from(self.img.info.block_size)),
             blocks_free: self.img.free_blocks_count(),
             inodes_needed: self.need.inodes,
             inodes_free: u64::from(self.img.free_inodes_count()),
@@ -399,7 +419,8 @@ impl<'i> Populate<'i> {
     }
 
     /// Adds what `entry` needs to [`Need`] (about: data blocks without
-    /// holes or extent blocks, one block per directory and long symlink).
+    /// holes or extent blocks, one block per directory and long symlink,
+    /// the bytes of its name's directory record).
     fn count_need(&mut self, entry: &Entry<'_>) {
         let bs = u64::from(self.img.info.block_size);
         let (blocks, inodes) = match &entry.kind {
@@ -437,8 +458,13 @@ impl<'i> Populate<'i> {
         if entry.path.is_empty() {
             return;
         }
+        // The name's record in its directory: 8 bytes and the name,
+        // rounded to 4.
+        let name = entry.path.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+        let dirent = (8 + name.len() as u64 + 3) & !3;
         self.need.blocks = self.need.blocks.saturating_add(blocks);
         self.need.inodes = self.need.inodes.saturating_add(inodes);
+        self.need.dirents = self.need.dirents.saturating_add(dirent);
     }
 
     /// [`Populate::add`] without the error handling: `path` is the
@@ -467,7 +493,7 @@ impl<'i> Populate<'i> {
                 return Ok(());
             }
             return Err(Ext4Error::Exists {
-                path: String::from_utf8_lossy(path).into_owned(),
+                path: std::format!("{}/{}", self.at_path, String::from_utf8_lossy(path)),
             });
         }
         let ino = match entry.kind {

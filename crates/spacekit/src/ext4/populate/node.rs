@@ -82,11 +82,7 @@ impl Image {
     ) -> Result<u32, Ext4Error> {
         let bs = self.info.block_size as usize;
         if target.is_empty() || target.len() >= bs.min(4096) || target.contains(&0) {
-            return Err(invalid(
-                "target",
-                target.len() as u64,
-                "a symlink target is 1 byte up to the block size less one (4095 at most), without NUL",
-            ));
+            return Err(invalid("target", target.len() as u64, symlink_limit(bs)));
         }
         let mode = S_IFLNK | (perm & 0o7777);
         let mut root = [0u8; ROOT_SIZE];
@@ -366,4 +362,15 @@ fn read_exactly(r: &mut dyn Read, buf: &mut [u8]) -> Result<(), Ext4Error> {
         }
     }
     Ok(())
+}
+
+/// Why a symlink target is refused on blocks of `bs` bytes: its length is
+/// 1 up to the block size less one (the kernel's limit is 4095 whatever
+/// the block size).
+fn symlink_limit(bs: usize) -> &'static str {
+    match bs {
+        1024 => "a symlink target is 1 to 1023 bytes on this image's 1 KiB blocks (the block size less one), without NUL",
+        2048 => "a symlink target is 1 to 2047 bytes on this image's 2 KiB blocks (the block size less one), without NUL",
+        _ => "a symlink target is 1 to 4095 bytes, without NUL",
+    }
 }

@@ -195,7 +195,7 @@ pub(super) fn open_at(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Opens host directory `dir` for a walk.
+/// Opens host directory `dir` for a walk (a symlink to one is followed).
 pub(super) fn open_dir(dir: &Path) -> Result<OwnedFd, Ext4Error> {
     let c = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| host_io("open", dir)(std::io::ErrorKind::InvalidInput.into()))?;
@@ -203,7 +203,7 @@ pub(super) fn open_dir(dir: &Path) -> Result<OwnedFd, Ext4Error> {
     let fd = unsafe {
         libc::open(
             c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
