@@ -509,6 +509,11 @@ fn stat(a: &PathArgs, img: Option<Image>) -> Result<(), String> {
         "Links: {}   Size: {}   Blockcount: {}",
         st.links, st.size, st.blocks
     );
+    if st.flags & 0x1000_0000 != 0 {
+        // EXT4_INLINE_DATA_FL: no extents, as debugfs shows it.
+        println!("Size of inline data: {}", st.size);
+        return Ok(());
+    }
     // One write for the whole listing (stdout is line-buffered).
     let rows: String = st.tree.iter().map(|e| format!("{e}\n")).collect();
     print!("Level Entries       Logical      Physical Length Flags\n{rows}");

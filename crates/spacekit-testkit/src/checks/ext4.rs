@@ -2,7 +2,8 @@
 //!
 //! The input picks one of the base images in `ext4_images/` (made by
 //! `tools/make-ext4-images.sh`: 1 KiB blocks with metadata_csum, 1 KiB
-//! blocks with no checksums at all, 2 KiB blocks with gdt_csum and 64bit),
+//! blocks with no checksums at all, 2 KiB blocks with gdt_csum and 64bit,
+//! 1 KiB blocks with inline_data),
 //! then edits chosen structures (superblock, descriptor table, block and
 //! inode bitmaps, used inodes, the extent and directory blocks the inodes
 //! point to, or any byte), optionally re-signs the checksums so the edits
@@ -35,10 +36,13 @@ use spacekit::testing::Validate;
 
 use super::input::Input;
 
-pub(super) const IMAGES: [(&str, &[u8]); 3] = [
+pub(super) const IMAGES: [(&str, &[u8]); 4] = [
     ("csum", include_bytes!("ext4_images/csum.sparse")),
     ("nocsum", include_bytes!("ext4_images/nocsum.sparse")),
     ("gdtcsum", include_bytes!("ext4_images/gdtcsum.sparse")),
+    // inline_data: /d, /b and /d/e/file-with-a-longer-name-7 in their
+    // inodes.
+    ("inline", include_bytes!("ext4_images/inline.sparse")),
 ];
 
 /// Expands the sparse format of `tools/sparse.py`.
@@ -585,7 +589,9 @@ const FILES: [&str; 4] = ["/a", "/b", "/d/c", "/d/e/file-with-a-longer-name-7"];
 
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
-    let base = &bases()[input.below(3) as usize];
+    // (The corpus was grown with three images; its inputs now pick among
+    // four, each still a valid input.)
+    let base = &bases()[input.below(IMAGES.len() as u64) as usize];
     let flags = input.u8();
     let edits = input.u8() % 24;
     let mut bytes = base.bytes.clone();

@@ -621,3 +621,181 @@ fn copy_in_leaves_blocks_of_zeros_as_holes() {
         );
     }
 }
+
+/// Directories stored inline (`mke2fs -O inline_data -d`): names in
+/// `i_block` and, past 56 bytes, in `system.data`. spacekit lists them and
+/// finds through them (`..` included), `rdump` copies them; a name added
+/// to one is refused (typed, nothing changed), while moving one (its `..`
+/// in `i_block`), removing an empty one and removing an inline file with
+/// an xattr block work: e2fsck-clean, and the kernel agrees.
+#[test]
+fn inline_directories_read_move_and_refuse_new_names() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("contents-inline-dir");
+    let src = dir.path("src");
+    // mke2fs -d makes a directory a block once its names pass i_block's
+    // 56 bytes; the kernel moves them into `system.data` first (d2, made
+    // below through a mount).
+    let d2: &[&str] = &["name-000001", "name-000002", "name-000003", "name-000004"];
+    let names: [(&str, &[&str]); 4] = [
+        ("d1", &["a", "b"]),
+        ("d2", d2),
+        ("d3/sub", &["x"]),
+        ("empty", &[]),
+    ];
+    for (d, files) in names.iter().filter(|(d, _)| *d != "d2") {
+        fs::create_dir_all(src.join(d)).unwrap();
+        for f in files.iter() {
+            fs::write(src.join(d).join(f), format!("{d}/{f}")).unwrap();
+        }
+    }
+    // Blocks, not inline: big, and d3 (sub's parent, which a move
+    // changes).
+    fs::create_dir_all(src.join("big")).unwrap();
+    for i in 0..200 {
+        fs::write(src.join(format!("big/f{i:03}")), b"b").unwrap();
+        if i < 10 {
+            fs::write(src.join(format!("d3/a-longer-name-{i:03}")), b"d").unwrap();
+        }
+    }
+    let path = mkfs_d(
+        &dir,
+        "inline-dir.img",
+        &["-b", "4096", "-I", "256", "-O", "^has_journal,inline_data"],
+        &src,
+        "16M",
+    );
+    let mnt = dir.path("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let rw = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&path)
+        .arg(&mnt)
+        .output();
+    if !rw.is_ok_and(|o| o.status.success()) {
+        println!("skipping: mount -o loop failed (root and loop devices needed)");
+        return;
+    }
+    fs::create_dir(mnt.join("d2")).unwrap();
+    for f in d2 {
+        fs::write(mnt.join("d2").join(f), format!("d2/{f}")).unwrap();
+    }
+    // An inline file with its xattrs in a block of their own.
+    fs::write(mnt.join("big/withblk"), b"inline").unwrap();
+    spacekit_testkit::gen_tree::set_xattr(&mnt.join("big/withblk"), "user.big", &[7u8; 700]);
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    assert_fsck_clean(&path, "inline dirs");
+    let mut img = open_ro(&path);
+    let d2_ino = img.lookup("/d2").unwrap();
+    let d2_inode = img.inode(d2_ino).unwrap();
+    assert!(
+        d2_inode.flags & 0x1000_0000 != 0 && d2_inode.size > 60,
+        "the kernel kept /d2 in i_block alone or made it a block: {} bytes",
+        d2_inode.size
+    );
+    let root = img.lookup("/").unwrap();
+    let mut inline = 0;
+    for (d, files) in names {
+        let ino = img.lookup(&format!("/{d}")).unwrap();
+        inline += usize::from(img.inode(ino).unwrap().flags & 0x1000_0000 != 0);
+        let mut got: Vec<Vec<u8>> = img
+            .read_dir(ino)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        got.sort();
+        let mut want: Vec<Vec<u8>> = [".", ".."]
+            .iter()
+            .chain(files)
+            .map(|n| n.as_bytes().to_vec())
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "/{d}");
+        for f in files {
+            let p = format!("/{d}/{f}");
+            let f_ino = img.lookup(&p).unwrap();
+            let mut buf = vec![0u8; 64];
+            let n = img.read(f_ino, 0, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &p.as_bytes()[1..], "{p}");
+        }
+        let parent = if d == "d3/sub" {
+            img.lookup("/d3").unwrap()
+        } else {
+            root
+        };
+        assert_eq!(img.lookup(&format!("/{d}/..")).unwrap(), parent, "/{d}/..");
+    }
+    assert_eq!(inline, 4, "inline directories");
+    let out = dir.path("out");
+    fs::create_dir_all(&out).unwrap();
+    img.export_tree("/", &out, spacekit::ext4::ExportOptions::default())
+        .unwrap();
+    for (d, files) in names {
+        for f in files {
+            assert_eq!(
+                fs::read(out.join(d).join(f)).unwrap(),
+                format!("{d}/{f}").as_bytes()
+            );
+        }
+    }
+    drop(img);
+
+    // A new name in an inline directory: refused, nothing changed.
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    for (i, r) in [
+        img.mkdir("/d1/new", 0o755).map(drop),
+        img.create("/d2/new", 0o644).map(drop),
+        img.rename("/big/f000", "/d1/f000"),
+        img.unlink("/d1/a"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert!(
+            matches!(
+                r,
+                Err(Ext4Error::Unsupported {
+                    feature: "inline data"
+                })
+            ),
+            "{i}: {r:?}"
+        );
+    }
+    assert!(!img.is_dirty());
+    drop(img);
+    assert!(
+        fs::read(&path).unwrap() == before,
+        "a refusal changed the image"
+    );
+
+    // Moving an inline directory, removing an empty one.
+    let mut img = open_rw(&path);
+    img.rename("/d3/sub", "/big/sub").unwrap();
+    img.rmdir("/empty").unwrap();
+    let w = img.lookup("/big/withblk").unwrap();
+    let wi = img.inode(w).unwrap();
+    assert!(wi.flags & 0x1000_0000 != 0 && wi.file_acl != 0, "{wi:?}");
+    img.unlink("/big/withblk").unwrap();
+    let big = img.lookup("/big").unwrap();
+    assert_eq!(img.lookup("/big/sub/..").unwrap(), big);
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "inline dirs after changes");
+    if let Some(_m) = Mount::new(&path, &mnt) {
+        let m = &mnt;
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            fs::metadata(m.join("big/sub/..")).unwrap().ino(),
+            u64::from(big)
+        );
+        assert_eq!(fs::read(m.join("big/sub/x")).unwrap(), b"d3/sub/x");
+        assert!(!m.join("empty").exists() && !m.join("d3/sub").exists());
+        assert!(!m.join("big/withblk").exists());
+        assert_eq!(
+            fs::read(m.join("d2/name-000004")).unwrap(),
+            b"d2/name-000004"
+        );
+    }
+}

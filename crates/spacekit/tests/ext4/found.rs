@@ -320,8 +320,10 @@ fn a_bad_descriptor_checksum_stops_every_write() {
     }
 }
 
+/// An inline directory reads; a new name in it is refused naming inline
+/// data (contents.rs checks the rest against the kernel).
 #[test]
-fn inline_data_directories_are_named_as_such() {
+fn inline_data_directories_read_and_refuse_names_as_such() {
     require_e2fsprogs!();
     let dir = TempDir::new("found-inline");
     let src = dir.path("src");
@@ -340,10 +342,20 @@ fn inline_data_directories_are_named_as_such() {
     // the walk gets to /small, which is.
     let small = small.unwrap();
     assert_eq!(img.inode(small).unwrap().flags & 0x1000_0000, 0x1000_0000);
-    match img.read_dir(small) {
+    let names: Vec<Vec<u8>> = img
+        .read_dir(small)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, [&b"."[..], b"..", b"a"]);
+    drop(img);
+    let mut img = open_rw(&path);
+    match img.create("/small/b", 0o644) {
         Err(Ext4Error::Unsupported { feature }) => assert_eq!(feature, "inline data"),
         other => panic!("{other:?}"),
     }
+    assert!(!img.is_dirty());
 }
 
 #[test]

@@ -580,7 +580,11 @@ impl Image {
     /// # Errors
     /// As [`Image::read`] for the inode.
     pub fn file(&mut self, ino: u32) -> Result<File<'_>, Ext4Error> {
-        self.root_of_file(ino)?;
+        let inode = self.inode(ino)?;
+        if !(inode.is_file() && inode.flags & INLINE_DATA_FL != 0) {
+            // (An inline file reads; its writes are refused.)
+            self.root_of_file(ino)?;
+        }
         Ok(File {
             img: self,
             ino,

@@ -511,10 +511,19 @@ impl Image {
         let mut root = [0u8; ROOT_SIZE];
         root.copy_from_slice(&inode.block);
         let has_extents = inode.flags & EXTENTS_FL != 0;
+        // The 512-byte sectors of the xattr block, counted in i_blocks.
+        let xattr_sectors = if inode.file_acl != 0 {
+            u64::from(self.info.block_size / 512)
+        } else {
+            0
+        };
         if has_extents {
             // Check the whole tree before changing anything.
             extent::extents(&root, &mut ReadStore(self), seed)?;
-        } else if inode.blocks != 0 {
+        } else if inode.flags & INLINE_DATA_FL == 0 && inode.blocks > xattr_sectors {
+            // Data in blocks mapped the old way (an inline file's bytes
+            // are in the inode and its `system.data` attribute: nothing
+            // to free but the xattr block).
             return Err(Ext4Error::Unsupported {
                 feature: "block-mapped (non-extent) files",
             });

@@ -20,6 +20,11 @@ pub(crate) struct Slot {
     pub(crate) physical: u64,
 }
 
+/// The bytes of an inline directory held in `i_block`: the parent's inode
+/// number, then 56 bytes of records (the kernel's
+/// `EXT4_MIN_INLINE_DATA_SIZE`).
+const INLINE_DIR_MIN: usize = 60;
+
 /// The components of an absolute path (empty for `/`).
 fn components(path: &str) -> Result<Vec<&[u8]>, Ext4Error> {
     if !path.starts_with('/') {
@@ -35,7 +40,46 @@ fn components(path: &str) -> Result<Vec<&[u8]>, Ext4Error> {
     Ok(out)
 }
 
+impl Slot {
+    /// Where the entries of a directory stored inline lie: no block. No
+    /// write reaches one ([`Image::check_dir_writable`] refuses inline
+    /// directories first), and a read of it fails.
+    const INLINE: Slot = Slot { physical: u64::MAX };
+}
+
 impl Image {
+    /// The entries of directory `ino` if it is stored inline (the
+    /// `inline_data` feature), `.` and `..` first, else `None`. Such a
+    /// directory keeps its parent's inode number in the first 4 bytes of
+    /// `i_block` (its `.` is implied), records in the other 56, and more
+    /// records in its `system.data` attribute once those are full.
+    fn inline_dir(&self, ino: u32) -> Result<Option<Vec<DirEntry>>, Ext4Error> {
+        let inode = self.inode(ino)?;
+        if !inode.is_dir() || inode.flags & INLINE_DATA_FL == 0 {
+            return Ok(None);
+        }
+        let bytes = self.inline_bytes(&inode)?;
+        if bytes.len() < INLINE_DIR_MIN {
+            return Err(crate::ext4::error::corrupt(
+                "i_size",
+                None,
+                inode.size,
+                "an inline directory smaller than its i_block",
+            ));
+        }
+        let dot = |inode, name: &[u8]| DirEntry {
+            inode,
+            name: name.to_vec(),
+            file_type: dir::FT_DIR,
+        };
+        let mut out = std::vec![dot(ino, b"."), dot(le32(&bytes, 0), b"..")];
+        out.extend(dir::inline_entries(&bytes[4..INLINE_DIR_MIN])?);
+        if bytes.len() > INLINE_DIR_MIN {
+            out.extend(dir::inline_entries(&bytes[INLINE_DIR_MIN..])?);
+        }
+        Ok(Some(out))
+    }
+
     /// The directory's blocks as `(logical, physical)`, leaf blocks only
     /// (the dx root and dx nodes of an htree directory left out), and
     /// whether it is an htree directory.
@@ -110,16 +154,24 @@ impl Image {
         dir_ino: u32,
         name: &[u8],
     ) -> Result<Option<(DirEntry, Slot)>, Ext4Error> {
-        let (blocks, _) = self.dir_blocks(dir_ino)?;
         let dir = self.inode(dir_ino)?;
         let fold = dir.flags & CASEFOLD_FL != 0 && name.is_ascii();
+        let matches = |e: &DirEntry| {
+            if fold {
+                e.name.is_ascii() && e.name.eq_ignore_ascii_case(name)
+            } else {
+                e.name == name
+            }
+        };
+        if let Some(all) = self.inline_dir(dir_ino)? {
+            return Ok(all.into_iter().find(matches).map(|e| (e, Slot::INLINE)));
+        }
+        let (blocks, _) = self.dir_blocks(dir_ino)?;
         let csum = self.csum();
         for (_, p) in blocks {
             let b = self.dir_block(dir_ino, dir.generation, p)?;
             let found = if fold {
-                dir::entries(&b, csum)?
-                    .into_iter()
-                    .find(|e| e.name.is_ascii() && e.name.eq_ignore_ascii_case(name))
+                dir::entries(&b, csum)?.into_iter().find(matches)
             } else {
                 dir::find(&b, csum, name)?
             };
@@ -134,10 +186,14 @@ impl Image {
     /// names hash or compare in a way spacekit does not write: casefolded
     /// (Unicode NFD + casefold, hashed folded), encrypted (names stored
     /// encrypted, hashed over the ciphertext), or on a `dirdata` file
-    /// system. Checked before any change.
+    /// system; or stored inline (`inline_data`: spacekit reads those, but
+    /// does not move one to a block when it outgrows its inode, as the
+    /// kernel does). Checked before any change.
     pub(crate) fn check_dir_writable(&self, dir_ino: u32) -> Result<(), Ext4Error> {
         let flags = self.inode(dir_ino)?.flags;
-        let feature = if flags & CASEFOLD_FL != 0 {
+        let feature = if flags & INLINE_DATA_FL != 0 {
+            "inline data"
+        } else if flags & CASEFOLD_FL != 0 {
             "casefolded directory (casefold)"
         } else if flags & ENCRYPT_FL != 0 {
             "encrypted directory (encrypt)"
@@ -223,6 +279,9 @@ impl Image {
     /// [`Ext4Error::NotADirectory`] (`path: "inode N"`); as
     /// [`Image::lookup`] for bad blocks.
     pub fn read_dir(&mut self, ino: u32) -> Result<Vec<DirEntry>, Ext4Error> {
+        if let Some(all) = self.inline_dir(ino)? {
+            return Ok(all);
+        }
         let (blocks, htree) = self.dir_blocks(ino)?;
         let generation = self.inode(ino)?.generation;
         let csum = self.csum();

@@ -355,9 +355,14 @@ impl Image {
 
     /// Points directory `ino`'s `..` at `parent`: the second record of its
     /// block 0 (a linear block, re-signed; or an htree's dx root, whose
-    /// index is re-signed).
+    /// index is re-signed), or the first 4 bytes of `i_block` of a
+    /// directory stored inline.
     fn set_dotdot(&mut self, ino: u32, parent: u32) -> Result<(), Ext4Error> {
         let inode = self.inode(ino)?;
+        if inode.flags & crate::ext4::flags::INLINE_DATA_FL != 0 {
+            // Stored inline: `..` is the first 4 bytes of `i_block`.
+            return self.write_inode_fields(ino, &[(off::BLOCK, &parent.to_le_bytes())]);
+        }
         let seed = self.seed_of(ino, inode.generation);
         let (root, _) = self.root_of(ino)?;
         let exts = extent::extents(&root, &mut crate::ext4::inode::file::ReadStore(self), seed)?;

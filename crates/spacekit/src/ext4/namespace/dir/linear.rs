@@ -120,6 +120,8 @@ pub struct Records<'a> {
     end: usize,
     /// Nothing more to yield (after the end or an error).
     done: bool,
+    /// A region of an inline directory, not a block: any length.
+    region: bool,
 }
 
 /// Iterates over the records of a linear directory block, checking each one
@@ -147,13 +149,49 @@ pub fn iter_records(block: &[u8], csum: bool) -> Records<'_> {
         offset: 0,
         end,
         done: false,
+        region: false,
     }
+}
+
+/// The live entries of a region of an inline directory (the kernel's
+/// `inline_data` feature): the 56 bytes of `i_block` after the parent's
+/// inode number, or the value of the inode's `system.data` attribute.
+/// Records are checked as in a block, and must tile the region exactly; a
+/// region has no checksum tail.
+///
+/// # Errors
+/// As [`iter_records`] for a bad record.
+pub(crate) fn inline_entries(region: &[u8]) -> Result<Vec<DirEntry>, Ext4Error> {
+    live(Records {
+        block: region,
+        offset: 0,
+        end: region.len(),
+        done: false,
+        region: true,
+    })
+}
+
+/// The live entries (inode not 0) `records` yields, in order.
+fn live(records: Records<'_>) -> Result<Vec<DirEntry>, Ext4Error> {
+    let block = records.block;
+    let mut out = Vec::new();
+    for r in records {
+        let r = r?;
+        if r.inode != 0 {
+            out.push(DirEntry {
+                inode: r.inode,
+                name: r.name(block).to_vec(),
+                file_type: r.file_type,
+            });
+        }
+    }
+    Ok(out)
 }
 
 impl Records<'_> {
     fn next_record(&mut self) -> Result<Option<Record>, Ext4Error> {
         let block = self.block;
-        if self.offset == 0 {
+        if self.offset == 0 && !self.region {
             check_block_size(block.len())?;
         }
         let off = self.offset;
@@ -263,18 +301,7 @@ pub fn records(block: &[u8], csum: bool) -> Result<Vec<Record>, Ext4Error> {
 /// # Errors
 /// As [`iter_records`].
 pub fn entries(block: &[u8], csum: bool) -> Result<Vec<DirEntry>, Ext4Error> {
-    let mut out = Vec::new();
-    for r in iter_records(block, csum) {
-        let r = r?;
-        if r.inode != 0 {
-            out.push(DirEntry {
-                inode: r.inode,
-                name: r.name(block).to_vec(),
-                file_type: r.file_type,
-            });
-        }
-    }
-    Ok(out)
+    live(iter_records(block, csum))
 }
 
 /// The live entry named `name` in a linear directory block (the kernel's

@@ -83,6 +83,7 @@ pub use htree::{
 };
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
 pub use index::{make_indexed, make_indexed_for, new_index_version, Indexed, COMPAT_DIR_INDEX};
+pub(crate) use linear::inline_entries;
 #[cfg(any(test, feature = "testing"))]
 pub use linear::records;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
