@@ -33,8 +33,9 @@
 //!   link; a directory to another parent or over an empty directory),
 //!   `set_xattr` and `remove_xattr` (`user.` names; small values that fit
 //!   in the inode and values of a quarter to three quarters of a block,
-//!   which go to the external xattr block), `chmod` of files and
-//!   directories, and `unlink` of symlinks.
+//!   which go to the external xattr block; access ACLs, which set the
+//!   mode's permission bits), `chmod` of files and directories (which
+//!   rewrites an access ACL), and `unlink` of symlinks.
 //!
 //! Children with an odd seed (about half) set a block cache budget of
 //! one block (`Image::set_cache_budget`), so write-behind sends each
@@ -179,6 +180,62 @@ fn data_bytes(bs: u64) -> Vec<u8> {
 fn blob(tag: u64, len: usize) -> Vec<u8> {
     let mut rng = SmallRng::seed_from_u64(tag);
     (0..len).map(|_| rng.random_range(b'!'..=b'~')).collect()
+}
+
+/// The access ACL, set as an attribute like the others, whose mode bits
+/// the kernel (and spacekit) keep in step with the inode's.
+const ACL: &str = "system.posix_acl_access";
+
+/// The permission bits of the ACL [`acl`]`(tag)` makes.
+fn acl_perm(tag: u64) -> u16 {
+    (tag % 0o1000) as u16
+}
+
+/// An access ACL in `setxattr(2)`'s form: the owner, a named user, the
+/// owning group, the mask and the others, from `tag`; it gives the mode
+/// [`acl_perm`]`(tag)` (the group's bits from the mask).
+fn acl(tag: u64) -> Vec<u8> {
+    let p = acl_perm(tag);
+    let none = u32::MAX;
+    let entries = [
+        (0x01u16, p >> 6 & 7, none),
+        (0x02, 6, 1000 + (tag >> 9) as u32 % 50),
+        (0x04, 5, none),
+        (0x10, p >> 3 & 7, none),
+        (0x20, p & 7, none),
+    ];
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+/// An access ACL after a chmod to `perm`, as the kernel rewrites it: the
+/// owner's, the mask's and the others' entries take the new bits.
+fn acl_chmod(value: &[u8], perm: u16) -> Vec<u8> {
+    let mut v = value.to_vec();
+    for e in v[4..].chunks_exact_mut(8) {
+        let bits = match u16::from_le_bytes([e[0], e[1]]) {
+            0x01 => perm >> 6 & 7,
+            0x10 => perm >> 3 & 7,
+            0x20 => perm & 7,
+            _ => continue,
+        };
+        e[2..4].copy_from_slice(&bits.to_le_bytes());
+    }
+    v
+}
+
+/// The value a set of attribute `name` with `tag` and `len` writes.
+fn value_of(name: &str, tag: u64, len: usize) -> Vec<u8> {
+    if name == ACL {
+        acl(tag)
+    } else {
+        blob(tag, len)
+    }
 }
 
 /// One image configuration: mkfs.ext4 arguments.
@@ -545,6 +602,7 @@ impl Op {
                 (_, Some(_)) => "rename (over an existing name)",
                 _ => "rename (to a free name)",
             },
+            Op::SetXattr { name, .. } if name == ACL => "set_xattr (access ACL, and the mode)",
             Op::SetXattr { len, .. } if *len > 64 => "set_xattr (block-sized value)",
             Op::SetXattr { .. } => "set_xattr (small value)",
             Op::RemoveXattr { .. } => "remove_xattr",
@@ -934,9 +992,14 @@ fn namespace_op(
                 let b = bs.min(4096) as usize;
                 rng.random_range(b / 4..=b * 3 / 4)
             };
+            let name = if rng.random_bool(0.2) {
+                ACL
+            } else {
+                choose(rng, XATTR_NAMES)?
+            };
             Op::SetXattr {
                 path,
-                name: choose(rng, XATTR_NAMES)?.to_owned(),
+                name: name.to_owned(),
                 len,
                 tag: rng.random(),
             }
@@ -1032,7 +1095,7 @@ fn run_op(img: &mut Image, op: &Op) -> Result<bool, Ext4Error> {
             tag,
         } => {
             let ino = img.lookup(path)?;
-            img.set_xattr(ino, name, &blob(*tag, *len))
+            img.set_xattr(ino, name, &value_of(name, *tag, *len))
         }
         Op::RemoveXattr { path, name } => {
             let ino = img.lookup(path)?;
@@ -1481,7 +1544,11 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
             let n = s
                 .node_mut(path)
                 .ok_or_else(|| format!("setxattr {path}: not in the model"))?;
-            n.xattrs.insert(name.clone(), blob(*tag, *len));
+            n.xattrs.insert(name.clone(), value_of(name, *tag, *len));
+            if name == ACL {
+                // The mode's permission bits follow an access ACL.
+                n.mode = (n.mode & !0o777) | acl_perm(*tag);
+            }
         }
         Op::RemoveXattr { path, name } => {
             let n = s
@@ -1496,6 +1563,10 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
                 .node_mut(path)
                 .ok_or_else(|| format!("chmod {path}: not in the model"))?;
             n.mode = (n.mode & S_IFMT) | (mode & 0o7777);
+            // And an access ACL follows the mode.
+            if let Some(v) = n.xattrs.get_mut(ACL) {
+                *v = acl_chmod(v, mode & 0o777);
+            }
         }
     }
     s.relink();

@@ -504,6 +504,28 @@ fn the_kernel_and_spacekit_read_each_others_attributes() {
     }
 }
 
+/// The permission bits an access ACL gives (the group's from the mask),
+/// and whether it has only the three base entries, worked out here from
+/// the entries as the kernel's `posix_acl_equiv_mode` does.
+fn acl_bits(value: &[u8]) -> (u16, bool) {
+    let mut bits = 0u16;
+    let mut base_only = true;
+    for e in value[4..].chunks_exact(8) {
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        match u16::from_le_bytes([e[0], e[1]]) {
+            ACL_USER_OBJ => bits |= perm << 6,
+            ACL_GROUP_OBJ => bits |= perm << 3,
+            ACL_MASK => {
+                bits = (bits & !0o70) | perm << 3;
+                base_only = false;
+            }
+            ACL_OTHER => bits |= perm,
+            _ => base_only = false,
+        }
+    }
+    (bits, base_only)
+}
+
 /// Valid ACLs for the random sequence.
 fn some_acl(rng: &mut Rng) -> Vec<u8> {
     match rng.below(3) {
@@ -567,6 +589,18 @@ fn random_sequence_matches_a_model() {
                         rng.bytes(len as usize)
                     };
                     match img.set_xattr(ino, name, &value) {
+                        Ok(()) if name == "system.posix_acl_access" => {
+                            // As the kernel sets it: the mode follows,
+                            // and the three base entries alone are no ACL.
+                            let (bits, base_only) = acl_bits(&value);
+                            let mode = img.inode(ino).unwrap().mode & 0o777;
+                            assert_eq!(mode, bits, "{what}: step {step}: mode");
+                            if base_only {
+                                model.remove(name);
+                            } else {
+                                model.insert(name.into(), value);
+                            }
+                        }
                         Ok(()) => {
                             model.insert(name.into(), value);
                         }
@@ -850,4 +884,87 @@ fn values_in_inodes_of_their_own_are_refused() {
     assert!(unsupported(img.set_xattr(f, "user.small", b"s")));
     assert!(unsupported(img.unlink("/f")));
     assert!(!img.is_dirty());
+}
+
+/// An access ACL and the mode move together, as the kernel moves them:
+/// setting an ACL sets the permission bits (the group's from the mask),
+/// one of the three base entries alone is not kept, and a chmod rewrites
+/// the ACL's base entries. The kernel does each to one file and spacekit
+/// to another; the kernel then reads both alike (mode, `getfattr`).
+#[test]
+fn an_access_acl_and_the_mode_follow_each_other_as_in_the_kernel() {
+    require_e2fsprogs!();
+    if Command::new("getfattr").arg("--version").output().is_err() {
+        println!("skipping: getfattr / setfattr not installed (package attr)");
+        return;
+    }
+    let dir = TempDir::new("xattr-acl-mode");
+    let path = mkfs(&dir, &K4);
+    let mnt = dir.path("mnt");
+    let full = access_acl();
+    let base = default_acl();
+    // The kernel's side: k1 gets the full ACL then chmod 0751; k2 the
+    // base entries alone, over a file that had the full ACL.
+    if !mount(&path, &mnt, false) {
+        return;
+    }
+    for f in ["k1", "k2"] {
+        fs::write(mnt.join(f), b"x").unwrap();
+        let p = mnt.join(f);
+        let p = p.to_str().unwrap();
+        run("chmod", &["0604", p]);
+        run(
+            "setfattr",
+            &["-n", "system.posix_acl_access", "-v", &hex(&full), p],
+        );
+    }
+    run("chmod", &["0751", mnt.join("k1").to_str().unwrap()]);
+    let k2 = mnt.join("k2");
+    run(
+        "setfattr",
+        &[
+            "-n",
+            "system.posix_acl_access",
+            "-v",
+            &hex(&base),
+            k2.to_str().unwrap(),
+        ],
+    );
+    umount(&mnt);
+    // spacekit's side, the same steps.
+    let mut img = open_rw(&path);
+    for f in ["/s1", "/s2"] {
+        let ino = img.create(f, 0o604).unwrap();
+        img.set_xattr(ino, "system.posix_acl_access", &full)
+            .unwrap();
+        assert_eq!(
+            img.inode(ino).unwrap().mode & 0o777,
+            0o664,
+            "{f}: mask gives group"
+        );
+    }
+    let s1 = img.lookup("/s1").unwrap();
+    img.chmod(s1, 0o751).unwrap();
+    let s2 = img.lookup("/s2").unwrap();
+    img.set_xattr(s2, "system.posix_acl_access", &base).unwrap();
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "acl-mode");
+    assert!(mount(&path, &mnt, true), "mounted once already");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |f: &str| fs::metadata(mnt.join(f)).unwrap().permissions().mode() & 0o7777;
+    let read = [("k1", "s1"), ("k2", "s2")].map(|(k, s)| {
+        (
+            (mode(k), getfattr(&mnt.join(k))),
+            (mode(s), getfattr(&mnt.join(s))),
+        )
+    });
+    umount(&mnt);
+    for (kernel, spacekit) in &read {
+        assert_eq!(spacekit, kernel, "spacekit against the kernel");
+    }
+    assert_eq!(read[0].0 .0, 0o751, "chmod");
+    assert!(read[0].0 .1.contains_key("system.posix_acl_access"));
+    assert_eq!(read[1].0 .0, 0o755, "the base entries' bits");
+    assert!(!read[1].0 .1.contains_key("system.posix_acl_access"));
 }

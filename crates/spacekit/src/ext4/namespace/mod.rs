@@ -429,7 +429,8 @@ impl Image {
     }
 
     /// Sets inode `ino`'s permission bits to `mode & 0o7777` (the type
-    /// stays); ctime now.
+    /// stays); ctime now. An access ACL's owner, mask (or group) and other
+    /// entries take the new bits, as the kernel's chmod rewrites them.
     ///
     /// # Errors
     /// [`Ext4Error::ReadOnly`]; as [`Image::inode`].
@@ -439,6 +440,7 @@ impl Image {
             let old = img.inode(ino)?.mode;
             let m = ((old & S_IFMT) | (mode & 0o7777)).to_le_bytes();
             img.write_inode_fields(ino, &[(off::MODE, &m)])?;
+            img.acl_follow_mode(ino, mode & 0o777)?;
             img.touch(ino, false)
         })
     }

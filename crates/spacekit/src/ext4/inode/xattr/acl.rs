@@ -145,6 +145,59 @@ pub(crate) fn from_disk(disk: &[u8]) -> Result<Vec<u8>, Ext4Error> {
     Ok(out)
 }
 
+/// The permission bits an access ACL in the xattr form gives its file,
+/// as the kernel sets them when the ACL is set (`posix_acl_update_mode`):
+/// the owner's from `USER_OBJ`, the group's from `MASK` (from `GROUP_OBJ`
+/// when there is no mask), the others' from `OTHER`; and whether the ACL
+/// says no more than those bits (its three base entries only), so that
+/// the kernel keeps no ACL at all (`posix_acl_equiv_mode`). `None` when an
+/// entry is missing or the value does not parse.
+pub(crate) fn access_mode(value: &[u8]) -> Option<(u16, bool)> {
+    let body = value.strip_prefix(&XATTR_VERSION.to_le_bytes())?;
+    if !body.len().is_multiple_of(8) {
+        return None;
+    }
+    let (mut owner, mut group, mut mask, mut other) = (None, None, None, None);
+    let mut named = false;
+    for e in body.chunks_exact(8) {
+        let perm = le16(e, 2) & 7;
+        match le16(e, 0) {
+            USER_OBJ => owner = Some(perm),
+            GROUP_OBJ => group = Some(perm),
+            MASK => mask = Some(perm),
+            OTHER => other = Some(perm),
+            _ => named = true,
+        }
+    }
+    let bits = owner? << 6 | mask.or(group)? << 3 | other?;
+    Some((bits, !named && mask.is_none()))
+}
+
+/// An access ACL in the xattr form with its base entries set from
+/// permission bits `perm`, as the kernel rewrites it on `chmod`
+/// (`posix_acl_chmod`): `USER_OBJ` from the owner's bits, `MASK` (or
+/// `GROUP_OBJ` when there is no mask) from the group's, `OTHER` from the
+/// others'. Named entries keep theirs.
+pub(crate) fn with_mode(value: &[u8], perm: u16) -> Vec<u8> {
+    let mut out = value.to_vec();
+    let has_mask = value
+        .get(4..)
+        .unwrap_or_default()
+        .chunks_exact(8)
+        .any(|e| le16(e, 0) == MASK);
+    for e in out.get_mut(4..).unwrap_or_default().chunks_exact_mut(8) {
+        let bits = match le16(e, 0) {
+            USER_OBJ => perm >> 6 & 7,
+            MASK => perm >> 3 & 7,
+            GROUP_OBJ if !has_mask => perm >> 3 & 7,
+            OTHER => perm & 7,
+            _ => continue,
+        };
+        e[2..4].copy_from_slice(&bits.to_le_bytes());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +233,47 @@ mod tests {
         let d = to_disk(&full).unwrap();
         assert_eq!(d.len(), 4 + 4 * 4 + 3 * 8);
         assert_eq!(from_disk(&d).unwrap(), full);
+    }
+
+    /// The mode an ACL gives, whether it says more than the mode, and
+    /// chmod's rewrite of it (the kernel's `posix_acl_update_mode` and
+    /// `posix_acl_chmod`).
+    #[test]
+    fn the_mode_an_acl_gives_and_chmod_gives_it() {
+        let minimal = xattr(&[(USER_OBJ, 7, U), (GROUP_OBJ, 5, U), (OTHER, 4, U)]);
+        assert_eq!(access_mode(&minimal), Some((0o754, true)));
+        let full = xattr(&[
+            (USER_OBJ, 6, U),
+            (USER, 7, 1000),
+            (GROUP_OBJ, 4, U),
+            (MASK, 7, U),
+            (OTHER, 0, U),
+        ]);
+        // The group's bits are the mask's.
+        assert_eq!(access_mode(&full), Some((0o670, false)));
+        assert_eq!(
+            access_mode(&xattr(&[(USER_OBJ, 7, U), (OTHER, 4, U)])),
+            None
+        );
+        assert_eq!(access_mode(b"\x01\0\0\0"), None);
+
+        let c = with_mode(&full, 0o751);
+        assert_eq!(access_mode(&c), Some((0o751, false)));
+        // The named user and the owning group keep theirs.
+        assert_eq!(
+            c,
+            xattr(&[
+                (USER_OBJ, 7, U),
+                (USER, 7, 1000),
+                (GROUP_OBJ, 4, U),
+                (MASK, 5, U),
+                (OTHER, 1, U),
+            ])
+        );
+        assert_eq!(
+            access_mode(&with_mode(&minimal, 0o640)),
+            Some((0o640, true))
+        );
     }
 
     #[test]

@@ -45,6 +45,8 @@
 mod acl;
 mod format;
 
+pub(crate) use acl::access_mode;
+
 use std::string::String;
 use std::vec::Vec;
 
@@ -174,8 +176,11 @@ impl Image {
     /// inode's xattr block (allocated when the inode has none, copied when
     /// other inodes share it); see the module documentation. A POSIX ACL
     /// (`system.posix_acl_access`, `system.posix_acl_default`) is given in
-    /// the form `setxattr(2)` takes. The inode's ctime becomes now (unless
-    /// the value was already the same: nothing changes then).
+    /// the form `setxattr(2)` takes, and, as the kernel sets one, an access
+    /// ACL sets the permission bits of the mode (the group's from its
+    /// mask), and one that says no more than the mode is not kept (an
+    /// access ACL stored before is removed). The inode's ctime becomes now
+    /// (unless nothing changed).
     ///
     /// # Errors
     /// [`Ext4Error::ReadOnly`]; as [`Image::get_xattr`];
@@ -235,6 +240,27 @@ impl Image {
                 "user. attributes belong to regular files and directories",
             ));
         }
+        if index == INDEX_ACL_ACCESS {
+            // As the kernel sets an access ACL: the mode's permission bits
+            // follow it, and one that says no more than them is not kept.
+            if let Some((perm, equivalent)) = acl::access_mode(value) {
+                let old = found.inode.mode;
+                let mode = (old & !0o777) | perm;
+                if mode != old {
+                    self.write_inode_fields(ino, &[(off::MODE, &mode.to_le_bytes())])?;
+                }
+                if equivalent {
+                    if found.value(index, suffix).is_some() {
+                        return self.remove_xattr_op(ino, name);
+                    }
+                    return if mode != old {
+                        self.touch(ino, false)
+                    } else {
+                        Ok(())
+                    };
+                }
+            }
+        }
         if found.value(index, suffix) == Some(&stored[..]) {
             return Ok(());
         }
@@ -272,6 +298,21 @@ impl Image {
         self.store_xattrs(ino, &found, &ibody, block)?;
         self.note_ext_attr();
         self.touch(ino, false)
+    }
+
+    /// After a chmod to permission bits `perm`: an access ACL's base
+    /// entries take them, as the kernel's `posix_acl_chmod` rewrites them
+    /// (the named users and groups keep theirs). Nothing without an ACL.
+    pub(crate) fn acl_follow_mode(&mut self, ino: u32, perm: u16) -> Result<(), Ext4Error> {
+        const NAME: &str = "system.posix_acl_access";
+        let Some(old) = self.get_xattr(ino, NAME)? else {
+            return Ok(());
+        };
+        let new = acl::with_mode(&old, perm);
+        if new != old {
+            self.set_xattr_op(ino, NAME, &new)?;
+        }
+        Ok(())
     }
 
     /// [`Image::remove_xattr`], inside its undo.

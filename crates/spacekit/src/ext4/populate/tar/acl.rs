@@ -86,28 +86,10 @@ pub(super) fn acl_xattr(text: &[u8]) -> Result<Vec<u8>, &'static str> {
 }
 
 /// The permission bits an access ACL value (as [`acl_xattr`] makes it)
-/// gives the file, as the kernel sets them when the ACL is set: the
-/// owner's from `user::`, the group's from `mask::` (from `group::` when
-/// there is no mask), the others' from `other::`. `None` when an entry is
-/// missing or the value does not parse.
+/// gives the file, as the kernel sets them when the ACL is set; `None`
+/// when an entry is missing or the value does not parse.
 pub(super) fn acl_mode(value: &[u8]) -> Option<u16> {
-    let body = value.strip_prefix(&2u32.to_le_bytes())?;
-    if body.len() % 8 != 0 {
-        return None;
-    }
-    let (mut owner, mut group, mut mask, mut other) = (None, None, None, None);
-    for e in body.chunks_exact(8) {
-        let tag = u16::from_le_bytes([e[0], e[1]]);
-        let perm = u16::from_le_bytes([e[2], e[3]]) & 7;
-        match tag {
-            ACL_USER_OBJ => owner = Some(perm),
-            ACL_GROUP_OBJ => group = Some(perm),
-            ACL_MASK => mask = Some(perm),
-            ACL_OTHER => other = Some(perm),
-            _ => {}
-        }
-    }
-    Some(owner? << 6 | mask.or(group)? << 3 | other?)
+    crate::ext4::inode::xattr::access_mode(value).map(|(bits, _)| bits)
 }
 
 /// The number of user or group `name` in `db` (`/etc/passwd` or
