@@ -260,17 +260,36 @@ fn human(v: &Value, path: &str) -> String {
 }
 
 /// `SECONDS[.NANOS]`.
+/// A negative time counts back from the epoch, fraction included, as GNU
+/// `touch -d @-1.25` does: `-1.25` is 1.25 s before, stored as seconds
+/// -2 and 750,000,000 nanoseconds (the fraction of an inode's time always
+/// counts forward).
 fn parse_time(s: &str) -> Result<Timestamp, String> {
+    let bad = || format!("--time: {s:?} is not SECONDS[.NANOS]");
     let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
-    let nanos = if frac.is_empty() {
-        Ok(0)
-    } else {
-        format!("{frac:0<9}").get(..9).unwrap_or("").parse()
-    };
-    match (secs.parse(), nanos) {
-        (Ok(secs), Ok(nanos)) => Ok(Timestamp { secs, nanos }),
-        _ => Err(format!("--time: {s:?} is not SECONDS[.NANOS]")),
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
     }
+    let nanos: u32 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<9}")
+            .get(..9)
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| bad())?
+    };
+    let secs: i64 = secs.parse().map_err(|_| bad())?;
+    if secs < 0 || (secs == 0 && s.starts_with('-')) {
+        if nanos == 0 {
+            return Ok(Timestamp { secs, nanos });
+        }
+        return Ok(Timestamp {
+            secs: secs.checked_sub(1).ok_or_else(bad)?,
+            nanos: 1_000_000_000 - nanos,
+        });
+    }
+    Ok(Timestamp { secs, nanos })
 }
 
 fn xattr(a: &XattrArgs) -> Result<(), String> {
@@ -343,4 +362,31 @@ fn hex(v: &[u8]) -> String {
         s.push_str(&format!("{b:02x}"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    /// Times before 1970 count back, their fraction too, as GNU touch
+    /// reads `@-1.25`; a fraction is digits only.
+    #[test]
+    fn negative_times_count_their_fraction_back() {
+        for (s, secs, nanos) in [
+            ("5.5", 5, 500_000_000),
+            ("-3", -3, 0),
+            ("-0.5", -1, 500_000_000),
+            ("-1.25", -2, 750_000_000),
+            ("-1000000000.999999999", -1_000_000_001, 1),
+            ("-2.000000000", -2, 0),
+            ("0.000000001", 0, 1),
+            ("1.", 1, 0),
+        ] {
+            let t = parse_time(s).unwrap();
+            assert_eq!((t.secs, t.nanos), (secs, nanos), "{s}");
+        }
+        for s in ["1.+5", "1.5.5", "x", "-", ".5x"] {
+            assert!(parse_time(s).is_err(), "{s}");
+        }
+    }
 }
