@@ -1264,7 +1264,9 @@ enum spacekit_status spacekit_ext4_chmod(struct spacekit_ext4 *img, uint32_t ino
 enum spacekit_status spacekit_ext4_chown(struct spacekit_ext4 *img, uint32_t ino, uint32_t uid, uint32_t gid);
 
 // Sets extended attribute `name` (`user.…`, `security.…`, …) of inode
-// `ino` to `len` bytes at `value` (POSIX ACLs in `getxattr(2)`'s format).
+// `ino` to `len` bytes at `value` (POSIX ACLs in `getxattr(2)`'s format;
+// as the kernel sets one, an access ACL sets the mode's permission bits,
+// and one of the three base entries alone is not kept).
 //
 // Errors: `SPACEKIT_ERROR_INVALID_ARGUMENT` (a bad name or ACL),
 // `SPACEKIT_ERROR_NAME_TOO_LONG`, `SPACEKIT_ERROR_NO_SPACE`,

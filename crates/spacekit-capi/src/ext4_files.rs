@@ -282,7 +282,9 @@ pub unsafe extern "C" fn spacekit_ext4_chown(
 }
 
 /// Sets extended attribute `name` (`user.…`, `security.…`, …) of inode
-/// `ino` to `len` bytes at `value` (POSIX ACLs in `getxattr(2)`'s format).
+/// `ino` to `len` bytes at `value` (POSIX ACLs in `getxattr(2)`'s format;
+/// as the kernel sets one, an access ACL sets the mode's permission bits,
+/// and one of the three base entries alone is not kept).
 ///
 /// Errors: `SPACEKIT_ERROR_INVALID_ARGUMENT` (a bad name or ACL),
 /// `SPACEKIT_ERROR_NAME_TOO_LONG`, `SPACEKIT_ERROR_NO_SPACE`,

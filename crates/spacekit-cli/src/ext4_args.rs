@@ -43,7 +43,7 @@ pub(crate) fn source_date_epoch() -> Result<Option<i64>, String> {
         Some(v) if v.is_empty() => Ok(None),
         Some(v) => v
             .to_str()
-            .and_then(|s| s.parse::<i64>().ok())
+            .and_then(|s| s.trim().parse::<i64>().ok())
             .map(Some)
             .ok_or_else(|| {
                 format!(

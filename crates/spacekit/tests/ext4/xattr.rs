@@ -947,6 +947,12 @@ fn an_access_acl_and_the_mode_follow_each_other_as_in_the_kernel() {
     img.chmod(s1, 0o751).unwrap();
     let s2 = img.lookup("/s2").unwrap();
     img.set_xattr(s2, "system.posix_acl_access", &base).unwrap();
+    // A symlink has no ACL (the kernel: EOPNOTSUPP).
+    let l = img.symlink("/l", b"s1").unwrap();
+    assert!(matches!(
+        img.set_xattr(l, "system.posix_acl_access", &full),
+        Err(Ext4Error::InvalidArgument { .. })
+    ));
     img.flush().unwrap();
     drop(img);
     assert_fsck_clean(&path, "acl-mode");

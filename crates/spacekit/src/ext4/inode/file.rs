@@ -87,9 +87,11 @@ impl ExtentStore for ReadStore<'_> {
 pub(crate) fn now() -> u32 {
     if let Some(t) = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok())
     {
-        return t;
+        // What 32 bits of seconds hold (the epoch bits are not written
+        // here): a value past them is clamped, never ignored.
+        return t.clamp(0, i64::from(u32::MAX)) as u32;
     }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

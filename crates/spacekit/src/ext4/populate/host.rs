@@ -439,7 +439,9 @@ impl Walker<'_> {
             rel.extend_from_slice(name.name.as_bytes());
             let path = || dir.join(std::ffi::OsStr::from_bytes(name.name.as_bytes()));
             let (st, opened) = stat_entry(&fd, &name, &path)?;
-            if self.image == Some((st.st_dev, st.st_ino)) {
+            if st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && self.image == Some((st.st_dev, st.st_ino))
+            {
                 return Err(Ext4Error::BadSource {
                     entry: path().display().to_string(),
                     reason: "it is the image being populated (move it out of the tree)".into(),

@@ -45,6 +45,7 @@
 mod acl;
 mod format;
 
+#[cfg(feature = "tar")]
 pub(crate) use acl::access_mode;
 
 use std::string::String;
@@ -240,6 +241,13 @@ impl Image {
                 "user. attributes belong to regular files and directories",
             ));
         }
+        if matches!(index, INDEX_ACL_ACCESS | INDEX_ACL_DEFAULT)
+            && found.inode.file_type() == 0xA000
+        {
+            // The kernel: EOPNOTSUPP (symlinks have no ACL operations).
+            return Err(invalid("ino", ino.into(), "a symlink has no ACL"));
+        }
+        let mut mode_changed = false;
         if index == INDEX_ACL_ACCESS {
             // As the kernel sets an access ACL: the mode's permission bits
             // follow it, and one that says no more than them is not kept.
@@ -248,12 +256,13 @@ impl Image {
                 let mode = (old & !0o777) | perm;
                 if mode != old {
                     self.write_inode_fields(ino, &[(off::MODE, &mode.to_le_bytes())])?;
+                    mode_changed = true;
                 }
                 if equivalent {
                     if found.value(index, suffix).is_some() {
                         return self.remove_xattr_op(ino, name);
                     }
-                    return if mode != old {
+                    return if mode_changed {
                         self.touch(ino, false)
                     } else {
                         Ok(())
@@ -262,7 +271,11 @@ impl Image {
             }
         }
         if found.value(index, suffix) == Some(&stored[..]) {
-            return Ok(());
+            return if mode_changed {
+                self.touch(ino, false)
+            } else {
+                Ok(())
+            };
         }
         let mut ibody = found.ibody.clone();
         let at = ibody.iter().position(|a| a.is(index, suffix));

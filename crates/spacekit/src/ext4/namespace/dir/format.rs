@@ -14,7 +14,6 @@ pub const FT_UNKNOWN: u8 = 0;
 /// `file_type` of a regular file (`EXT4_FT_REG_FILE`).
 pub const FT_REG_FILE: u8 = 1;
 /// `file_type` of a directory (`EXT4_FT_DIR`).
-#[cfg(any(test, feature = "testing"))]
 pub const FT_DIR: u8 = 2;
 /// `file_type` of a symbolic link (`EXT4_FT_SYMLINK`).
 #[cfg(any(test, feature = "testing"))]

@@ -42,6 +42,7 @@ pub struct LeafSplit {
 /// # Errors
 /// As [`entries`] for a bad block; [`Ext4Error::InvalidArgument`]
 /// (`"entries"`) for a leaf with fewer than two entries (nothing to split).
+#[cfg(any(test, feature = "testing"))]
 pub fn split_leaf(leaf: &[u8], hasher: &DxHash, seed: Option<u32>) -> Result<LeafSplit, Ext4Error> {
     split_entries(
         entries(leaf, seed.is_some())?,

@@ -98,6 +98,7 @@ impl Indexed {
 /// `"entries"` for fewer than two entries after `..`);
 /// [`Ext4Error::Corrupt`] (`"rec_len"`) when the block does not start with
 /// `.` and `..`, and as [`iter_records`] for a bad block.
+#[cfg(any(test, feature = "testing"))]
 pub fn make_indexed(
     block0: &[u8],
     hash_version: u8,

@@ -63,15 +63,16 @@ mod tail;
 // The module's interface, kept in the files below by concern. Without
 // `testing` the module is private and the crate uses only some of it.
 #[cfg(any(test, feature = "testing"))]
-pub use format::{FLAGS_SIGNED_HASH, FT_DIR, FT_SYMLINK};
+pub use format::{FLAGS_SIGNED_HASH, FT_SYMLINK};
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
 pub use format::{
-    FLAGS_UNSIGNED_HASH, FT_DIR_CSUM, FT_REG_FILE, FT_UNKNOWN, INDEX_FL, MAX_NAME_LEN, TAIL_LEN,
+    FLAGS_UNSIGNED_HASH, FT_DIR, FT_DIR_CSUM, FT_REG_FILE, FT_UNKNOWN, INDEX_FL, MAX_NAME_LEN,
+    TAIL_LEN,
 };
+#[cfg(any(test, feature = "testing"))]
+pub use grow::split_leaf;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
-pub use grow::{
-    dx_insert, dx_node, dx_rewrite, dx_set_levels, split_leaf, split_leaf_for, LeafSplit,
-};
+pub use grow::{dx_insert, dx_node, dx_rewrite, dx_set_levels, split_leaf_for, LeafSplit};
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
 pub use hash::{DxHash, HashAlg};
 #[cfg(any(test, feature = "testing"))]
@@ -81,8 +82,10 @@ pub use htree::{
     dx_checksum, dx_limit, dx_path, parse_dx_node, parse_dx_root, stored_dx_checksum, verify_dx,
     DxEntry, DxLevel, DxNode, DxPath, DxRoot,
 };
+#[cfg(any(test, feature = "testing"))]
+pub use index::make_indexed;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
-pub use index::{make_indexed, make_indexed_for, new_index_version, Indexed, COMPAT_DIR_INDEX};
+pub use index::{make_indexed_for, new_index_version, Indexed, COMPAT_DIR_INDEX};
 pub(crate) use linear::inline_entries;
 #[cfg(any(test, feature = "testing"))]
 pub use linear::records;
