@@ -14,8 +14,8 @@ use crate::ext4::inode::extent;
 use crate::ext4::inode::file::ReadStore;
 
 impl Image {
-    /// Copies host file `src` into regular file `ino` from byte 0, as `cp`
-    /// does: only the host's data ranges (`SEEK_DATA`/`SEEK_HOLE`; the
+    /// Copies host file `src` into new (or empty) regular file `ino` from
+    /// byte 0, as `cp` does: only the host's data ranges (`SEEK_DATA`/`SEEK_HOLE`; the
     /// whole file where the host file system cannot say) are copied, so
     /// the host's holes stay holes, and the size becomes the host file's
     /// length (a trailing hole included) if that is larger. On an image
@@ -94,8 +94,15 @@ impl Image {
     /// Writes `data` at byte `off` of file `ino`, leaving out every block
     /// of the image that it fills with zeros (so they stay holes, as
     /// `mke2fs -d` leaves them; a block it fills only in part is written
-    /// if those bytes are not all zeros). Returns the bytes written.
-    fn write_nonzero(&mut self, ino: u32, off: u64, data: &[u8]) -> Result<u64, Ext4Error> {
+    /// if those bytes are not all zeros). Meant for a new file or bytes
+    /// past its end, where a block left out reads as zeros; elsewhere it
+    /// would keep what it held. Returns the bytes written.
+    pub(crate) fn write_nonzero(
+        &mut self,
+        ino: u32,
+        off: u64,
+        data: &[u8],
+    ) -> Result<u64, Ext4Error> {
         let bs = u64::from(self.info.block_size);
         let mut written = 0;
         // The pieces `data` makes of the image's blocks: [at, to) in `data`.

@@ -11,7 +11,6 @@ use std::vec::Vec;
 use crate::ext4::error::{invalid, io as io_err, Ext4Error};
 use crate::ext4::flags::S_IFMT;
 use crate::ext4::image::Image;
-use crate::ext4::inode::data::nonzero_runs;
 use crate::ext4::inode::extent::{self, ROOT_SIZE};
 use crate::ext4::inode::off;
 use crate::ext4::layout::{self, le16};
@@ -176,29 +175,17 @@ impl Image {
             }
         }
         self.range_end(0, size)?;
-        let bs = u64::from(self.info.block_size);
         let longest = pieces.iter().map(|p| p.1).max().unwrap_or(0);
         let mut buf = std::vec![0u8; (longest.min(PIECE as u64)) as usize];
         for &(off, len) in pieces {
             let stop = off + len;
             let mut at = off;
             while at < stop {
-                // Up to the next block boundary first, then whole blocks:
-                // blocks of zeros are skipped (a fresh file's unwritten
-                // bytes read as zeros).
-                let to_boundary = (bs - at % bs) % bs;
-                let want = if to_boundary != 0 {
-                    to_boundary
-                } else {
-                    PIECE as u64
-                };
-                let n = (stop - at).min(want) as usize;
+                let n = (stop - at).min(PIECE as u64) as usize;
                 read_exactly(reader, &mut buf[..n])?;
-                if at % bs == 0 {
-                    self.write_sparse(ino, at, &buf[..n])?;
-                } else if buf[..n].iter().any(|&b| b != 0) {
-                    self.write(ino, at, &buf[..n])?;
-                }
+                // Blocks of zeros are skipped: a fresh file's unwritten
+                // bytes read as zeros.
+                self.write_nonzero(ino, at, &buf[..n])?;
                 at += n as u64;
             }
         }
@@ -206,23 +193,12 @@ impl Image {
         Ok(size)
     }
 
-    /// Writes `b` into new regular file `ino`; returns its size in bytes.
+    /// Writes `b` into new regular file `ino` (blocks of zeros left as
+    /// holes, as `mke2fs -d` leaves them); returns its size in bytes.
     fn pop_bytes(&mut self, ino: u32, b: &[u8]) -> Result<u64, Ext4Error> {
-        self.write_sparse(ino, 0, b)?;
+        self.write_nonzero(ino, 0, b)?;
         self.grow_to(ino, b.len() as u64)?;
         Ok(b.len() as u64)
-    }
-
-    /// Writes `data` at `offset` (a multiple of the block size) into file
-    /// `ino`, the blocks that are all zeros left as holes (as `mke2fs -d`
-    /// does): one [`Image::write`] per run of other blocks.
-    fn write_sparse(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<(), Ext4Error> {
-        let bs = u64::from(self.info.block_size);
-        for (a, b) in nonzero_runs(data, bs as usize) {
-            let (s, e) = ((a * bs) as usize, ((b * bs) as usize).min(data.len()));
-            self.write(ino, offset + s as u64, &data[s..e])?;
-        }
-        Ok(())
     }
 
     /// Makes file `ino` `size` bytes long when it is shorter (a trailing
