@@ -259,37 +259,11 @@ fn human(v: &Value, path: &str) -> String {
     format!("{}: {path}: {}", text(&v["image"]), words.join(", "))
 }
 
-/// `SECONDS[.NANOS]`.
-/// A negative time counts back from the epoch, fraction included, as GNU
-/// `touch -d @-1.25` does: `-1.25` is 1.25 s before, stored as seconds
-/// -2 and 750,000,000 nanoseconds (the fraction of an inode's time always
-/// counts forward).
+/// `SECONDS[.NANOS]`; a negative time counts back from the epoch,
+/// fraction included, as GNU `touch -d @-1.25` does.
 fn parse_time(s: &str) -> Result<Timestamp, String> {
-    let bad = || format!("--time: {s:?} is not SECONDS[.NANOS]");
-    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let nanos: u32 = if frac.is_empty() {
-        0
-    } else {
-        format!("{frac:0<9}")
-            .get(..9)
-            .unwrap_or("")
-            .parse()
-            .map_err(|_| bad())?
-    };
-    let secs: i64 = secs.parse().map_err(|_| bad())?;
-    if secs < 0 || (secs == 0 && s.starts_with('-')) {
-        if nanos == 0 {
-            return Ok(Timestamp { secs, nanos });
-        }
-        return Ok(Timestamp {
-            secs: secs.checked_sub(1).ok_or_else(bad)?,
-            nanos: 1_000_000_000 - nanos,
-        });
-    }
-    Ok(Timestamp { secs, nanos })
+    Timestamp::parse_decimal(s.as_bytes())
+        .ok_or_else(|| format!("--time: {s:?} is not SECONDS[.NANOS]"))
 }
 
 fn xattr(a: &XattrArgs) -> Result<(), String> {

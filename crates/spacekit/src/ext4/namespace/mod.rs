@@ -78,6 +78,45 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
+impl Timestamp {
+    /// Decimal seconds with an optional fraction, maybe negative, as PAX
+    /// records and `touch -d @SECONDS` write them: a time before the epoch
+    /// counts its fraction back too (`-1.25` is seconds -2 and 750,000,000
+    /// nanoseconds); digits past the ninth of the fraction are dropped.
+    /// `None` for anything else, or seconds past 64 bits.
+    pub fn parse_decimal(v: &[u8]) -> Option<Timestamp> {
+        let (neg, v) = match v.strip_prefix(b"-") {
+            Some(rest) => (true, rest),
+            None => (false, v),
+        };
+        let (int, frac) = match v.iter().position(|&b| b == b'.') {
+            Some(i) => (&v[..i], &v[i + 1..]),
+            None => (v, &v[..0]),
+        };
+        if int.is_empty() || !int.iter().chain(frac).all(u8::is_ascii_digit) {
+            return None;
+        }
+        let mut secs = 0i64;
+        for &d in int {
+            secs = secs
+                .checked_mul(10)
+                .and_then(|s| s.checked_add(i64::from(d - b'0')))?;
+        }
+        let mut nanos = 0u32;
+        for i in 0..9 {
+            nanos = nanos * 10 + frac.get(i).map_or(0, |d| u32::from(d - b'0'));
+        }
+        Some(match (neg, nanos) {
+            (false, _) => Timestamp { secs, nanos },
+            (true, 0) => Timestamp { secs: -secs, nanos },
+            (true, _) => Timestamp {
+                secs: -secs - 1,
+                nanos: 1_000_000_000 - nanos,
+            },
+        })
+    }
+}
+
 /// The times [`Image::set_times`] sets; `None` keeps one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FileTimes {

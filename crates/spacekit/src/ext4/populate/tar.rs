@@ -31,7 +31,7 @@ mod numbers;
 mod stream;
 
 use acl::{acl_mode, acl_xattr};
-use numbers::{header_number, pax_time};
+use numbers::header_number;
 use stream::Zstd;
 
 /// The first bytes of a gzip stream.
@@ -468,7 +468,8 @@ impl Pax {
                 .ok_or_else(|| bad(name, "a PAX record that is not a number"))
         };
         let time = |v: &[u8]| {
-            pax_time(v).ok_or_else(|| bad(name, "a PAX time that is not a decimal number"))
+            Timestamp::parse_decimal(v)
+                .ok_or_else(|| bad(name, "a PAX time that is not a decimal number"))
         };
         if value.is_empty() && !key.starts_with(b"SCHILY.xattr.") {
             // An empty value unsets a key: the entry then has the header's

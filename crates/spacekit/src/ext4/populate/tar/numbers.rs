@@ -1,42 +1,6 @@
-//! The numbers of a tar archive: a header's numeric fields (octal, or
-//! GNU's base-256 for what octal cannot hold, negative times too) and PAX
-//! times (decimal seconds with a fraction).
-
-use crate::ext4::namespace::Timestamp;
-
-/// A PAX time: decimal seconds with an optional fraction, maybe negative;
-/// `None` if it is not one (or does not fit 64 bits).
-pub(super) fn pax_time(v: &[u8]) -> Option<Timestamp> {
-    let (neg, v) = match v.strip_prefix(b"-") {
-        Some(rest) => (true, rest),
-        None => (false, v),
-    };
-    let (int, frac) = match v.iter().position(|&b| b == b'.') {
-        Some(i) => (&v[..i], &v[i + 1..]),
-        None => (v, &v[..0]),
-    };
-    if int.is_empty() || !int.iter().chain(frac).all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut secs = 0i64;
-    for &d in int {
-        secs = secs
-            .checked_mul(10)
-            .and_then(|s| s.checked_add(i64::from(d - b'0')))?;
-    }
-    let mut nanos = 0u32;
-    for i in 0..9 {
-        nanos = nanos * 10 + frac.get(i).map_or(0, |d| u32::from(d - b'0'));
-    }
-    Some(match (neg, nanos) {
-        (false, _) => Timestamp { secs, nanos },
-        (true, 0) => Timestamp { secs: -secs, nanos },
-        (true, _) => Timestamp {
-            secs: -secs - 1,
-            nanos: 1_000_000_000 - nanos,
-        },
-    })
-}
+//! The numbers of a tar archive's headers: octal, or GNU's base-256 for
+//! what octal cannot hold, negative times too. (PAX times are
+//! [`Timestamp::parse_decimal`](crate::ext4::Timestamp::parse_decimal).)
 
 /// A 12-byte numeric header field as a signed number: octal digits
 /// (leading spaces, ending at a space or NUL), or GNU's base-256 form (the
