@@ -104,9 +104,9 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
         },
     };
     // The entry that failed, when the error is that entry's and does not
-    // name it already (as `ext4: PATH: …`): `at PATH: ` before it. A
-    // shortage of room is the whole source's; a source error names its
-    // own entry.
+    // name it already (as `ext4: PATH: …`, or its image path `…/PATH: `):
+    // `at PATH: ` before it. A shortage of room is the whole source's; a
+    // source error names its own entry.
     let failed_at = pop
         .failed_at()
         .map(|p| String::from_utf8_lossy(p).into_owned());
@@ -116,7 +116,14 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
     };
     let at = |e: &Ext4Error| match (&failed_at, e) {
         (_, Ext4Error::PopulateNoSpace { .. } | Ext4Error::BadSource { .. }) => String::new(),
-        (Some(p), e) if !e.to_string().contains(&format!("ext4: {p}:")) => format!("at {p}: "),
+        (Some(p), e) => {
+            let m = e.to_string();
+            if m.contains(&format!("ext4: {p}:")) || m.contains(&format!("/{p}: ")) {
+                String::new()
+            } else {
+                format!("at {p}: ")
+            }
+        }
         _ => String::new(),
     };
     if !a.quiet && std::io::stderr().is_terminal() {

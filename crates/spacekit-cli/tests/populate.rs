@@ -291,6 +291,16 @@ fn errors_exit_non_zero_and_change_nothing() {
             .unwrap();
         assert!(fsck.status.success(), "{args:?}: e2fsck");
     }
+    // A taken name is named once, by its image path, with no `at NAME`.
+    let out = populate(&img, &["--from", &s(&clash)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "from {}: ext4: /lost+found: already exists",
+            s(&clash)
+        )),
+        "{err}"
+    );
     // And it still works.
     ok_json(
         &img,
