@@ -84,6 +84,9 @@ pub struct Image {
     /// Dropped by anything that removes or moves an entry, or rolls back
     /// (see `namespace/lookup.rs`).
     pub(super) last_dir: Option<(Vec<u8>, u32)>,
+    /// Where the next entry of the directory being filled goes (see
+    /// `namespace/append.rs`).
+    pub(super) append_at: Option<AppendAt>,
     /// Bytes of pending blocks before write-behind (`None`: never; see
     /// `tx/behind.rs`).
     pub(super) cache_budget: Option<usize>,
@@ -169,4 +172,16 @@ impl Default for Recent {
             next: 0,
         }
     }
+}
+
+/// Where the next entry of directory `dir` goes, when it is being filled
+/// in order (see `namespace/append.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AppendAt {
+    /// The directory's inode.
+    pub(crate) dir: u32,
+    /// Its last block and that block's last record; `None` for a directory
+    /// whose entries go elsewhere (an htree): the next entry goes the
+    /// ordinary way without looking for a place again.
+    pub(crate) at: Option<(u64, usize)>,
 }

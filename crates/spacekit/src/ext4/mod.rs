@@ -385,6 +385,7 @@ impl Image {
             data_since_writeback: 0,
             undo: None,
             last_dir: None,
+            append_at: None,
             cache_budget: None,
             behind_next: usize::MAX,
             recent: Default::default(),

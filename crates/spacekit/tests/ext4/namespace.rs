@@ -698,3 +698,67 @@ fn check_model(
         }
     }
 }
+
+/// Entries put one after another into a directory go in right after the
+/// last one (see `namespace/append.rs`); removing, renaming, linking and
+/// creating in the same directory, and the directory becoming an htree,
+/// all within one transaction, must leave every name where lookups and
+/// e2fsck find it.
+#[test]
+fn entries_appended_in_order_survive_the_other_operations() {
+    require_e2fsprogs!();
+    for cfg in configs() {
+        let what = cfg.name;
+        let dir = TempDir::new("ns-append");
+        let path = mkfs(&dir, &cfg);
+        let mut img = open_rw(&path);
+        let mut names: Vec<String> = Vec::new();
+        img.mkdir("/d", 0o755).unwrap();
+        for i in 0..12 {
+            let p = format!("/d/m{i:03}");
+            img.mkdir(&p, 0o755).unwrap();
+            names.push(p);
+        }
+        // Out of order: the removed names' room is reused or skipped, the
+        // moved one's new name goes in by the ordinary path.
+        img.rmdir("/d/m003").unwrap();
+        img.symlink("/d/s1", b"target").unwrap();
+        img.rename("/d/m005", "/d/r005").unwrap();
+        img.mknod("/d/f1", NodeKind::Fifo, 0o600).unwrap();
+        let f = img.create("/d/c1", 0o644).unwrap();
+        img.write(f, 0, b"c1").unwrap();
+        img.link("/d/c1", "/d/l1").unwrap();
+        img.mkdir("/d/m012", 0o755).unwrap();
+        img.rmdir("/d/m011").unwrap();
+        names.retain(|n| !["/d/m003", "/d/m005", "/d/m011"].contains(&n.as_str()));
+        names.extend(["/d/s1", "/d/r005", "/d/f1", "/d/c1", "/d/l1", "/d/m012"].map(String::from));
+        // Long names until the directory holds several blocks (an htree
+        // with `dir_index`), still in the same transaction.
+        for i in 0..120 {
+            let p = format!("/d/{}{i:03}", "long-name-".repeat(6));
+            if i % 2 == 0 {
+                img.mkdir(&p, 0o700).unwrap();
+            } else {
+                img.symlink(&p, b"t").unwrap();
+            }
+            names.push(p);
+        }
+        img.flush().unwrap();
+        assert_fsck_clean(&path, &format!("{what}: appended entries"));
+        let d = img.lookup("/d").unwrap();
+        let listed: std::collections::BTreeSet<String> = img
+            .read_dir(d)
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .filter(|n| n != "." && n != "..")
+            .map(|n| format!("/d/{n}"))
+            .collect();
+        let want: std::collections::BTreeSet<String> = names.iter().cloned().collect();
+        assert_eq!(listed, want, "{what}: the directory's names");
+        for n in &names {
+            img.lookup(n)
+                .unwrap_or_else(|e| panic!("{what}: lookup {n}: {e}"));
+        }
+    }
+}

@@ -366,6 +366,7 @@ impl Image {
     /// count already 0); [`Ext4Error::Io`] reading a bitmap.
     pub fn free_inode(&mut self, ino: u32, directory: bool) -> Result<(), Ext4Error> {
         self.check_writable()?;
+        self.forget_append_dir(ino);
         if ino < self.info.first_ino {
             return Err(invalid(
                 "ino",

@@ -194,7 +194,10 @@ impl Image {
     /// [`Image::plan_entry`] would place it, in one pass: a block with room
     /// is read, checked and given the entry once (planning and then
     /// putting reads and edits it twice). For a caller that has nothing
-    /// left to refuse before the entry: its inode is already allocated.
+    /// left to refuse before the entry: its inode is already allocated,
+    /// and the name is not in the directory. A directory filled in order
+    /// gets each entry right after the last one put here, when that block
+    /// has room (see `append.rs`).
     pub(crate) fn place_entry(
         &mut self,
         parent: u32,
@@ -202,10 +205,15 @@ impl Image {
         ino: u32,
         ft: u8,
     ) -> Result<(), Ext4Error> {
-        match self.find_place(parent, name, ft, Some(ino))? {
-            Place::Done => Ok(()),
-            place => self.put_entry(parent, name, ino, ft, place),
+        if self.append_entry(parent, name, ino, ft)? {
+            return Ok(());
         }
+        match self.find_place(parent, name, ft, Some(ino))? {
+            Place::Done => {}
+            place => self.put_entry(parent, name, ino, ft, place)?,
+        }
+        self.note_append_place(parent);
+        Ok(())
     }
 
     /// [`Image::plan_entry`]; with `put`, an entry that fits a block is
@@ -320,6 +328,7 @@ impl Image {
         ft: u8,
         place: Place,
     ) -> Result<(), Ext4Error> {
+        self.forget_append_dir(parent);
         let pinode = self.inode(parent)?;
         let csum = self.csum();
         let pseed = self.seed_of(parent, pinode.generation);
@@ -572,6 +581,7 @@ impl Image {
     ) -> Result<(), Ext4Error> {
         // A path through this entry may now lead elsewhere.
         self.last_dir = None;
+        self.forget_append_dir(parent);
         let pgen = self.inode(parent)?.generation;
         let mut b = self.dir_block(parent, pgen, physical)?;
         dir::remove_entry(&mut b, name, self.csum())?;

@@ -13,6 +13,7 @@
 //! from the parent's group on, as libext2fs' `ext2fs_new_inode` searches.
 //! Every operation is one undo unit: on an error nothing changes.
 
+pub(super) mod append;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod dir;

@@ -130,10 +130,23 @@ impl Image {
         self.inode_table_block_mut(block)
     }
 
+    /// The pending version of block `block`, to change in place (kept
+    /// first for the open undo, if any); `None` when no version is
+    /// pending.
+    pub(crate) fn pending_block_mut(&mut self, block: u64) -> Option<&mut [u8]> {
+        if !self.pending_blocks.contains_key(&block) {
+            return None;
+        }
+        self.keep_for_undo(block);
+        self.recent.touch(block);
+        self.pending_blocks.get_mut(&block).map(|b| &mut b[..])
+    }
+
     /// Drops the pending version of `block`, if any (for a block freed
     /// before the flush, whose contents no longer matter); returns whether
     /// there was one.
     pub(crate) fn discard_block(&mut self, block: u64) -> bool {
+        self.forget_append_block(block);
         self.keep_for_undo(block);
         self.pending_blocks.remove(&block).is_some()
     }
@@ -153,6 +166,7 @@ impl Image {
             ));
         }
         self.check_block_kind(block, kind)?;
+        self.forget_append_block(block);
         self.keep_for_undo(block);
         self.recent.touch(block);
         self.pending_blocks.insert(block, data);

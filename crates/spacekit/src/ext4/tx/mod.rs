@@ -134,6 +134,7 @@ impl Image {
     fn roll_back(&mut self, u: Undo) {
         // A directory the failed operation made may be unmade.
         self.last_dir = None;
+        self.append_at = None;
         self.sb = u.sb;
         self.dirty_sb = u.dirty_sb;
         self.dirty_gdt = u.dirty_gdt;

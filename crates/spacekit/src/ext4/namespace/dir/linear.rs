@@ -450,6 +450,55 @@ pub fn add_entry(
     Ok(true)
 }
 
+/// Adds the entry `name` → `inode` after the record at byte `last`, which
+/// must be the block's last record (live, its `rec_len` reaching the
+/// checksum tail or the block's end): the split of [`add_entry`], for a
+/// directory filled in order, without reading the records before `last`.
+/// The name is not compared with the block's other names: the caller
+/// knows it is new. Returns the new entry's offset (the block's last
+/// record now), or `None`, the block unchanged, when the record at `last`
+/// is not such a record or has no room.
+///
+/// # Errors
+/// As [`add_entry`] for the name and the inode.
+pub(crate) fn append_after(
+    block: &mut [u8],
+    last: usize,
+    name: &[u8],
+    inode: u32,
+    file_type: u8,
+    csum: bool,
+) -> Result<Option<usize>, Ext4Error> {
+    check_name(name)?;
+    if inode == 0 {
+        return Err(invalid(
+            "ino",
+            0,
+            "a directory entry names inode 1 or above",
+        ));
+    }
+    let bs = block.len();
+    let end = if csum { bs - TAIL_LEN } else { bs };
+    if last + HEADER_LEN > end || le32(block, last) == 0 {
+        return Ok(None);
+    }
+    let rec_len = rec_len_from_disk(le16(block, last + 4), bs);
+    let used = entry_size(usize::from(block[last + 6]));
+    let need = entry_size(name.len());
+    if last + rec_len != end || rec_len < used + need {
+        return Ok(None);
+    }
+    let new = last + used;
+    let kept = rec_len_to_disk(used, bs)?;
+    let rest = rec_len_to_disk(rec_len - used, bs)?;
+    edit_spliced(block, csum, [(last + 4, 2), (new, need)], |b| {
+        put16(b, last + 4, kept);
+        put16(b, new + 4, rest);
+        write_entry(b, new, name, inode, file_type);
+    })?;
+    Ok(Some(new))
+}
+
 /// Removes the live entry `name` from a linear directory block (the
 /// kernel's `ext4_generic_delete_entry`): its record is merged into the
 /// previous record's `rec_len`, or, if it is the block's first record,
@@ -523,6 +572,62 @@ mod tests {
         assert_eq!(rec_len_from_disk(0xFFFF, 65536), 65536);
         // Below 64 KiB the value is taken as it is.
         assert_eq!(rec_len_from_disk(0, 4096), 0);
+    }
+
+    #[test]
+    fn append_after_puts_entries_where_add_entry_puts_them_in_order() {
+        for bs in [1024, 4096, 65536] {
+            for seed in [None, Some(0x1234_5678)] {
+                let csum = seed.is_some();
+                let mut a = init_block(bs, seed).unwrap();
+                add_entry(&mut a, b"first", 11, FT_REG_FILE, csum).unwrap();
+                let mut b = a.clone();
+                let mut last = 0;
+                let mut n = 0u32;
+                loop {
+                    let pad = "x".repeat((n as usize * 37) % 200);
+                    let name = std::format!("name-{n:04}-{pad}");
+                    let ino = 12 + n;
+                    let added = add_entry(&mut a, name.as_bytes(), ino, FT_REG_FILE, csum).unwrap();
+                    let put = append_after(&mut b, last, name.as_bytes(), ino, FT_REG_FILE, csum)
+                        .unwrap();
+                    assert_eq!(added, put.is_some(), "bs {bs} csum {csum} entry {n}");
+                    assert_eq!(a, b, "bs {bs} csum {csum} entry {n}");
+                    let Some(at) = put else { break };
+                    last = at;
+                    n += 1;
+                }
+                assert!(n >= 4, "bs {bs}: {n} entries fitted");
+                assert_eq!(entries(&b, csum).unwrap().len(), n as usize + 1);
+                if let Some(s) = seed {
+                    verify_tail(s, &b).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn append_after_needs_the_last_live_record() {
+        for seed in [None, Some(7)] {
+            let csum = seed.is_some();
+            let mut b = init_block(1024, seed).unwrap();
+            let before = b.clone();
+            // The block's only record is unused: nothing to append after.
+            assert_eq!(append_after(&mut b, 0, b"a", 12, 1, csum).unwrap(), None);
+            add_entry(&mut b, b"a", 12, 1, csum).unwrap();
+            let at = append_after(&mut b, 0, b"b", 13, 1, csum).unwrap().unwrap();
+            assert_eq!(at, 12);
+            let kept = b.clone();
+            // Not the last record, past the records, inside a record.
+            for off in [0, 1020, 4] {
+                assert_eq!(append_after(&mut b, off, b"c", 14, 1, csum).unwrap(), None);
+                assert_eq!(b, kept);
+            }
+            assert!(append_after(&mut b, at, b"a/b", 14, 1, csum).is_err());
+            assert!(append_after(&mut b, at, b"c", 0, 1, csum).is_err());
+            assert_eq!(b, kept);
+            assert_ne!(b, before);
+        }
     }
 
     #[test]

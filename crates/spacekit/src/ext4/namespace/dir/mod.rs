@@ -86,7 +86,6 @@ pub use htree::{
 pub use index::make_indexed;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
 pub use index::{make_indexed_for, new_index_version, Indexed, COMPAT_DIR_INDEX};
-pub(crate) use linear::inline_entries;
 #[cfg(any(test, feature = "testing"))]
 pub use linear::records;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
@@ -94,6 +93,7 @@ pub use linear::{
     add_entry, entries, entry_size, find, init_block, iter_records, rec_len_from_disk,
     rec_len_to_disk, remove_entry, DirEntry, Record, Records,
 };
+pub(crate) use linear::{append_after, inline_entries};
 #[cfg(any(test, feature = "testing"))]
 pub use tail::has_tail;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
