@@ -216,6 +216,36 @@ impl Image {
         Ok(())
     }
 
+    /// Adds entry `name` → `ino` to block `p` of directory `parent`
+    /// (generation `pgen`) if it has room; returns whether it had. A block
+    /// the cache holds is changed where it is (its bytes were checked when
+    /// they were read, or made here); another is read, checked and
+    /// written back.
+    fn add_to_block(
+        &mut self,
+        parent: u32,
+        pgen: u32,
+        p: u64,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<bool, Ext4Error> {
+        let csum = self.csum();
+        if let Some(b) = self.pending_block_mut(p) {
+            let added = dir::add_entry(b, name, ino, ft, csum)?;
+            if added {
+                self.forget_append_block(p);
+            }
+            return Ok(added);
+        }
+        let mut b = self.dir_block(parent, pgen, p)?;
+        if !dir::add_entry(&mut b, name, ino, ft, csum)? {
+            return Ok(false);
+        }
+        self.write_block(p, b)?;
+        Ok(true)
+    }
+
     /// [`Image::plan_entry`]; with `put`, an entry that fits a block is
     /// written there as inode `put`'s ([`Place::Done`]).
     fn find_place(
@@ -253,12 +283,19 @@ impl Image {
                 Ok(self.read_block(phys(l)?)?.into_owned())
             })?;
             let p = phys(path.leaf)?;
-            let mut b = self.dir_block(parent, pinode.generation, p)?;
-            place = if dir::add_entry(&mut b, name, put.unwrap_or(1), ft, csum)? {
-                if put.is_some() {
-                    self.write_block(p, b)?;
-                    return Ok(Place::Done);
+            let room = match put {
+                Some(ino) => {
+                    if self.add_to_block(parent, pinode.generation, p, name, ino, ft)? {
+                        return Ok(Place::Done);
+                    }
+                    false
                 }
+                None => {
+                    let mut b = self.dir_block(parent, pinode.generation, p)?;
+                    dir::add_entry(&mut b, name, 1, ft, csum)?
+                }
+            };
+            place = if room {
                 Place::Block(p)
             } else {
                 // The index blocks above the leaf: the bottom one gets the
@@ -285,12 +322,14 @@ impl Image {
             };
         } else {
             for &(_, p) in &blocks {
-                let mut b = self.dir_block(parent, pinode.generation, p)?;
-                if dir::add_entry(&mut b, name, put.unwrap_or(1), ft, csum)? {
-                    if put.is_some() {
-                        self.write_block(p, b)?;
+                if let Some(ino) = put {
+                    if self.add_to_block(parent, pinode.generation, p, name, ino, ft)? {
                         return Ok(Place::Done);
                     }
+                    continue;
+                }
+                let mut b = self.dir_block(parent, pinode.generation, p)?;
+                if dir::add_entry(&mut b, name, 1, ft, csum)? {
                     place = Place::Block(p);
                     break;
                 }
