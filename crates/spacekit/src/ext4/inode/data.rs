@@ -388,6 +388,13 @@ impl Image {
         Ok(())
     }
 
+    /// Notes that write-back of the image file was started from elsewhere
+    /// (a populate's walking thread, while it waited): the next request
+    /// from here waits for another [`WRITEBACK_EVERY`] bytes.
+    pub(crate) fn writeback_started(&mut self) {
+        self.data_since_writeback = 0;
+    }
+
     /// Writes `bytes` at byte `within` of block `at / bs` (byte address
     /// `at`), keeping the rest of the block (or zeroing it if `fresh`).
     fn merge_block(

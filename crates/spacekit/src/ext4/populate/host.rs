@@ -36,6 +36,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::string::ToString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Condvar, Mutex};
 use std::vec::Vec;
@@ -104,6 +105,9 @@ const SPARE: usize = 1;
 struct Budget {
     state: Mutex<Held>,
     cond: Condvar,
+    /// The walking thread asked for write-back of the image file since
+    /// the consumer last looked (so the image need not ask again soon).
+    wrote_back: AtomicBool,
 }
 
 #[derive(Default)]
@@ -279,6 +283,9 @@ impl Populate<'_> {
                     Err(e) => return Err(e),
                 }
             }
+            if budget.wrote_back.swap(false, Ordering::Relaxed) {
+                self.img.writeback_started();
+            }
             if bytes.capacity() > 0 {
                 bytes.clear();
                 let mut s = spare.lock().unwrap_or_else(|e| e.into_inner());
@@ -403,11 +410,14 @@ impl Walker<'_> {
         // kernel to start writing back the image's new data (work the
         // image would otherwise ask for from the consuming thread).
         let (writeback, unwritten) = (&self.writeback, &mut self.unwritten);
-        let taken = self.budget.take(n, || {
+        let budget = self.budget;
+        let taken = budget.take(n, || {
             if *unwritten >= IDLE_WRITEBACK {
                 if let Some(f) = writeback {
                     // A hint: on an error the flush still syncs.
-                    let _ = crate::ext4::device::start_writeback(f);
+                    if crate::ext4::device::start_writeback(f).is_ok() {
+                        budget.wrote_back.store(true, Ordering::Relaxed);
+                    }
                 }
                 *unwritten = 0;
             }
