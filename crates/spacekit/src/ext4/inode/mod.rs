@@ -231,6 +231,16 @@ pub(crate) fn patch_inode(
         }
         return Ok(());
     };
+    if let [(0, whole)] = changes {
+        if whole.len() == n {
+            // The whole inode (a new one): its checksum from scratch, in
+            // place.
+            raw.copy_from_slice(whole);
+            let crc = inode_crc(seed_i, raw);
+            store_checksum(raw, crc);
+            return Ok(());
+        }
+    }
     let mut covered = vec![false; n];
     for &(offset, bytes) in changes {
         covered[offset..offset + bytes.len()].fill(true);
