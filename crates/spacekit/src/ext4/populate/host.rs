@@ -71,9 +71,10 @@ enum Kind {
     HardLink(Vec<u8>),
 }
 
-/// One walked entry (its path relative to the top).
+/// One walked entry (its path relative to the top: where it is in its
+/// batch's [`Batch::paths`]).
 struct Item {
-    path: Vec<u8>,
+    path: Range<usize>,
     kind: Kind,
     meta: Meta,
     /// Bytes of contents held in memory, or [`FILE_HELD`] for a file
@@ -88,6 +89,8 @@ struct Item {
 struct Batch {
     items: Vec<Result<Item, Ext4Error>>,
     bytes: Vec<u8>,
+    /// The items' paths, one after another.
+    paths: Vec<u8>,
 }
 
 /// Emptied batch buffers, back from the consumer for the walking thread to
@@ -209,6 +212,7 @@ impl Populate<'_> {
                     links: HashMap::new(),
                     batch: Vec::with_capacity(BATCH),
                     bytes: Vec::with_capacity(ARENA),
+                    paths: Vec::with_capacity(PATHS),
                     batch_bytes: 0,
                     dirents: Vec::new(),
                     writeback,
@@ -224,7 +228,7 @@ impl Populate<'_> {
                     });
                 let ok = match top_meta {
                     Ok(meta) => w.send(Ok(Item {
-                        path: Vec::new(),
+                        path: 0..0,
                         kind: Kind::Dir,
                         meta,
                         held: 0,
@@ -257,7 +261,12 @@ impl Populate<'_> {
         spare: &Spare,
     ) -> Result<(), Ext4Error> {
         let mut room = false;
-        for Batch { items, mut bytes } in rx {
+        for Batch {
+            items,
+            mut bytes,
+            paths,
+        } in rx
+        {
             debug_assert!(bytes.capacity() <= ARENA, "a batch buffer grew");
             for item in items {
                 let item = item?;
@@ -273,11 +282,11 @@ impl Populate<'_> {
                     Kind::HardLink(t) => EntryKind::HardLink(t),
                 };
                 let entry = Entry {
-                    path: item.path,
+                    path: Vec::new(),
                     kind,
                     meta: item.meta,
                 };
-                match self.add(entry) {
+                match self.add_at(&paths[item.path], entry) {
                     Ok(()) => {}
                     Err(Ext4Error::NoSpace { .. } | Ext4Error::NoFreeInodes) => room = true,
                     Err(e) => return Err(e),
@@ -313,6 +322,8 @@ struct Walker<'b> {
     batch: Vec<Result<Item, Ext4Error>>,
     /// The batch's small files' bytes.
     bytes: Vec<u8>,
+    /// The batch's items' paths.
+    paths: Vec<u8>,
     batch_bytes: u64,
     /// The buffer directory records are read into, for every directory.
     dirents: Vec<u8>,
@@ -333,6 +344,9 @@ const IDLE_WRITEBACK: u64 = 2 << 20;
 
 /// Items per hand-over, at most.
 const BATCH: usize = 64;
+
+/// Bytes of paths a batch's buffer starts with room for.
+const PATHS: usize = BATCH * 64;
 
 /// A batch buffer's capacity: a batch is handed over once its files hold
 /// a quarter of [`BUDGET`], or before a file that would not fit (at most
@@ -383,7 +397,16 @@ impl Walker<'_> {
             self.bytes.truncate(keep);
             std::mem::replace(&mut self.bytes, next)
         };
-        if self.tx.send(Batch { items, bytes }).is_err() {
+        let paths = std::mem::replace(&mut self.paths, Vec::with_capacity(PATHS));
+        if self
+            .tx
+            .send(Batch {
+                items,
+                bytes,
+                paths,
+            })
+            .is_err()
+        {
             self.gone = true;
         }
         !self.gone
@@ -475,8 +498,10 @@ impl Walker<'_> {
             if let Kind::Bytes(r) = &kind {
                 self.unwritten += r.len() as u64;
             }
+            let at = self.paths.len();
+            self.paths.extend_from_slice(rel);
             let item = Item {
-                path: rel.clone(),
+                path: at..self.paths.len(),
                 kind,
                 meta,
                 held,

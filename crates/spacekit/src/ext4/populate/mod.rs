@@ -327,7 +327,16 @@ impl<'i> Populate<'i> {
     /// after any other error they fail with
     /// [`Ext4Error::InvalidArgument`] (`what: "populate"`).
     pub fn add(&mut self, entry: Entry<'_>) -> Result<(), Ext4Error> {
-        self.count_need(&entry);
+        let mut entry = entry;
+        let path = core::mem::take(&mut entry.path);
+        self.add_at(&path, entry)
+    }
+
+    /// [`Populate::add`] of `entry` at `path` (its own `path` unused): a
+    /// source that keeps its paths elsewhere (the host walk, many per
+    /// buffer) lends them.
+    pub(crate) fn add_at(&mut self, path: &[u8], entry: Entry<'_>) -> Result<(), Ext4Error> {
+        self.count_need(path, &entry);
         match self.failed {
             Some(true) => return Ok(()),
             Some(false) => {
@@ -335,9 +344,7 @@ impl<'i> Populate<'i> {
             }
             None => {}
         }
-        let mut entry = entry;
-        let path = core::mem::take(&mut entry.path);
-        match self.add_entry(&path, entry) {
+        match self.add_entry(path, entry) {
             Ok(()) => {
                 self.img.write_behind();
                 if let Some(f) = self.progress.as_mut() {
@@ -348,7 +355,7 @@ impl<'i> Populate<'i> {
                 Ok(())
             }
             Err(e) => {
-                self.failed_at = Some(path);
+                self.failed_at = Some(path.to_vec());
                 // Everything since `new` goes back now.
                 self.fail(matches!(
                     e,
@@ -418,10 +425,10 @@ impl<'i> Populate<'i> {
         Ok(self.report)
     }
 
-    /// Adds what `entry` needs to [`Need`] (about: data blocks without
+    /// Adds what `entry` (at `path`) needs to [`Need`] (about: data blocks without
     /// holes or extent blocks, one block per directory and long symlink,
     /// the bytes of its name's directory record).
-    fn count_need(&mut self, entry: &Entry<'_>) {
+    fn count_need(&mut self, path: &[u8], entry: &Entry<'_>) {
         let bs = u64::from(self.img.info.block_size);
         let (blocks, inodes) = match &entry.kind {
             EntryKind::Dir => (1, 1),
@@ -455,12 +462,12 @@ impl<'i> Populate<'i> {
             EntryKind::Node(_) => (0, 1),
             EntryKind::HardLink(_) => (0, 0),
         };
-        if entry.path.is_empty() {
+        if path.is_empty() {
             return;
         }
         // The name's record in its directory: 8 bytes and the name,
         // rounded to 4.
-        let name = entry.path.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
         let dirent = (8 + name.len() as u64 + 3) & !3;
         self.need.blocks = self.need.blocks.saturating_add(blocks);
         self.need.inodes = self.need.inodes.saturating_add(inodes);
