@@ -231,16 +231,6 @@ pub(crate) fn patch_inode(
         }
         return Ok(());
     };
-    if let [(0, whole)] = changes {
-        if whole.len() == n {
-            // The whole inode (a new one): its checksum from scratch, in
-            // place.
-            raw.copy_from_slice(whole);
-            let crc = inode_crc(seed_i, raw);
-            store_checksum(raw, crc);
-            return Ok(());
-        }
-    }
     let mut covered = vec![false; n];
     for &(offset, bytes) in changes {
         covered[offset..offset + bytes.len()].fill(true);
@@ -421,6 +411,21 @@ impl Image {
             ));
         }
         let size = self.info.inode_size as usize;
+        if let [(0, whole)] = changes {
+            if whole.len() == size {
+                // A fresh inode written whole (a new file in a free slot)
+                // owes nothing to the old bytes: no copy of them, its
+                // checksum computed in full, straight into its slot.
+                let crc = (self.info.checksums == ChecksumKind::MetadataCsum)
+                    .then(|| inode_crc(self.inode_seed(ino, le32(whole, off::GENERATION)), whole));
+                let slot = &mut self.inode_table_block_mut(block)?[at..at + size];
+                slot.copy_from_slice(whole);
+                if let Some(crc) = crc {
+                    store_checksum(slot, crc);
+                }
+                return Ok(());
+            }
+        }
         // The inode's bytes only: the block is patched in place below.
         let raw = self
             .read_block(block)?
@@ -433,10 +438,7 @@ impl Image {
         if self.info.checksums == ChecksumKind::MetadataCsum {
             let old_gen = le32(raw, off::GENERATION);
             let new_gen = le32(&new, off::GENERATION);
-            // A fresh inode written whole (a new file in a free slot) owes
-            // nothing to the old bytes: its checksum is computed in full.
-            let whole = matches!(changes, [(0, b)] if b.len() == size);
-            if !whole && !self.inode_checksum_state(ino, raw).2 {
+            if !self.inode_checksum_state(ino, raw).2 {
                 // A damaged inode is refused, never patched: the kernel's
                 // `ext4_iget` fails on it too (EFSBADCRC), and a splice
                 // would only carry the damage along.
@@ -445,7 +447,7 @@ impl Image {
                     group: Some(g),
                 });
             }
-            if old_gen == new_gen && !whole {
+            if old_gen == new_gen {
                 new.copy_from_slice(raw);
                 let seed = self.inode_seed(ino, old_gen);
                 patch_inode(&mut new, Some(seed), changes).map_err(|e| patch_error(e, g))?;
