@@ -61,7 +61,9 @@ const BRIDGE_BLOCKS: u64 = 8;
 static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 
 /// File data written between two requests to the device to start writing
-/// it back ([`Device::start_writeback`](crate::ext4::Device::start_writeback)).
+/// it back ([`Device::start_writeback`](crate::ext4::Device::start_writeback));
+/// the count starts again when write-back was started elsewhere
+/// ([`Image::writeback_started`]).
 const WRITEBACK_EVERY: u64 = 8 << 20;
 
 /// Where the bytes of a write come from.

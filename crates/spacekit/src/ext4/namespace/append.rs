@@ -45,6 +45,16 @@ impl Image {
             return Ok(false);
         }
         let csum = self.csum();
+        // Looked at first, so a block that cannot take it is left alone
+        // (not kept for the undo, not marked as being filled).
+        match self.pending_blocks.get(&block) {
+            Some(b) if dir::can_append(b, last, name.len(), csum) => {}
+            Some(_) => return Ok(false),
+            None => {
+                self.append_at = None;
+                return Ok(false);
+            }
+        }
         let Some(b) = self.pending_block_mut(block) else {
             self.append_at = None;
             return Ok(false);

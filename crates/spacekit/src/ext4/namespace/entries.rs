@@ -231,12 +231,19 @@ impl Image {
         ft: u8,
     ) -> Result<bool, Ext4Error> {
         let csum = self.csum();
-        if let Some(b) = self.pending_block_mut(p) {
-            let added = dir::add_entry(b, name, ino, ft, csum)?;
-            if added {
-                self.forget_append_block(p);
+        if let Some(b) = self.pending_blocks.get(&p) {
+            // A full block is left alone (not kept for the undo, not marked
+            // as being filled).
+            if !dir::has_room(b, name.len(), csum)? {
+                return Ok(false);
             }
-            return Ok(added);
+            if let Some(b) = self.pending_block_mut(p) {
+                let added = dir::add_entry(b, name, ino, ft, csum)?;
+                if added {
+                    self.forget_append_block(p);
+                }
+                return Ok(added);
+            }
         }
         let mut b = self.dir_block(parent, pgen, p)?;
         if !dir::add_entry(&mut b, name, ino, ft, csum)? {

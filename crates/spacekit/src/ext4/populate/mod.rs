@@ -475,7 +475,7 @@ impl<'i> Populate<'i> {
     }
 
     /// [`Populate::add`] without the error handling: `path` is the
-    /// entry's (taken out of it).
+    /// entry's (its own `path` field is not read).
     fn add_entry(&mut self, path: &[u8], entry: Entry<'_>) -> Result<(), Ext4Error> {
         check_path(path)?;
         let meta = self.rewrite(entry.meta);

@@ -27,8 +27,10 @@ const PIECE: usize = 1 << 20;
 
 impl Image {
     /// A new inode of type and bits `mode` named `name` in directory
-    /// `parent`: `links`, `flags`, `i_block` as given; the entry placed as
-    /// [`Image::create`] places it. The caller checked the name is free.
+    /// `parent`: `links`, `flags`, `i_block` as given; the entry placed by
+    /// [`Image::place_entry`] (as [`Image::create`] places it, or right
+    /// after the last entry put there). The caller checked the name is
+    /// free.
     fn pop_new(
         &mut self,
         parent: u32,

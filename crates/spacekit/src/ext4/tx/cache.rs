@@ -14,7 +14,8 @@
 //! written from their own in-memory copies, and two records for one block
 //! would fight. [`Image::write_block`] (file data and tree blocks) refuses
 //! every metadata block; [`Image::inode_table_block_mut`] only accepts
-//! inode-table blocks. `validate` checks that no pending block overlaps
+//! inode-table blocks; [`Image::pending_block_mut`] (a pending data block
+//! changed in place) checks as `write_block` does. `validate` checks that no pending block overlaps
 //! another record of the flush.
 
 use std::borrow::Cow;
@@ -130,11 +131,14 @@ impl Image {
         self.inode_table_block_mut(block)
     }
 
-    /// The pending version of block `block`, to change in place (kept
-    /// first for the open undo, if any); `None` when no version is
-    /// pending.
+    /// The pending version of data block `block` (a directory, extent or
+    /// xattr block), to change in place (kept first for the open undo, if
+    /// any); `None` when no version is pending or the block may not be
+    /// written as data (the caller's ordinary path then refuses it).
     pub(crate) fn pending_block_mut(&mut self, block: u64) -> Option<&mut [u8]> {
-        if !self.pending_blocks.contains_key(&block) {
+        if !self.pending_blocks.contains_key(&block)
+            || self.check_block_kind(block, BlockKind::Data).is_err()
+        {
             return None;
         }
         self.keep_for_undo(block);

@@ -478,16 +478,10 @@ pub(crate) fn append_after(
         ));
     }
     let bs = block.len();
-    let end = if csum { bs - TAIL_LEN } else { bs };
-    if last + HEADER_LEN > end || le32(block, last) == 0 {
-        return Ok(None);
-    }
-    let rec_len = rec_len_from_disk(le16(block, last + 4), bs);
-    let used = entry_size(usize::from(block[last + 6]));
     let need = entry_size(name.len());
-    if last + rec_len != end || rec_len < used + need {
+    let Some((rec_len, used)) = append_slot(block, last, need, csum) else {
         return Ok(None);
-    }
+    };
     let new = last + used;
     let kept = rec_len_to_disk(used, bs)?;
     let rest = rec_len_to_disk(rec_len - used, bs)?;
@@ -497,6 +491,43 @@ pub(crate) fn append_after(
         write_entry(b, new, name, inode, file_type);
     })?;
     Ok(Some(new))
+}
+
+/// Whether [`append_after`] would put a name of `name_len` bytes after the
+/// record at `last` (without changing the block).
+pub(crate) fn can_append(block: &[u8], last: usize, name_len: usize, csum: bool) -> bool {
+    append_slot(block, last, entry_size(name_len), csum).is_some()
+}
+
+/// The `rec_len` and used size of the record at `last` when it is the
+/// block's last live record, reaching the checksum tail or the block's
+/// end, with `need` bytes of room after its own.
+fn append_slot(block: &[u8], last: usize, need: usize, csum: bool) -> Option<(usize, usize)> {
+    let bs = block.len();
+    let end = if csum { bs.checked_sub(TAIL_LEN)? } else { bs };
+    if last + HEADER_LEN > end || le32(block, last) == 0 {
+        return None;
+    }
+    let rec_len = rec_len_from_disk(le16(block, last + 4), bs);
+    let used = entry_size(usize::from(block[last + 6]));
+    (last + rec_len == end && rec_len >= used + need).then_some((rec_len, used))
+}
+
+/// Whether a linear block has a record with room for a name of
+/// `name_len` bytes (where [`add_entry`] would put it; the names are not
+/// compared).
+///
+/// # Errors
+/// As [`iter_records`] for a bad block.
+pub(crate) fn has_room(block: &[u8], name_len: usize, csum: bool) -> Result<bool, Ext4Error> {
+    let need = entry_size(name_len);
+    for r in iter_records(block, csum) {
+        let r = r?;
+        if r.rec_len - r.used() >= need {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Removes the live entry `name` from a linear directory block (the
@@ -588,7 +619,14 @@ mod tests {
                     let pad = "x".repeat((n as usize * 37) % 200);
                     let name = std::format!("name-{n:04}-{pad}");
                     let ino = 12 + n;
+                    let room = has_room(&a, name.len(), csum).unwrap();
+                    let fits = can_append(&b, last, name.len(), csum);
                     let added = add_entry(&mut a, name.as_bytes(), ino, FT_REG_FILE, csum).unwrap();
+                    assert_eq!(
+                        (room, fits),
+                        (added, added),
+                        "bs {bs} csum {csum} entry {n}"
+                    );
                     let put = append_after(&mut b, last, name.as_bytes(), ino, FT_REG_FILE, csum)
                         .unwrap();
                     assert_eq!(added, put.is_some(), "bs {bs} csum {csum} entry {n}");
