@@ -15,8 +15,9 @@ use crate::ext4::inode::file::ReadStore;
 
 impl Image {
     /// Copies host file `src` into new (or empty) regular file `ino` from
-    /// byte 0, as `cp` does: only the host's data ranges (`SEEK_DATA`/`SEEK_HOLE`; the
-    /// whole file where the host file system cannot say) are copied, so
+    /// byte 0, as `cp` does: only the host's data ranges
+    /// (`SEEK_DATA`/`SEEK_HOLE`; the whole file where the host file system
+    /// cannot say) are copied, so
     /// the host's holes stay holes, and the size becomes the host file's
     /// length (a trailing hole included) if that is larger. On an image
     /// file ([`FileDevice`](crate::ext4::FileDevice)) the kernel copies the whole
@@ -28,7 +29,8 @@ impl Image {
     /// stays a hole too (`cp --sparse=always`, `mke2fs -d`), while a
     /// range the kernel copies keeps its zeros as data (as `cp` copies).
     /// Returns the bytes written. Each piece is one [`Image::write`] per
-    /// run of blocks that are not all zeros; nothing is flushed. `src`'s file offset is moved (by the seeks).
+    /// run of blocks that are not all zeros; nothing is flushed. `src`'s
+    /// file offset is moved (by the seeks).
     ///
     /// # Errors
     /// As [`Image::write`]; [`Ext4Error::Io`] reading `src`.

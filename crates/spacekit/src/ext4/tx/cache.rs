@@ -15,8 +15,8 @@
 //! would fight. [`Image::write_block`] (file data and tree blocks) refuses
 //! every metadata block; [`Image::inode_table_block_mut`] only accepts
 //! inode-table blocks; [`Image::pending_block_mut`] (a pending data block
-//! changed in place) checks as `write_block` does. `validate` checks that no pending block overlaps
-//! another record of the flush.
+//! changed in place) checks as `write_block` does. `validate` checks that
+//! no pending block overlaps another record of the flush.
 
 use std::borrow::Cow;
 #[cfg(any(test, feature = "testing"))]

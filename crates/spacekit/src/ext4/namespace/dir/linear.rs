@@ -405,14 +405,7 @@ pub fn add_entry(
     file_type: u8,
     csum: bool,
 ) -> Result<bool, Ext4Error> {
-    check_name(name)?;
-    if inode == 0 {
-        return Err(invalid(
-            "ino",
-            0,
-            "a directory entry names inode 1 or above",
-        ));
-    }
+    check_new_entry(name, inode)?;
     let need = entry_size(name.len());
     let mut slot = None;
     for r in iter_records(block, csum) {
@@ -431,23 +424,65 @@ pub fn add_entry(
     let Some(r) = slot else {
         return Ok(false);
     };
-    let bs = block.len();
     if r.inode == 0 {
         edit_spliced(block, csum, [(r.offset, need)], |b| {
             write_entry(b, r.offset, name, inode, file_type);
         })?;
     } else {
-        let used = r.used();
-        let new = r.offset + used;
-        let kept = rec_len_to_disk(used, bs)?;
-        let rest = rec_len_to_disk(r.rec_len - used, bs)?;
-        edit_spliced(block, csum, [(r.offset + 4, 2), (new, need)], |b| {
-            put16(b, r.offset + 4, kept);
-            put16(b, new + 4, rest);
-            write_entry(b, new, name, inode, file_type);
-        })?;
+        split_record(
+            block,
+            r.offset,
+            (r.rec_len, r.used()),
+            name,
+            inode,
+            file_type,
+            csum,
+        )?;
     }
     Ok(true)
+}
+
+/// Refuses a name [`add_entry`] would refuse, and inode 0.
+fn check_new_entry(name: &[u8], inode: u32) -> Result<(), Ext4Error> {
+    check_name(name)?;
+    if inode == 0 {
+        return Err(invalid(
+            "ino",
+            0,
+            "a directory entry names inode 1 or above",
+        ));
+    }
+    Ok(())
+}
+
+/// Splits the live record at `at` (`(rec_len, used)`: its length and the
+/// bytes of it its own): it keeps `used` bytes and the new entry takes the
+/// rest, the tail's checksum moved along with `csum`. Returns the new
+/// entry's offset.
+fn split_record(
+    block: &mut [u8],
+    at: usize,
+    (rec_len, used): (usize, usize),
+    name: &[u8],
+    inode: u32,
+    file_type: u8,
+    csum: bool,
+) -> Result<usize, Ext4Error> {
+    let bs = block.len();
+    let new = at + used;
+    let kept = rec_len_to_disk(used, bs)?;
+    let rest = rec_len_to_disk(rec_len - used, bs)?;
+    edit_spliced(
+        block,
+        csum,
+        [(at + 4, 2), (new, entry_size(name.len()))],
+        |b| {
+            put16(b, at + 4, kept);
+            put16(b, new + 4, rest);
+            write_entry(b, new, name, inode, file_type);
+        },
+    )?;
+    Ok(new)
 }
 
 /// Adds the entry `name` → `inode` after the record at byte `last`, which
@@ -469,28 +504,11 @@ pub(crate) fn append_after(
     file_type: u8,
     csum: bool,
 ) -> Result<Option<usize>, Ext4Error> {
-    check_name(name)?;
-    if inode == 0 {
-        return Err(invalid(
-            "ino",
-            0,
-            "a directory entry names inode 1 or above",
-        ));
-    }
-    let bs = block.len();
-    let need = entry_size(name.len());
-    let Some((rec_len, used)) = append_slot(block, last, need, csum) else {
+    check_new_entry(name, inode)?;
+    let Some(room) = append_slot(block, last, entry_size(name.len()), csum) else {
         return Ok(None);
     };
-    let new = last + used;
-    let kept = rec_len_to_disk(used, bs)?;
-    let rest = rec_len_to_disk(rec_len - used, bs)?;
-    edit_spliced(block, csum, [(last + 4, 2), (new, need)], |b| {
-        put16(b, last + 4, kept);
-        put16(b, new + 4, rest);
-        write_entry(b, new, name, inode, file_type);
-    })?;
-    Ok(Some(new))
+    split_record(block, last, room, name, inode, file_type, csum).map(Some)
 }
 
 /// Whether [`append_after`] would put a name of `name_len` bytes after the
