@@ -40,7 +40,7 @@ mod vector;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-pub(crate) use vector::{Job, Vector};
+pub(crate) use vector::{prefetch, Job, Vector};
 
 /// Runs `job` compiled for `level`: one match per call, none per word.
 #[inline(always)]

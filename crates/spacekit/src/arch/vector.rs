@@ -172,6 +172,23 @@ fn expand_bits<const U: usize>(pos: u64, mut e: u64, s: &mut [u64]) {
     }
 }
 
+/// Hints that the line holding `p` will be read soon, at any level:
+/// `prefetcht0` (SSE, in the x86_64 baseline) on x86_64, nothing elsewhere.
+/// It never faults, so `p` may point past the data. For loops that want it
+/// whatever the level (the dirty table builder); a level's own choice for
+/// its streaming loops is [`Vector::prefetch`].
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of the x86_64 baseline; a prefetch never faults,
+    // whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// A piece of work to run compiled for one level (see [`super::run`]).
 pub(crate) trait Job {
     /// What the job returns.

@@ -550,6 +550,21 @@ pub(crate) struct RangeScan<W> {
 /// Distances of 1 to 24 batches were tried; 8 to 16 were best.
 const PREFETCH_AHEAD: usize = 12 * BATCH;
 
+/// Asks for the lines of words `i..i + BATCH` of every part of `src`
+/// ([`arch::prefetch`], at every level; a hint, so `i` may lie past the
+/// end).
+#[inline(always)]
+fn prefetch_batch<W: Words>(src: W, i: usize) {
+    let (a, b) = src.parts();
+    for part in [Some(a), b].into_iter().flatten() {
+        // Only computed (wrapping), never dereferenced here.
+        let ahead = part.as_ptr().wrapping_add(i);
+        for line in 0..BATCH / 8 {
+            arch::prefetch(ahead.wrapping_add(8 * line));
+        }
+    }
+}
+
 /// A batch with at most one nonzero word in this many is emitted from its
 /// nonzero words alone (a 0.1% random log has about one in sixteen).
 const SPARSE_PART: usize = 8;
@@ -579,7 +594,7 @@ impl<W: Words> RangeScan<W> {
     unsafe fn batch<V: Vector>(&mut self, out: *mut u64, k: &mut usize) {
         let src = self.src;
         let n = BATCH.min(self.end - self.i);
-        src.prefetch(self.i + PREFETCH_AHEAD);
+        prefetch_batch(src, self.i + PREFETCH_AHEAD);
         if self.sparse {
             // After a sparse batch, find this one's nonzero words first:
             // if few, only they (and a word after one whose top bit is

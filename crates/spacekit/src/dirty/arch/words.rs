@@ -18,30 +18,6 @@ pub(crate) unsafe trait Words: Copy + Send + Sync {
     /// The slices whose OR the words are: one bitmap, or two of equal length.
     fn parts(&self) -> (&[u64], Option<&[u64]>);
 
-    /// Asks the CPU to bring words `i..i + 64` (of every part) into the
-    /// first-level cache, if they all exist (a hint only: it changes no
-    /// result, and does nothing off x86_64).
-    #[inline(always)]
-    fn prefetch(&self, i: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let (a, b) = self.parts();
-            for p in [Some(a), b].into_iter().flatten() {
-                if let Some(w) = p.get(i..i + 64) {
-                    for line in w.chunks_exact(8) {
-                        // SAFETY: a prefetch never faults, and the address
-                        // is inside `p`.
-                        unsafe {
-                            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                                line.as_ptr().cast(),
-                            )
-                        };
-                    }
-                }
-            }
-        }
-    }
-
     /// Bit 63 of the word before `i` (0 before the first word): the bit a
     /// scan starting at word `i` carries in.
     #[inline(always)]
