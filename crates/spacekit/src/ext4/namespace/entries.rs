@@ -232,17 +232,17 @@ impl Image {
     ) -> Result<bool, Ext4Error> {
         let csum = self.csum();
         if let Some(b) = self.pending_blocks.get(&p) {
-            // A full block is left alone (not kept for the undo, not marked
-            // as being filled).
-            if !dir::has_room(b, name.len(), csum)? {
+            // The slot is found on the block as it is, so a full block is
+            // left alone (not kept for the undo, not marked as being
+            // filled), and the records are read once.
+            dir::check_new_entry(name, ino)?;
+            let Some(slot) = dir::find_slot(b, name, csum)? else {
                 return Ok(false);
-            }
+            };
             if let Some(b) = self.pending_block_mut(p) {
-                let added = dir::add_entry(b, name, ino, ft, csum)?;
-                if added {
-                    self.forget_append_block(p);
-                }
-                return Ok(added);
+                dir::put_at_slot(b, slot, name, ino, ft, csum)?;
+                self.forget_append_block(p);
+                return Ok(true);
             }
         }
         let mut b = self.dir_block(parent, pgen, p)?;

@@ -406,6 +406,21 @@ pub fn add_entry(
     csum: bool,
 ) -> Result<bool, Ext4Error> {
     check_new_entry(name, inode)?;
+    let Some(r) = find_slot(block, name, csum)? else {
+        return Ok(false);
+    };
+    put_at_slot(block, r, name, inode, file_type, csum)?;
+    Ok(true)
+}
+
+/// The record [`add_entry`] would give `name` (the first with room; `None`
+/// if none has), in one read of the records, refusing a name already in
+/// the block and a bad block as [`add_entry`] does.
+pub(crate) fn find_slot(
+    block: &[u8],
+    name: &[u8],
+    csum: bool,
+) -> Result<Option<Record>, Ext4Error> {
     let need = entry_size(name.len());
     let mut slot = None;
     for r in iter_records(block, csum) {
@@ -421,29 +436,31 @@ pub fn add_entry(
             slot = Some(r);
         }
     }
-    let Some(r) = slot else {
-        return Ok(false);
-    };
+    Ok(slot)
+}
+
+/// [`add_entry`]'s change at record `r`, which [`find_slot`] gave for
+/// `name` (checked by [`check_new_entry`]) in this block as it is now.
+pub(crate) fn put_at_slot(
+    block: &mut [u8],
+    r: Record,
+    name: &[u8],
+    inode: u32,
+    file_type: u8,
+    csum: bool,
+) -> Result<(), Ext4Error> {
+    let at = (r.offset, entry_size(name.len()));
     if r.inode == 0 {
-        edit_spliced(block, csum, [(r.offset, need)], |b| {
-            write_entry(b, r.offset, name, inode, file_type);
-        })?;
-    } else {
-        split_record(
-            block,
-            r.offset,
-            (r.rec_len, r.used()),
-            name,
-            inode,
-            file_type,
-            csum,
-        )?;
+        return edit_spliced(block, csum, [at], |b| {
+            write_entry(b, at.0, name, inode, file_type)
+        });
     }
-    Ok(true)
+    let room = (r.rec_len, r.used());
+    split_record(block, at.0, room, name, inode, file_type, csum).map(drop)
 }
 
 /// Refuses a name [`add_entry`] would refuse, and inode 0.
-fn check_new_entry(name: &[u8], inode: u32) -> Result<(), Ext4Error> {
+pub(crate) fn check_new_entry(name: &[u8], inode: u32) -> Result<(), Ext4Error> {
     check_name(name)?;
     if inode == 0 {
         return Err(invalid(
@@ -529,23 +546,6 @@ fn append_slot(block: &[u8], last: usize, need: usize, csum: bool) -> Option<(us
     let rec_len = rec_len_from_disk(le16(block, last + 4), bs);
     let used = entry_size(usize::from(block[last + 6]));
     (last + rec_len == end && rec_len >= used + need).then_some((rec_len, used))
-}
-
-/// Whether a linear block has a record with room for a name of
-/// `name_len` bytes (where [`add_entry`] would put it; the names are not
-/// compared).
-///
-/// # Errors
-/// As [`iter_records`] for a bad block.
-pub(crate) fn has_room(block: &[u8], name_len: usize, csum: bool) -> Result<bool, Ext4Error> {
-    let need = entry_size(name_len);
-    for r in iter_records(block, csum) {
-        let r = r?;
-        if r.rec_len - r.used() >= need {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Removes the live entry `name` from a linear directory block (the
@@ -637,7 +637,7 @@ mod tests {
                     let pad = "x".repeat((n as usize * 37) % 200);
                     let name = std::format!("name-{n:04}-{pad}");
                     let ino = 12 + n;
-                    let room = has_room(&a, name.len(), csum).unwrap();
+                    let room = find_slot(&a, name.as_bytes(), csum).unwrap().is_some();
                     let fits = can_append(&b, last, name.len(), csum);
                     let added = add_entry(&mut a, name.as_bytes(), ino, FT_REG_FILE, csum).unwrap();
                     assert_eq!(

@@ -93,7 +93,9 @@ pub use linear::{
     add_entry, entries, entry_size, find, init_block, iter_records, rec_len_from_disk,
     rec_len_to_disk, remove_entry, DirEntry, Record, Records,
 };
-pub(crate) use linear::{append_after, can_append, has_room, inline_entries};
+pub(crate) use linear::{
+    append_after, can_append, check_new_entry, find_slot, inline_entries, put_at_slot,
+};
 #[cfg(any(test, feature = "testing"))]
 pub use tail::has_tail;
 #[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
