@@ -386,6 +386,7 @@ impl Image {
             undo: None,
             last_dir: None,
             append_at: None,
+            leaf_last: BTreeMap::new(),
             cache_budget: None,
             behind_next: usize::MAX,
             recent: Default::default(),

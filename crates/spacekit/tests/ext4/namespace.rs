@@ -743,6 +743,29 @@ fn entries_appended_in_order_survive_the_other_operations() {
             }
             names.push(p);
         }
+        // The htree's leaves keep where their last entry went: names
+        // removed from them, moved within and added again in hash order
+        // must each land once, in a leaf that still reads right.
+        let long = |i: usize| format!("/d/{}{i:03}", "long-name-".repeat(6));
+        for i in (0..120).step_by(7) {
+            if i % 2 == 0 {
+                img.rmdir(&long(i)).unwrap();
+            } else {
+                img.unlink(&long(i)).unwrap();
+            }
+            names.retain(|n| *n != long(i));
+        }
+        for i in (1..120).step_by(11).filter(|i| i % 7 != 0) {
+            let to = format!("/d/moved-{i:03}");
+            img.rename(&long(i), &to).unwrap();
+            names.retain(|n| *n != long(i));
+            names.push(to);
+        }
+        for i in 0..80 {
+            let p = format!("/d/again-{}{i:03}", "x".repeat(i % 40));
+            img.symlink(&p, b"t").unwrap();
+            names.push(p);
+        }
         img.flush().unwrap();
         assert_fsck_clean(&path, &format!("{what}: appended entries"));
         let d = img.lookup("/d").unwrap();

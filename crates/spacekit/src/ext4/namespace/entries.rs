@@ -231,6 +231,9 @@ impl Image {
         ft: u8,
     ) -> Result<bool, Ext4Error> {
         let csum = self.csum();
+        if self.append_to_leaf(p, name, ino, ft)? {
+            return Ok(true);
+        }
         if let Some(b) = self.pending_blocks.get(&p) {
             // The slot is found on the block as it is, so a full block is
             // left alone (not kept for the undo, not marked as being
@@ -240,8 +243,9 @@ impl Image {
                 return Ok(false);
             };
             if let Some(b) = self.pending_block_mut(p) {
-                dir::put_at_slot(b, slot, name, ino, ft, csum)?;
+                let at = dir::put_at_slot(b, slot, name, ino, ft, csum)?;
                 self.forget_append_block(p);
+                self.keep_leaf_place(p, at);
                 return Ok(true);
             }
         }

@@ -135,6 +135,7 @@ impl Image {
         // A directory the failed operation made may be unmade.
         self.last_dir = None;
         self.append_at = None;
+        self.leaf_last.clear();
         self.sb = u.sb;
         self.dirty_sb = u.dirty_sb;
         self.dirty_gdt = u.dirty_gdt;

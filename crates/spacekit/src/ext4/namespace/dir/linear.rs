@@ -409,8 +409,7 @@ pub fn add_entry(
     let Some(r) = find_slot(block, name, csum)? else {
         return Ok(false);
     };
-    put_at_slot(block, r, name, inode, file_type, csum)?;
-    Ok(true)
+    put_at_slot(block, r, name, inode, file_type, csum).map(|_| true)
 }
 
 /// The record [`add_entry`] would give `name` (the first with room; `None`
@@ -441,6 +440,7 @@ pub(crate) fn find_slot(
 
 /// [`add_entry`]'s change at record `r`, which [`find_slot`] gave for
 /// `name` (checked by [`check_new_entry`]) in this block as it is now.
+/// Returns the new entry's offset.
 pub(crate) fn put_at_slot(
     block: &mut [u8],
     r: Record,
@@ -448,15 +448,14 @@ pub(crate) fn put_at_slot(
     inode: u32,
     file_type: u8,
     csum: bool,
-) -> Result<(), Ext4Error> {
+) -> Result<usize, Ext4Error> {
     let at = (r.offset, entry_size(name.len()));
     if r.inode == 0 {
-        return edit_spliced(block, csum, [at], |b| {
-            write_entry(b, at.0, name, inode, file_type)
-        });
+        let put = |b: &mut [u8]| write_entry(b, at.0, name, inode, file_type);
+        return edit_spliced(block, csum, [at], put).map(|()| at.0);
     }
     let room = (r.rec_len, r.used());
-    split_record(block, at.0, room, name, inode, file_type, csum).map(drop)
+    split_record(block, at.0, room, name, inode, file_type, csum)
 }
 
 /// Refuses a name [`add_entry`] would refuse, and inode 0.
