@@ -49,31 +49,47 @@ impl Image {
         if dir != parent {
             return Ok(false);
         }
-        let csum = self.csum();
-        // Looked at first, so a block that cannot take it is left alone
-        // (not kept for the undo, not marked as being filled).
-        match self.pending_blocks.get(&block) {
-            Some(b) if dir::can_append(b, last, name.len(), csum) => {}
-            Some(_) => return Ok(false),
-            None => {
-                self.append_at = None;
-                return Ok(false);
-            }
-        }
-        let Some(b) = self.pending_block_mut(block) else {
-            self.append_at = None;
-            return Ok(false);
-        };
-        match dir::append_after(b, last, name, ino, ft, csum)? {
-            Some(new) => {
+        Ok(match self.append_in(block, last, name, ino, ft)? {
+            Appended::At(new) => {
                 self.append_at = Some(AppendAt {
                     dir,
                     at: Some((block, new)),
                 });
-                Ok(true)
+                true
             }
-            None => Ok(false),
+            Appended::NoRoom => false,
+            Appended::Gone => {
+                self.append_at = None;
+                false
+            }
+        })
+    }
+
+    /// Puts entry `name` → `ino` after the record at `last` of pending
+    /// block `block`, when [`dir::can_append`] says it fits. The block is
+    /// looked at first, so one that cannot take it is left alone (not kept
+    /// for the undo, not marked as being filled).
+    fn append_in(
+        &mut self,
+        block: u64,
+        last: usize,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<Appended, Ext4Error> {
+        let csum = self.csum();
+        match self.pending_blocks.get(&block) {
+            Some(b) if dir::can_append(b, last, name.len(), csum) => {}
+            Some(_) => return Ok(Appended::NoRoom),
+            None => return Ok(Appended::Gone),
         }
+        let Some(b) = self.pending_block_mut(block) else {
+            return Ok(Appended::Gone);
+        };
+        Ok(match dir::append_after(b, last, name, ino, ft, csum)? {
+            Some(new) => Appended::At(new),
+            None => Appended::NoRoom,
+        })
     }
 
     /// After an entry went into directory `parent` the ordinary way:
@@ -164,24 +180,17 @@ impl Image {
         let Some(&last) = self.leaf_last.get(&block) else {
             return Ok(false);
         };
-        let csum = self.csum();
-        match self.pending_blocks.get(&block) {
-            Some(b) if dir::can_append(b, last, name.len(), csum) => {}
-            Some(_) => return Ok(false),
-            None => {
-                self.leaf_last.remove(&block);
-                return Ok(false);
+        Ok(match self.append_in(block, last, name, ino, ft)? {
+            Appended::At(new) => {
+                self.leaf_last.insert(block, new);
+                true
             }
-        }
-        let Some(b) = self.pending_block_mut(block) else {
-            self.leaf_last.remove(&block);
-            return Ok(false);
-        };
-        let Some(new) = dir::append_after(b, last, name, ino, ft, csum)? else {
-            return Ok(false);
-        };
-        self.leaf_last.insert(block, new);
-        Ok(true)
+            Appended::NoRoom => false,
+            Appended::Gone => {
+                self.leaf_last.remove(&block);
+                false
+            }
+        })
     }
 
     /// After an entry went into pending block `block` at byte `at`: keeps
@@ -194,4 +203,15 @@ impl Image {
             }
         }
     }
+}
+
+/// What [`Image::append_in`] did.
+enum Appended {
+    /// The entry went in at this offset (the block's last record now).
+    At(usize),
+    /// The block could not take it; it is unchanged.
+    NoRoom,
+    /// The block is no longer pending (or may not be changed as data): the
+    /// kept place is gone.
+    Gone,
 }
