@@ -87,8 +87,10 @@ pub struct Image {
     /// Where the next entry of the directory being filled goes (see
     /// `namespace/append.rs`).
     pub(super) append_at: Option<AppendAt>,
-    /// The last record of htree leaves an entry was last put into, by
-    /// block, dropped with [`AppendAt`]'s place (see `namespace/append.rs`).
+    /// The last record of pending directory blocks (htree leaves, mostly)
+    /// an entry was last put into, by block; dropped with [`AppendAt`]'s
+    /// place and when the block stops being pending (see
+    /// `namespace/append.rs`).
     pub(super) leaf_last: BTreeMap<u64, usize>,
     /// Bytes of pending blocks before write-behind (`None`: never; see
     /// `tx/behind.rs`).

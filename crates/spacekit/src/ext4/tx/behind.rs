@@ -110,6 +110,7 @@ impl Image {
                     .map_err(io("write block ahead of the flush"))?;
             }
             self.pending_blocks.remove(&b);
+            self.forget_append_block(b);
             self.data_unsynced = true;
         }
         Ok(out.len())

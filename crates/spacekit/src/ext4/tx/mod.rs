@@ -72,6 +72,9 @@ impl Image {
             self.pending_blocks = pending;
             return Err(e);
         }
+        // No block is pending now: no kept place is good any more.
+        self.append_at = None;
+        self.leaf_last.clear();
         self.dirty_sb = false;
         self.dirty_gdt.clear();
         self.dirty_block.clear();
