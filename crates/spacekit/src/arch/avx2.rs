@@ -82,6 +82,13 @@ unsafe impl Vector for Avx2 {
         }
     }
 
+    /// One `vmovmskpd`: the lanes' sign bits.
+    #[inline(always)]
+    fn top_mask(self) -> u64 {
+        // SAFETY: AVX2 as above.
+        unsafe { u64::from(_mm256_movemask_pd(_mm256_castsi256_pd(self.0)) as u32 & 0xF) }
+    }
+
     #[inline(always)]
     fn any_ne4(v: [Self; 4], pat: Self) -> bool {
         // SAFETY: AVX2 as above.

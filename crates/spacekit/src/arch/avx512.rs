@@ -127,6 +127,14 @@ unsafe impl Vector for Avx512 {
         u64::from(unsafe { _mm512_cmpneq_epi64_mask(self.0, pat.0) })
     }
 
+    /// One signed compare with zero: a lane is negative when its top bit is
+    /// set.
+    #[inline(always)]
+    fn top_mask(self) -> u64 {
+        // SAFETY: AVX-512 F as above.
+        u64::from(unsafe { _mm512_cmplt_epi64_mask(self.0, _mm512_setzero_si512()) })
+    }
+
     /// Two ternary-logic ops (`(a ^ c) | (b ^ c)`, truth table 0x7E), an OR
     /// and one test.
     #[inline(always)]

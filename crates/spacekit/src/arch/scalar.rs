@@ -56,6 +56,11 @@ unsafe impl Vector for Word {
     }
 
     #[inline(always)]
+    fn top_mask(self) -> u64 {
+        self.0 >> 63
+    }
+
+    #[inline(always)]
     fn any_ne4(v: [Self; 4], pat: Self) -> bool {
         ((v[0].0 ^ pat.0) | (v[1].0 ^ pat.0) | (v[2].0 ^ pat.0) | (v[3].0 ^ pat.0)) != 0
     }

@@ -77,6 +77,9 @@ pub(crate) unsafe trait Vector: Copy {
     /// Bit `k` set iff lane `k` of `self` differs from lane `k` of `pat`.
     fn ne_mask(self, pat: Self) -> u64;
 
+    /// Bit `j` set when lane `j`'s top bit is set.
+    fn top_mask(self) -> u64;
+
     /// Whether any lane of the four vectors differs from `pat`.
     fn any_ne4(v: [Self; 4], pat: Self) -> bool;
 

@@ -106,6 +106,32 @@ pub(crate) fn nonzero_words<V: Vector, W: Words>(src: W, i: usize, n: usize) -> 
     m
 }
 
+/// [`nonzero_words`] and, in the same pass, bit `t` set for each word
+/// `i + t` whose top bit is set (a run goes on into the next word, or ends
+/// at its first page): the table builder's sparse batches mark the word
+/// after each such word up front, so their emission loop does not wait on
+/// each word's load to learn the next word to visit.
+#[inline(always)]
+pub(crate) fn nonzero_and_top_words<V: Vector, W: Words>(src: W, i: usize, n: usize) -> (u64, u64) {
+    debug_assert!(n <= 64);
+    let (mut m, mut top, mut j) = (0u64, 0u64, 0);
+    let zero = V::splat(0);
+    while j + V::LANES <= n {
+        // SAFETY: `i + j + LANES <= i + n <= src.len()`.
+        let v: V = unsafe { load(&src, i + j) };
+        m |= v.ne_mask(zero) << j;
+        top |= v.top_mask() << j;
+        j += V::LANES;
+    }
+    while j < n {
+        let w = src.word(i + j);
+        m |= u64::from(w != 0) << j;
+        top |= (w >> 63) << j;
+        j += 1;
+    }
+    (m, top)
+}
+
 /// Stage 2 for one word: writes the positions of the set bits of edge mask
 /// `e` (possibly 0), each plus `pos` (the word's first bit), to `buf[k..]`
 /// in ascending order and returns `k` plus their number. `buf[k..k + 64]`
