@@ -222,9 +222,9 @@ impl Job for HarvestOr<'_> {
                 // SAFETY: as above.
                 unsafe {
                     if marked * 8 > m * 5 {
-                        emit_sparse::<V, 8>(i, m, mask, carry, true, word, visit, flat, &mut k)
+                        emit_sparse::<V, 8>(i, m, mask, carry, None, word, visit, flat, &mut k)
                     } else {
-                        emit_sparse::<V, 4>(i, m, mask, carry, true, word, visit, flat, &mut k)
+                        emit_sparse::<V, 4>(i, m, mask, carry, None, word, visit, flat, &mut k)
                     }
                 };
                 counts.other_pages += pages;

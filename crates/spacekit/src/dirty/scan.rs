@@ -436,10 +436,12 @@ unsafe fn emit_word<V: Vector, const U: usize>(pos: u64, e: u64, out: *mut u64, 
 /// whose bit is set in `mask` and for each word after one whose top bit is
 /// set (a run ends at its first page, or goes on through it), calling
 /// `visit(t)` for each. `mask` must cover every nonzero word, and word 0
-/// when `carry` (the bit below word `first`) is set. With `follow`, the
-/// loop adds each word after a top bit as it reads the word; without, the
-/// caller's `mask` must already cover those words (then the next word to
-/// visit never waits on a load). The table builder's
+/// when `carry` (the bit below word `first`) is set. With `below` `None`,
+/// the loop adds each word after a top bit as it reads the word. With
+/// `Some(b)`, bit `t` of `b` is the bit below word `first + t` (bit 0:
+/// `carry`) and the caller's `mask` already covers the words after top
+/// bits: then the next word to visit never waits on a load, and a word's
+/// edges need only its own. The table builder's
 /// sparse batches, and the one-pass harvest's (which reads the OR of two
 /// logs and counts KVM's pages as it visits).
 ///
@@ -452,7 +454,7 @@ pub(super) unsafe fn emit_sparse<V: Vector, const U: usize>(
     n: usize,
     mut mask: u64,
     carry: u64,
-    follow: bool,
+    below: Option<u64>,
     word: impl Fn(usize) -> u64,
     mut visit: impl FnMut(usize),
     out: *mut u64,
@@ -463,10 +465,19 @@ pub(super) unsafe fn emit_sparse<V: Vector, const U: usize>(
         mask &= mask - 1;
         visit(t);
         let w = word(t);
-        let below = if t == 0 { carry } else { word(t - 1) >> 63 };
-        if follow && w >> 63 != 0 && t + 1 < n {
-            mask |= 1 << (t + 1);
-        }
+        let below = match below {
+            Some(b) => (b >> t) & 1,
+            None => {
+                if w >> 63 != 0 && t + 1 < n {
+                    mask |= 1 << (t + 1);
+                }
+                if t == 0 {
+                    carry
+                } else {
+                    word(t - 1) >> 63
+                }
+            }
+        };
         // SAFETY: the caller's guarantee; a word adds at most 64 edges, 64
         // words at most.
         unsafe { emit_word::<V, U>((first + t) as u64 * 64, w ^ ((w << 1) | below), out, k) };
@@ -620,7 +631,8 @@ impl<W: Words> RangeScan<W> {
                 // first word; one open past a word's top bit, in (or
                 // through) the next word.
                 let live = u64::MAX >> (64 - n);
-                let mask = nonzero | self.carry | ((top << 1) & live);
+                let below = (top << 1) | self.carry;
+                let mask = nonzero | (below & live);
                 let first = self.i;
                 // SAFETY: the caller's guarantee.
                 unsafe {
@@ -629,7 +641,7 @@ impl<W: Words> RangeScan<W> {
                         n,
                         mask,
                         self.carry,
-                        follow,
+                        (!follow).then_some(below),
                         |t| src.word(first + t),
                         |_| {},
                         out,
