@@ -36,6 +36,7 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
         }
         Ext4Error::MetadataBlock { .. } => SPACEKIT_ERROR_METADATA_BLOCK,
         Ext4Error::Bitmap(e) => crate::bitmap::bitmap_err(e),
+        Ext4Error::At { source, .. } => ext4_err(*source),
         _ => SPACEKIT_ERROR_INVALID_ARGUMENT,
     }
 }

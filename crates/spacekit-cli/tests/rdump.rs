@@ -267,6 +267,21 @@ fn ls_l_shows_every_type_and_rdump_copies_the_tree() {
         let o = ext4(&img, "rdump", &args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
     }
+    // A file whose extent tree debugfs damaged: the one line names the
+    // file in the image, not only the path asked for.
+    let o = Command::new("debugfs")
+        .args(["-w", "-R", "sif /d/sparse block[0] 0"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out4 = dir.join("out4");
+    fs::create_dir(&out4).unwrap();
+    let o = ext4(&img, "rdump", &["/", out4.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(": /: ext4: /d/sparse: corrupt image"), "{err}");
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -1,10 +1,11 @@
 //! The typed errors of the ext4 module.
 
 use std::borrow::Cow;
+use std::boxed::Box;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::string::String;
+use std::string::{String, ToString};
 
 use crate::bitmap::BitmapError;
 
@@ -216,6 +217,27 @@ pub enum Ext4Error {
     /// A bitmap operation failed where the module's own checks should have
     /// ruled it out; reported instead of panicking.
     Bitmap(BitmapError),
+    /// An error at one entry of a walk over the image
+    /// ([`Image::export_tree`](super::Image::export_tree)): the entry's
+    /// path in the image and the error there. [`Ext4Error::cause`] gives
+    /// the error itself.
+    At {
+        /// The entry's path in the image (`/usr/share/doc`; a name that is
+        /// not UTF-8 lossily).
+        path: String,
+        /// The error at that entry.
+        source: Box<Ext4Error>,
+    },
+}
+
+impl Ext4Error {
+    /// The error itself, without the entry an [`Ext4Error::At`] names.
+    pub fn cause(&self) -> &Ext4Error {
+        match self {
+            Ext4Error::At { source, .. } => source.cause(),
+            e => e,
+        }
+    }
 }
 
 impl fmt::Display for Ext4Error {
@@ -333,6 +355,11 @@ impl fmt::Display for Ext4Error {
             }
             Ext4Error::InodeAlreadyFree { ino } => write!(f, "ext4: inode {ino} is already free"),
             Ext4Error::Bitmap(e) => write!(f, "ext4: internal bitmap error: {e}"),
+            Ext4Error::At { path, source } => {
+                let inner = source.to_string();
+                let inner = inner.strip_prefix("ext4: ").unwrap_or(&inner);
+                write!(f, "ext4: {path}: {inner}")
+            }
         }
     }
 }
@@ -342,6 +369,7 @@ impl core::error::Error for Ext4Error {
         match self {
             Ext4Error::Io { source, .. } => Some(source),
             Ext4Error::Bitmap(e) => Some(e),
+            Ext4Error::At { source, .. } => Some(&**source),
             _ => None,
         }
     }

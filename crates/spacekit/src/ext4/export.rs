@@ -6,6 +6,7 @@
 //! How it copies, in what order and where is [`Image::export_tree`]'s
 //! documentation.
 
+use std::boxed::Box;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CString, OsStr};
 use std::fmt;
@@ -260,6 +261,10 @@ impl Image {
     /// [`Ext4Error::Corrupt`] for a name holding `/` or NUL, an unknown
     /// file type or a directory reached twice; as [`Image::read`],
     /// [`Image::read_dir`], [`Image::read_link`] and [`Image::xattrs`].
+    /// Once the walk has begun, every error but [`Ext4Error::Exists`]
+    /// comes as [`Ext4Error::At`], naming the entry in the image where it
+    /// stopped (a bad name: its directory); [`Ext4Error::cause`] gives the
+    /// error itself.
     pub fn export_tree(
         &mut self,
         path: &str,
@@ -292,9 +297,17 @@ impl Image {
         // SAFETY: geteuid(2) takes nothing, cannot fail and touches no
         // memory of ours.
         let root = unsafe { libc::geteuid() } == 0;
+        // The image path of `dest`'s contents: `/` for the root, else the
+        // directory holding `path`'s last name.
+        let base = match Path::new(path).parent() {
+            Some(p) if ino != ROOT_INO => p.to_path_buf(),
+            _ => PathBuf::from("/"),
+        };
         let mut x = Export {
             img: self,
             opts,
+            dest: dest.to_path_buf(),
+            base,
             report: ExportReport {
                 owners_set: root,
                 ..ExportReport::default()
@@ -306,7 +319,8 @@ impl Image {
         let mut stack = Vec::new();
         if ino == ROOT_INO {
             x.dirs.insert(ROOT_INO);
-            x.push_children(ROOT_INO, dest, &mut stack)?;
+            x.push_children(ROOT_INO, dest, &mut stack)
+                .map_err(|e| x.at(dest, e))?;
         } else {
             let name = path
                 .rsplit('/')
@@ -343,42 +357,67 @@ struct Export<'a> {
     /// image.
     dirs: BTreeSet<u32>,
     progress: &'a mut dyn FnMut(&ExportReport, &Path),
+    /// The host directory the export goes into.
+    dest: PathBuf,
+    /// The image path of `dest`'s contents.
+    base: PathBuf,
 }
 
 impl Export<'_> {
-    /// Runs the steps, depth first, entries in directory order.
+    /// Runs the steps, depth first, entries in directory order. An error
+    /// names the entry it stopped at ([`Ext4Error::At`]), except a host
+    /// name already taken ([`Ext4Error::Exists`] names the host path).
     fn run(&mut self, mut stack: Vec<Step>) -> Result<(), Ext4Error> {
         while let Some(step) = stack.pop() {
-            match step {
-                Step::Enter(ino, host) => {
-                    let inode = self.img.inode(ino)?;
-                    if inode.mode & S_IFMT == S_IFDIR {
-                        if !self.dirs.insert(ino) {
-                            return Err(corrupt(
-                                "inode",
-                                None,
-                                ino.into(),
-                                "a directory entry leads to a directory already copied (a loop)",
-                            ));
-                        }
-                        std::fs::DirBuilder::new()
-                            .mode(0o700)
-                            .create(&host)
-                            .map_err(made("mkdir", &host))?;
-                        self.report.dirs += 1;
-                        (self.progress)(&self.report, &host);
-                        // Under the entries: popped after all of them.
-                        stack.push(Step::Finish(inode, host.clone()));
-                        self.push_children(ino, &host, &mut stack)?;
-                    } else {
-                        self.leaf(&inode, &host)?;
-                        (self.progress)(&self.report, &host);
-                    }
-                }
-                Step::Finish(inode, host) => self.attributes(&inode, &host)?,
-            }
+            let (r, host) = match step {
+                Step::Enter(ino, host) => (self.enter(ino, &host, &mut stack), host),
+                Step::Finish(inode, host) => (self.attributes(&inode, &host), host),
+            };
+            r.map_err(|e| self.at(&host, e))?;
         }
         Ok(())
+    }
+
+    /// `e`, from the step that makes host entry `host`, as an error at
+    /// the entry's image path.
+    fn at(&self, host: &Path, e: Ext4Error) -> Ext4Error {
+        if matches!(e, Ext4Error::Exists { .. }) {
+            return e;
+        }
+        let rel = host.strip_prefix(&self.dest).unwrap_or(host);
+        Ext4Error::At {
+            path: self.base.join(rel).to_string_lossy().into_owned(),
+            source: Box::new(e),
+        }
+    }
+
+    /// Makes the host entry of inode `ino` at `host`: a directory (then
+    /// its `Finish` and its entries go on the stack) or a leaf.
+    fn enter(&mut self, ino: u32, host: &Path, stack: &mut Vec<Step>) -> Result<(), Ext4Error> {
+        let inode = self.img.inode(ino)?;
+        if inode.mode & S_IFMT == S_IFDIR {
+            if !self.dirs.insert(ino) {
+                return Err(corrupt(
+                    "inode",
+                    None,
+                    ino.into(),
+                    "a directory entry leads to a directory already copied (a loop)",
+                ));
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(host)
+                .map_err(made("mkdir", host))?;
+            self.report.dirs += 1;
+            (self.progress)(&self.report, host);
+            // Under the entries: popped after all of them.
+            stack.push(Step::Finish(inode, host.to_path_buf()));
+            self.push_children(ino, host, stack)
+        } else {
+            self.leaf(&inode, host)?;
+            (self.progress)(&self.report, host);
+            Ok(())
+        }
     }
 
     /// Pushes a step for each entry of directory `dir` (not `.`, `..` or

@@ -1028,8 +1028,18 @@ fn existing_host_entries_bad_names_and_loops_are_refused() {
     let mut img = open_ro(&path);
     let empty = dir.path("empty");
     fs::create_dir(&empty).unwrap();
+    // The error names the directory whose entry is bad.
     match img.export_tree("/", &empty, opts) {
-        Err(Ext4Error::Corrupt { field: "name", .. }) => {}
+        Err(e @ Ext4Error::At { .. }) => {
+            assert!(
+                matches!(e.cause(), Ext4Error::Corrupt { field: "name", .. }),
+                "{e:?}"
+            );
+            assert!(
+                matches!(&e, Ext4Error::At { path, .. } if path == "/"),
+                "{e:?}"
+            );
+        }
         other => panic!("a name with '/': {other:?}"),
     }
     assert_eq!(
@@ -1044,8 +1054,50 @@ fn existing_host_entries_bad_names_and_loops_are_refused() {
     let mut img = open_ro(&path);
     let loop_dest = dir.path("loop");
     fs::create_dir(&loop_dest).unwrap();
+    // The error names the entry that closes the loop, in the image.
     match img.export_tree("/a", &loop_dest, opts) {
-        Err(Ext4Error::Corrupt { field: "inode", .. }) => {}
+        Err(e @ Ext4Error::At { .. }) => {
+            assert!(
+                matches!(e.cause(), Ext4Error::Corrupt { field: "inode", .. }),
+                "{e:?}"
+            );
+            assert!(
+                matches!(&e, Ext4Error::At { path, .. } if path == "/a/b/loop"),
+                "{e:?}"
+            );
+            assert!(
+                e.to_string().starts_with("ext4: /a/b/loop: corrupt image"),
+                "{e}"
+            );
+        }
         other => panic!("a loop: {other:?}"),
+    }
+    // From below: `/a/b` first, then `/a` through the link, then `/a/b`
+    // again, named by the path the walk took.
+    let loop_dest = dir.path("loop2");
+    fs::create_dir(&loop_dest).unwrap();
+    match img.export_tree("/a/b", &loop_dest, opts) {
+        Err(e @ Ext4Error::At { .. }) => assert!(
+            matches!(&e, Ext4Error::At { path, .. } if path == "/a/b/loop/b"),
+            "{e:?}"
+        ),
+        other => panic!("a loop from /a/b: {other:?}"),
+    }
+    drop(img);
+    // A file whose extent tree is damaged: the error names the file, in
+    // the image (the export names it from its parent's path).
+    debugfs_w(&path, &dir, "sif /f block[0] 0\n");
+    let mut img = open_ro(&path);
+    let d = dir.path("file");
+    fs::create_dir(&d).unwrap();
+    match img.export_tree("/f", &d, opts) {
+        Err(e @ Ext4Error::At { .. }) => {
+            assert!(
+                matches!(&e, Ext4Error::At { path, .. } if path == "/f"),
+                "{e:?}"
+            );
+            assert!(matches!(e.cause(), Ext4Error::Corrupt { .. }), "{e:?}");
+        }
+        other => panic!("a damaged extent tree: {other:?}"),
     }
 }
