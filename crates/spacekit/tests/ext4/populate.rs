@@ -827,6 +827,27 @@ fn no_space_and_no_inodes_change_nothing() {
         assert_unchanged(&img, &before, &w, !blocks, &what);
         fs::remove_file(&img).unwrap();
     }
+    // 100 directories of 20 empty files each: each directory's names fit
+    // in its first block, so the estimate is its 100 blocks and the
+    // root's growth (100 records of 12 bytes: 2 blocks of 1 KiB), not a
+    // block per directory again for its names (133).
+    let dirs = dir.path("dirs");
+    for d in 0..100 {
+        for f in 0..20 {
+            let p = dirs.join(format!("d{d:03}"));
+            fs::create_dir_all(&p).unwrap();
+            fs::write(p.join(format!("e{f:02}")), b"").unwrap();
+        }
+    }
+    let img = mkfs(&dir, &K1);
+    match populate(&img, "/", &dirs, PopulateOptions::default()) {
+        Err(Ext4Error::PopulateNoSpace {
+            blocks_needed,
+            inodes_needed,
+            ..
+        }) => assert_eq!((blocks_needed, inodes_needed), (102, 2100)),
+        other => panic!("dirs: {other:?}"),
+    }
 }
 
 /// A directory of the source onto a directory of the image takes the

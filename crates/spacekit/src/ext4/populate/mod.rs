@@ -164,25 +164,52 @@ impl PopulateReport {
 
 /// How much a populate that ran out of room needs, counted over the whole
 /// source (see [`Ext4Error::PopulateNoSpace`]).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Need {
     /// Blocks the whole source needs, about (data, directories, symlinks).
     pub(crate) blocks: u64,
     /// Inodes the whole source needs.
     pub(crate) inodes: u64,
-    /// Bytes of directory entries the source's names take (blocks of
-    /// their own once directories grow past their first block).
-    pub(crate) dirents: u64,
+    /// Bytes of directory records in each directory the source adds names
+    /// to, by its path (empty: the directory the populate goes under).
+    dirents: HashMap<Vec<u8>, u64>,
 }
 
+/// What a directory's records are counted as when it is first met: a new
+/// one holds `.` and `..` (12 bytes each) in the block its entry counted;
+/// one that was there before is taken as full, so its first name starts
+/// a block.
+const FRESH_DIR: u64 = 24;
+
 impl Need {
-    /// Blocks in all on blocks of `bs` bytes: [`Need::blocks`] and the
-    /// directory blocks the entries fill, counted three quarters full (an
-    /// htree split leaves leaves half full; a linear directory fills its
-    /// blocks).
-    fn total_blocks(&self, bs: u64) -> u64 {
-        self.blocks
-            .saturating_add(self.dirents.div_ceil((bs / 4).saturating_mul(3).max(1)))
+    /// Directory blocks are counted three quarters full (an htree split
+    /// leaves leaves half full; a linear directory fills its blocks).
+    fn per_block(bs: u64) -> u64 {
+        (bs / 4).saturating_mul(3).max(1)
+    }
+
+    /// A new directory at `path`: its first block is counted with its
+    /// entry, and holds its first names (a path met again keeps its
+    /// count).
+    fn new_dir(&mut self, path: &[u8]) {
+        if !self.dirents.contains_key(path) {
+            self.dirents.insert(path.to_vec(), FRESH_DIR);
+        }
+    }
+
+    /// A record of `len` bytes in directory `dir`: a block more each time
+    /// the directory's records pass a block's worth.
+    fn add_name(&mut self, dir: &[u8], len: u64, bs: u64) {
+        let per = Self::per_block(bs);
+        let have = match self.dirents.get_mut(dir) {
+            Some(h) => h,
+            None => self.dirents.entry(dir.to_vec()).or_insert(per),
+        };
+        let before = have.div_ceil(per);
+        *have = have.saturating_add(len);
+        self.blocks = self
+            .blocks
+            .saturating_add(have.div_ceil(per).saturating_sub(before));
     }
 }
 
@@ -397,7 +424,7 @@ impl<'i> Populate<'i> {
     /// free. Call it after feeding the rest of the source.
     pub fn shortfall(&self) -> Ext4Error {
         Ext4Error::PopulateNoSpace {
-            blocks_needed: self.need.total_blocks(u64::from(self.img.info.block_size)),
+            blocks_needed: self.need.blocks,
             blocks_free: self.img.free_blocks_count(),
             inodes_needed: self.need.inodes,
             inodes_free: u64::from(self.img.free_inodes_count()),
@@ -425,9 +452,11 @@ impl<'i> Populate<'i> {
         Ok(self.report)
     }
 
-    /// Adds what `entry` (at `path`) needs to [`Need`] (about: data blocks without
-    /// holes or extent blocks, one block per directory and long symlink,
-    /// the bytes of its name's directory record).
+    /// Adds what `entry` (at `path`) needs to [`Need`] (about: data blocks
+    /// without holes or extent blocks, one block per directory and long
+    /// symlink, and a block each time its directory's records pass three
+    /// quarters of one: a new directory's first names go in the block
+    /// its entry counted).
     fn count_need(&mut self, path: &[u8], entry: &Entry<'_>) {
         let bs = u64::from(self.img.info.block_size);
         let (blocks, inodes) = match &entry.kind {
@@ -467,11 +496,17 @@ impl<'i> Populate<'i> {
         }
         // The name's record in its directory: 8 bytes and the name,
         // rounded to 4.
-        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&[][..], path),
+        };
         let dirent = (8 + name.len() as u64 + 3) & !3;
         self.need.blocks = self.need.blocks.saturating_add(blocks);
         self.need.inodes = self.need.inodes.saturating_add(inodes);
-        self.need.dirents = self.need.dirents.saturating_add(dirent);
+        self.need.add_name(dir, dirent, bs);
+        if matches!(entry.kind, EntryKind::Dir) {
+            self.need.new_dir(path);
+        }
     }
 
     /// [`Populate::add`] without the error handling: `path` is the
