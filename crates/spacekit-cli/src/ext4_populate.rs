@@ -139,6 +139,7 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
             "image": c.image.display().to_string(), "at": a.at, "from": source,
             "entries": r.entries(), "files": r.files, "dirs": r.dirs, "symlinks": r.symlinks,
             "nodes": r.nodes, "hard_links": r.hard_links, "xattrs": r.xattrs, "bytes": r.bytes,
+            "replaced": r.replaced,
             "seconds": secs, "peak_rss_bytes": peak_rss()}));
     } else if !a.quiet {
         eprintln!(
@@ -154,6 +155,12 @@ pub(crate) fn populate(a: &PopulateArgs) -> Result<(), String> {
             r.bytes,
             secs
         );
+        if r.replaced > 0 {
+            eprintln!(
+                "populate: {} entries replaced an earlier one of the same path (the later wins, as tar extracts)",
+                r.replaced
+            );
+        }
     }
     Ok(())
 }

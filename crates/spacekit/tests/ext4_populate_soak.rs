@@ -20,7 +20,9 @@
 //!
 //! The child is this test binary re-executed with
 //! `SPACEKIT_POP_SOAK_IMAGE` set: it prints `ready`, opens the image
-//! read-write, populates the tree (`Populate::add_dir`), prints
+//! read-write, populates the tree twice in one populate
+//! (`Populate::add_dir`; the second pass replaces every entry but the
+//! directories by a new copy), prints
 //! `finishing` before `Populate::finish` (the one flush, through the redo
 //! log) and `done` after it, then waits to be killed. The kill comes
 //! uniformly within 1.3 times the time a whole populate took (measured by
@@ -160,6 +162,16 @@ fn say(line: &str) {
     println!("{TAG}{line}");
 }
 
+/// The tree added twice in one populate: the second pass merges every
+/// directory and replaces every other entry by a new copy (the later
+/// entry wins, as for a path a tar archive holds twice), hard links
+/// joined again to their file's new inode.
+fn populate_twice(pop: &mut Populate<'_>, src: &Path) {
+    pop.add_dir(src).unwrap();
+    pop.add_dir(src).unwrap();
+    assert!(pop.report().replaced > 0, "{:?}", pop.report());
+}
+
 /// The child: populate, flush, then wait for the kill.
 fn child(image: &Path) {
     let src = PathBuf::from(std::env::var_os(CHILD_SRC).unwrap());
@@ -175,7 +187,7 @@ fn child(image: &Path) {
         thread::sleep(Duration::from_millis(20));
     }
     let mut pop = Populate::new(&mut img, "/", OPTS).unwrap();
-    pop.add_dir(&src).unwrap();
+    populate_twice(&mut pop, &src);
     say("finishing");
     pop.finish().unwrap();
     say("done");
@@ -249,7 +261,7 @@ fn fsck(path: &Path) -> Result<(), String> {
 fn reference(path: &Path, src: &Path, dir: &TempDir, name: &str) {
     let mut img = Image::open(path, OpenMode::ReadWrite).unwrap();
     let mut pop = Populate::new(&mut img, "/", OPTS).unwrap();
-    pop.add_dir(src).unwrap();
+    populate_twice(&mut pop, src);
     pop.finish().unwrap();
     drop(img);
     fsck(path).unwrap();

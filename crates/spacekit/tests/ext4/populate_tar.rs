@@ -647,3 +647,142 @@ fn bad_pieces_are_refused_before_any_read() {
     drop(img);
     assert_fsck_clean(&img_path, "pieces");
 }
+
+/// A `ustar` hard link (`kind` b'1') or symlink (b'2') header to `target`.
+fn linked(name: &str, kind: u8, target: &str) -> Vec<u8> {
+    let mut h = ustar(name, kind, 0);
+    h[157..157 + target.len()].copy_from_slice(target.as_bytes());
+    h[148..156].fill(b' ');
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+/// A path archived twice (`tar -r` appends newer copies): the later member
+/// wins, as GNU tar extracts it. A file rewritten, a file whose old inode
+/// another name still holds, a symlink become a file, a directory's files
+/// again, and hard links whose target was replaced; e2fsck clean, and the
+/// kernel reads what `tar -x` makes. A name that was a directory is not
+/// replaced by a file.
+#[test]
+fn a_path_archived_again_takes_the_later_member_as_tar_extracts_it() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("populate-tar-again");
+    let src = dir.path("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("a"), b"one").unwrap();
+    fs::write(src.join("b"), b"bee").unwrap();
+    fs::hard_link(src.join("b"), src.join("c")).unwrap();
+    fs::write(src.join("h"), b"h").unwrap();
+    fs::hard_link(src.join("h"), src.join("h2")).unwrap();
+    std::os::unix::fs::symlink("a", src.join("s")).unwrap();
+    fs::write(src.join("d/x"), b"x").unwrap();
+    let tar = dir.path("again.tar");
+    let gnu = ["--format=gnu", "--numeric-owner"];
+    run(Command::new("tar")
+        .args(gnu)
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("."));
+    fs::write(src.join("a"), b"two!").unwrap();
+    fs::remove_file(src.join("b")).unwrap();
+    fs::write(src.join("b"), b"new b").unwrap();
+    fs::remove_file(src.join("s")).unwrap();
+    fs::write(src.join("s"), b"file s").unwrap();
+    fs::write(src.join("d/x"), b"x again").unwrap();
+    fs::write(src.join("d/y"), b"y").unwrap();
+    fs::remove_file(src.join("h")).unwrap();
+    fs::write(src.join("h"), b"new h").unwrap();
+    fs::remove_file(src.join("h2")).unwrap();
+    fs::hard_link(src.join("h"), src.join("h2")).unwrap();
+    run(Command::new("tar")
+        .args(gnu)
+        .arg("-rf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .args(["./a", "./b", "./s", "./d", "./h", "./h2"]));
+
+    let img_path = mkfs(&dir, &K1);
+    let mut img = open_rw(&img_path);
+    let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+    pop.add_tar(std::io::BufReader::new(fs::File::open(&tar).unwrap()))
+        .unwrap();
+    // Still one transaction: the replacements freed blocks, and no flush
+    // came before the next file's data (the image on disk is still empty).
+    let committed = Image::open(&img_path, OpenMode::ReadOnly).unwrap();
+    assert_eq!(
+        committed.free_inodes_count(),
+        committed.info().inodes_count - 11,
+        "a flush inside the populate"
+    );
+    drop(committed);
+    let r = pop.finish().unwrap();
+    // a, b, s, d/x, h, and h2 (linked anew to the new h).
+    assert_eq!(r.replaced, 6, "{r:?}");
+    let read = |img: &mut Image, p: &str| {
+        let ino = img.lookup(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let n = img.inode(ino).unwrap().size as usize;
+        let mut buf = vec![0u8; n];
+        img.read(ino, 0, &mut buf).unwrap();
+        (ino, buf)
+    };
+    for (p, want) in [
+        ("/a", &b"two!"[..]),
+        ("/b", b"new b"),
+        ("/c", b"bee"),
+        ("/s", b"file s"),
+        ("/d/x", b"x again"),
+        ("/d/y", b"y"),
+        ("/h", b"new h"),
+    ] {
+        assert_eq!(read(&mut img, p).1, want, "{p}");
+    }
+    let (h, h2) = (read(&mut img, "/h").0, read(&mut img, "/h2").0);
+    assert_eq!(h, h2, "h2 names the new h");
+    assert_eq!(img.inode(h).unwrap().links_count, 2);
+    let (b, c) = (read(&mut img, "/b").0, read(&mut img, "/c").0);
+    assert_ne!(b, c, "c keeps the old b");
+    assert_eq!(img.inode(c).unwrap().links_count, 1);
+    drop(img);
+    assert_fsck_clean(&img_path, "a path archived again");
+    let ext = dir.path("extracted");
+    fs::create_dir(&ext).unwrap();
+    run(Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(&ext));
+    if let Some(_m) = Mount::new(&img_path, &dir.path("mnt")) {
+        let c = Compare {
+            nanos: false,
+            ..Compare::default()
+        };
+        let diff = tree::diff(&ext, &dir.path("mnt"), c).unwrap();
+        assert!(diff.is_empty(), "the kernel reads:\n{}", diff.join("\n"));
+    }
+
+    // A hard link to the inode the name already names: nothing to do.
+    // A file where a directory is: refused, as before.
+    let mut again = Vec::new();
+    again.extend(ustar("f", b'0', 0));
+    again.extend(linked("g", b'1', "f"));
+    again.extend(linked("g", b'1', "f"));
+    again.resize(again.len() + 1024, 0);
+    let img2 = mkfs(&dir, &K1);
+    let mut img = open_rw(&img2);
+    let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+    pop.add_tar(&again[..]).unwrap();
+    let r = pop.finish().unwrap();
+    assert_eq!((r.replaced, r.hard_links), (0, 1), "{r:?}");
+    let f = img.lookup("/f").unwrap();
+    assert_eq!(img.lookup("/g").unwrap(), f);
+    assert_eq!(img.inode(f).unwrap().links_count, 2);
+    drop(img);
+    assert_fsck_clean(&img2, "a hard link archived twice");
+    let mut dir_then_file = ustar("e/", b'5', 0);
+    dir_then_file.extend(ustar("e", b'0', 0));
+    dir_then_file.resize(dir_then_file.len() + 1024, 0);
+    match refused(&img2, &dir_then_file) {
+        Ext4Error::Exists { path } => assert_eq!(path, "/e"),
+        e => panic!("a file over a directory: {e:?}"),
+    }
+}

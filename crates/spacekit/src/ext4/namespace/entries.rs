@@ -561,6 +561,49 @@ impl Image {
     /// [`Image::unlink`], inside its undo.
     pub(crate) fn unlink_op(&mut self, path: &str) -> Result<(), Ext4Error> {
         let (parent, entry, slot) = self.entry_to_remove(path)?;
+        self.unlink_found(parent, entry, slot, None)
+    }
+
+    /// [`Image::unlink`] of `name` in directory `parent` (which the caller
+    /// checked is one spacekit may change), inside the caller's undo, for
+    /// a populate replacing an entry it made. The directory's times stay,
+    /// and a freed inode's `dtime` and ctime are `time` (a populate's
+    /// times come from its source, never the clock).
+    ///
+    /// The caller guarantees that the inode and every block it holds were
+    /// allocated since the undo began: then the blocks freed are free in
+    /// the committed image and in the one a roll-back returns to, so file
+    /// data may go there before the flush, and the next data write does
+    /// not flush first (a flush inside a populate would commit half of
+    /// it; a crash soak that added a tree twice caught one).
+    pub(crate) fn unlink_in(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        time: u32,
+    ) -> Result<(), Ext4Error> {
+        let freed = self.freed_since_flush;
+        let r = match self.find_entry(parent, name)? {
+            Some((entry, slot)) => self.unlink_found(parent, entry, slot, Some(time)),
+            None => Err(Ext4Error::NotFound {
+                path: std::string::String::from_utf8_lossy(name).into_owned(),
+            }),
+        };
+        self.freed_since_flush = freed;
+        r
+    }
+
+    /// Removes `entry`, found at `slot` of directory `parent`, and frees
+    /// its inode at its last link. `time` `None`: the directory's mtime
+    /// and ctime become now, and a freed inode's `dtime` and ctime too;
+    /// `Some(t)`: the directory's times stay, the freed inode's are `t`.
+    fn unlink_found(
+        &mut self,
+        parent: u32,
+        entry: DirEntry,
+        slot: Slot,
+        time: Option<u32>,
+    ) -> Result<(), Ext4Error> {
         let ino = entry.inode;
         let inode = self.inode(ino)?;
         if inode.is_dir() {
@@ -597,12 +640,14 @@ impl Image {
             });
         }
         self.remove_entry_at(parent, &entry.name, slot.physical)?;
-        self.touch(parent, true)?;
+        if time.is_none() {
+            self.touch(parent, true)?;
+        }
         if inode.links_count > 1 {
             let l = (inode.links_count - 1).to_le_bytes();
             return self.write_inode_fields(ino, &[(off::LINKS_COUNT, &l)]);
         }
-        self.release_inode(ino, &inode)
+        self.release_inode_at(ino, &inode, time.unwrap_or_else(now))
     }
 
     /// The checks before an entry is removed (`unlink`, `rmdir`): writable,
@@ -647,6 +692,17 @@ impl Image {
         ino: u32,
         inode: &crate::ext4::Inode,
     ) -> Result<(), Ext4Error> {
+        self.release_inode_at(ino, inode, now())
+    }
+
+    /// [`Image::release_inode`] with `dtime` and ctime `time` (at least 1:
+    /// e2fsck takes a zero `dtime` on a freed inode for damage).
+    fn release_inode_at(
+        &mut self,
+        ino: u32,
+        inode: &crate::ext4::Inode,
+        time: u32,
+    ) -> Result<(), Ext4Error> {
         let has_extents = inode.flags & EXTENTS_FL != 0;
         let mut root = [0u8; ROOT_SIZE];
         root.copy_from_slice(&inode.block);
@@ -656,7 +712,7 @@ impl Image {
         }
         // Its xattr block: freed, or one reference fewer when shared.
         self.release_xattr_block(ino)?;
-        let t = now().to_le_bytes();
+        let t = time.max(1).to_le_bytes();
         let zero4 = [0u8; 4];
         let zero2 = [0u8; 2];
         let mut changes: Vec<(usize, &[u8])> = vec![

@@ -1,6 +1,7 @@
 //! Building a tree into an image: [`Populate`] (its docs say how).
 
 pub(super) mod host;
+mod need;
 mod node;
 #[cfg(feature = "tar")]
 mod tar;
@@ -18,6 +19,7 @@ use crate::ext4::flags::S_IFREG;
 const S_IFDIR: u16 = 0x4000;
 use crate::ext4::image::Image;
 use crate::ext4::namespace::{NodeKind, Timestamp};
+use need::Need;
 
 /// One thing to create, at `path` under the populate's directory.
 pub struct Entry<'a> {
@@ -153,63 +155,16 @@ pub struct PopulateReport {
     pub xattrs: u64,
     /// Bytes of file contents the source gave (holes included).
     pub bytes: u64,
+    /// Entries that replaced an earlier entry of the same path in the same
+    /// populate (a tar member appended again: the later one wins, as tar
+    /// extracts). Each is counted above too, as the earlier one was.
+    pub replaced: u64,
 }
 
 impl PopulateReport {
     /// Every entry: files, directories, symlinks, nodes and hard links.
     pub fn entries(&self) -> u64 {
         self.files + self.dirs + self.symlinks + self.nodes + self.hard_links
-    }
-}
-
-/// How much a populate that ran out of room needs, counted over the whole
-/// source (see [`Ext4Error::PopulateNoSpace`]).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Need {
-    /// Blocks the whole source needs, about (data, directories, symlinks).
-    pub(crate) blocks: u64,
-    /// Inodes the whole source needs.
-    pub(crate) inodes: u64,
-    /// Bytes of directory records in each directory the source adds names
-    /// to, by its path (empty: the directory the populate goes under).
-    dirents: HashMap<Vec<u8>, u64>,
-}
-
-/// What a directory's records are counted as when it is first met: a new
-/// one holds `.` and `..` (12 bytes each) in the block its entry counted;
-/// one that was there before is taken as full, so its first name starts
-/// a block.
-const FRESH_DIR: u64 = 24;
-
-impl Need {
-    /// Directory blocks are counted three quarters full (an htree split
-    /// leaves leaves half full; a linear directory fills its blocks).
-    fn per_block(bs: u64) -> u64 {
-        (bs / 4).saturating_mul(3).max(1)
-    }
-
-    /// A new directory at `path`: its first block is counted with its
-    /// entry, and holds its first names (a path met again keeps its
-    /// count).
-    fn new_dir(&mut self, path: &[u8]) {
-        if !self.dirents.contains_key(path) {
-            self.dirents.insert(path.to_vec(), FRESH_DIR);
-        }
-    }
-
-    /// A record of `len` bytes in directory `dir`: a block more each time
-    /// the directory's records pass a block's worth.
-    fn add_name(&mut self, dir: &[u8], len: u64, bs: u64) {
-        let per = Self::per_block(bs);
-        let have = match self.dirents.get_mut(dir) {
-            Some(h) => h,
-            None => self.dirents.entry(dir.to_vec()).or_insert(per),
-        };
-        let before = have.div_ceil(per);
-        *have = have.saturating_add(len);
-        self.blocks = self
-            .blocks
-            .saturating_add(have.div_ceil(per).saturating_sub(before));
     }
 }
 
@@ -343,7 +298,9 @@ impl<'i> Populate<'i> {
     ///
     /// # Errors
     /// [`Ext4Error::Exists`] for a name that is already there (but a
-    /// directory onto a directory); [`Ext4Error::InvalidArgument`] for a
+    /// directory onto a directory, and an entry this populate made, not a
+    /// directory, which the later entry replaces:
+    /// [`PopulateReport::replaced`]); [`Ext4Error::InvalidArgument`] for a
     /// bad path, a hard link to a path not made, or contents shorter than
     /// said; [`Ext4Error::Io`] reading the source; as the operations that
     /// make each kind ([`Image::create`], [`Image::write`],
@@ -491,22 +448,8 @@ impl<'i> Populate<'i> {
             EntryKind::Node(_) => (0, 1),
             EntryKind::HardLink(_) => (0, 0),
         };
-        if path.is_empty() {
-            return;
-        }
-        // The name's record in its directory: 8 bytes and the name,
-        // rounded to 4.
-        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
-            Some(i) => (&path[..i], &path[i + 1..]),
-            None => (&[][..], path),
-        };
-        let dirent = (8 + name.len() as u64 + 3) & !3;
-        self.need.blocks = self.need.blocks.saturating_add(blocks);
-        self.need.inodes = self.need.inodes.saturating_add(inodes);
-        self.need.add_name(dir, dirent, bs);
-        if matches!(entry.kind, EntryKind::Dir) {
-            self.need.new_dir(path);
-        }
+        let dir = matches!(entry.kind, EntryKind::Dir);
+        self.need.add(bs, path, blocks, inodes, dir);
     }
 
     /// [`Populate::add`] without the error handling: `path` is the
@@ -534,9 +477,19 @@ impl<'i> Populate<'i> {
                 self.made.insert(path.to_vec(), ino);
                 return Ok(());
             }
-            return Err(Ext4Error::Exists {
-                path: std::format!("{}/{}", self.at_path, String::from_utf8_lossy(path)),
-            });
+            // A freed inode's dtime: the entry's ctime, as its other
+            // times (the kernel's range of a 32-bit time).
+            let t = meta.ctime.secs.clamp(1, i64::from(u32::MAX)) as u32;
+            match self.replace(parent, name, path, ino, &entry.kind, t)? {
+                Some(true) => {}
+                // A hard link to the inode the name already names.
+                Some(false) => return Ok(()),
+                None => {
+                    return Err(Ext4Error::Exists {
+                        path: std::format!("{}/{}", self.at_path, String::from_utf8_lossy(path)),
+                    })
+                }
+            }
         }
         let symlink = matches!(entry.kind, EntryKind::Symlink(_));
         let ino = match entry.kind {
@@ -606,6 +559,40 @@ impl<'i> Populate<'i> {
             self.files.insert(path_hash(path), ino);
         }
         Ok(())
+    }
+
+    /// Makes way at `path` (`name` in directory `parent`, naming inode
+    /// `ino`) for a later entry of `kind`, when this populate made what is
+    /// there and it is not a directory: a tar archive may hold a path
+    /// twice (`tar -r` appends a newer copy), and tar extracting replaces
+    /// the earlier one: `Some(true)`. `None` (nothing changed) for a
+    /// name that was there before the populate, or a directory;
+    /// `Some(false)` for a hard link to the inode the name already names.
+    /// A freed inode's `dtime` is `time`.
+    fn replace(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        path: &[u8],
+        ino: u32,
+        kind: &EntryKind<'_>,
+        time: u32,
+    ) -> Result<Option<bool>, Ext4Error> {
+        if self.img.inode(ino)?.is_dir() || self.made_file(path)? != Some(ino) {
+            return Ok(None);
+        }
+        if let EntryKind::HardLink(target) = kind {
+            if self.made_file(target)? == Some(ino) {
+                return Ok(Some(false));
+            }
+        }
+        self.img.unlink_in(parent, name, time)?;
+        self.files.remove(&path_hash(path));
+        if let Some(m) = self.names.get_mut(&parent) {
+            m.remove(name);
+        }
+        self.report.replaced += 1;
+        Ok(Some(true))
     }
 
     /// Gives directory `ino`, which was there before, `meta`'s extended
