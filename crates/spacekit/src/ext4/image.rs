@@ -70,6 +70,10 @@ pub struct Image {
     /// gives them to their old owners, so file data must not be written to
     /// them before the flush (see `inode/data.rs`).
     pub(super) freed_since_flush: bool,
+    /// Flushes that committed since the image was opened: a populate that
+    /// sees none since it began knows every block it allocated is free in
+    /// the committed image.
+    pub(crate) flushes: u64,
     /// File data was written to the device since the last flush: the flush
     /// syncs it before the redo log commits the metadata pointing at it.
     pub(super) data_unsynced: bool,

@@ -381,6 +381,7 @@ impl Image {
             dirty_inode: BTreeSet::new(),
             pending_blocks: BTreeMap::new(),
             freed_since_flush: false,
+            flushes: 0,
             data_unsynced: false,
             data_since_writeback: 0,
             undo: None,

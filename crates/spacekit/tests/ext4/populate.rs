@@ -1215,3 +1215,59 @@ fn write_behind_waits_for_a_flush_that_completes() {
         "{failed_with_log} flushes failed with a log left"
     );
 }
+
+/// A populate that began with a free not yet flushed flushes before its
+/// first file's data (the freed blocks may still be the committed
+/// image's). A later replacement then frees blocks that flush committed:
+/// the next data write must flush first again, not reuse them at once.
+/// The image on disk shows that flush: the replaced symlink is gone there
+/// before `finish`.
+#[test]
+fn a_replacement_after_a_flush_inside_the_populate_flushes_before_its_data() {
+    use spacekit::ext4::{Contents, Entry, EntryKind, Meta};
+    require_e2fsprogs!();
+    let dir = TempDir::new("pop-replace-flushed");
+    let img = mkfs(&dir, &K1);
+    let mut image = open_rw(&img);
+    let old = image.create("/old", 0o644).unwrap();
+    image.write(old, 0, &[7u8; 5000]).unwrap();
+    image.flush().unwrap();
+    image.unlink("/old").unwrap();
+    let meta = Meta {
+        perm: 0o644,
+        ..Meta::default()
+    };
+    let entry = |path: &[u8], kind: EntryKind<'static>| Entry {
+        path: path.to_vec(),
+        kind,
+        meta: meta.clone(),
+    };
+    let mut pop = Populate::new(&mut image, "/", PopulateOptions::default()).unwrap();
+    // A symlink in a block of its own, then a file with data (the flush
+    // for the unlink before the populate commits both).
+    pop.add(entry(b"s", EntryKind::Symlink(vec![b't'; 100])))
+        .unwrap();
+    pop.add(entry(b"f", EntryKind::File(Contents::Bytes(vec![1; 3000]))))
+        .unwrap();
+    // Whether the image on disk has /s as a symlink.
+    let link_on_disk = || {
+        let mut c = Image::open(&img, spacekit::ext4::OpenMode::ReadOnly).unwrap();
+        c.lookup("/s")
+            .ok()
+            .is_some_and(|ino| c.read_link(ino).is_ok())
+    };
+    assert!(link_on_disk(), "the symlink is committed");
+    pop.add(entry(b"s", EntryKind::File(Contents::Bytes(vec![2; 3000]))))
+        .unwrap();
+    // The flush before the new data committed the unlink (the new entry
+    // is placed after its data).
+    assert!(
+        !link_on_disk(),
+        "the new /s's data was written without a flush first"
+    );
+    let r = pop.finish().unwrap();
+    assert_eq!(r.replaced, 1);
+    drop(image);
+    assert_fsck_clean(&img, "a replacement after a flush");
+    assert_eq!(debugfs_dump(&img, &dir, "/s"), vec![2; 3000]);
+}

@@ -570,17 +570,20 @@ impl Image {
     /// and a freed inode's `dtime` and ctime are `time` (a populate's
     /// times come from its source, never the clock).
     ///
-    /// The caller guarantees that the inode and every block it holds were
-    /// allocated since the undo began: then the blocks freed are free in
-    /// the committed image and in the one a roll-back returns to, so file
-    /// data may go there before the flush, and the next data write does
-    /// not flush first (a flush inside a populate would commit half of
-    /// it; a crash soak that added a tree twice caught one).
+    /// `uncommitted`: the caller knows that the inode and every block it
+    /// holds were allocated since the undo began and since the last
+    /// flush. Then the blocks freed are free in the committed image and in
+    /// the one a roll-back returns to, so file data may go there before
+    /// the flush, and the next data write does not flush first (a flush
+    /// inside a populate would commit half of it; a crash soak that added
+    /// a tree twice caught one). Otherwise the next data write flushes, as
+    /// after any free.
     pub(crate) fn unlink_in(
         &mut self,
         parent: u32,
         name: &[u8],
         time: u32,
+        uncommitted: bool,
     ) -> Result<(), Ext4Error> {
         let freed = self.freed_since_flush;
         let r = match self.find_entry(parent, name)? {
@@ -589,7 +592,9 @@ impl Image {
                 path: std::string::String::from_utf8_lossy(name).into_owned(),
             }),
         };
-        self.freed_since_flush = freed;
+        if uncommitted {
+            self.freed_since_flush = freed;
+        }
         r
     }
 

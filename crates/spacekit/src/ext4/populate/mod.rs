@@ -240,6 +240,8 @@ pub struct Populate<'i> {
     /// The path of the entry that failed, if one did.
     failed_at: Option<Vec<u8>>,
     need: Need,
+    /// [`Image::flushes`] when the populate began.
+    flushes_at_start: u64,
     /// Whether this populate opened the image's undo (and must close it).
     owns_undo: bool,
     progress: Option<Progress<'i>>,
@@ -261,6 +263,7 @@ impl<'i> Populate<'i> {
         }
         img.check_dir_writable(ino)?;
         let owns_undo = img.begin_undo();
+        let flushes_at_start = img.flushes;
         let mut made = HashMap::new();
         made.insert(Vec::new(), ino);
         Ok(Populate {
@@ -276,6 +279,7 @@ impl<'i> Populate<'i> {
             failed: None,
             failed_at: None,
             need: Need::default(),
+            flushes_at_start,
             owns_undo,
             progress: None,
         })
@@ -586,7 +590,12 @@ impl<'i> Populate<'i> {
                 return Ok(Some(false));
             }
         }
-        self.img.unlink_in(parent, name, time)?;
+        // Every block of an inode this populate made was allocated since
+        // it began; since the last flush too when none came since (one
+        // comes before a data write after frees the populate did not
+        // make, such as an existing directory's xattr block).
+        let uncommitted = self.img.flushes == self.flushes_at_start;
+        self.img.unlink_in(parent, name, time, uncommitted)?;
         self.files.remove(&path_hash(path));
         if let Some(m) = self.names.get_mut(&parent) {
             m.remove(name);

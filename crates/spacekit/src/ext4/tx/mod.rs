@@ -80,6 +80,7 @@ impl Image {
         self.dirty_block.clear();
         self.dirty_inode.clear();
         self.freed_since_flush = false;
+        self.flushes += 1;
         self.behind_next = self.budget_blocks();
         Ok(())
     }
