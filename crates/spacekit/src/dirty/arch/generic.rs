@@ -87,23 +87,11 @@ pub(crate) fn marks_edges<V: Vector, W: Words>(
 /// Bit `t` set for each nonzero word `i + t` of `src` over words
 /// `[i, i + n)` (`n <= 64`): a vector compared with zero per step, the
 /// tail word by word. The table builder's test of a batch it expects to be
-/// sparse, cheaper than the edge masks of every word.
+/// sparse, cheaper than the edge masks of every word. [`nonzero_and_top_words`]
+/// without the top bits (unused, so the compiler drops them).
 #[inline(always)]
 pub(crate) fn nonzero_words<V: Vector, W: Words>(src: W, i: usize, n: usize) -> u64 {
-    debug_assert!(n <= 64);
-    let (mut m, mut j) = (0u64, 0);
-    let zero = V::splat(0);
-    while j + V::LANES <= n {
-        // SAFETY: `i + j + LANES <= i + n <= src.len()`.
-        let v: V = unsafe { load(&src, i + j) };
-        m |= v.ne_mask(zero) << j;
-        j += V::LANES;
-    }
-    while j < n {
-        m |= u64::from(src.word(i + j) != 0) << j;
-        j += 1;
-    }
-    m
+    nonzero_and_top_words::<V, W>(src, i, n).0
 }
 
 /// [`nonzero_words`] and, in the same pass, bit `t` set for each word
