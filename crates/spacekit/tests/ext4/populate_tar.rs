@@ -420,12 +420,7 @@ fn tar_entries_read_as_linux_tar_extracts_them() {
         )],
     ));
     a.extend(member("acl", b'0', b"", 0o4644, mtime));
-    let mut link = header("link", b'2', 0, 0o755, mtime);
-    link[157..163].copy_from_slice(b"target");
-    link[148..156].fill(b' ');
-    let sum: u32 = link.iter().map(|&b| u32::from(b)).sum();
-    link[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    a.extend(link);
+    a.extend(with_link(header("link", b'2', 0, 0o755, mtime), "target"));
     a.extend(pax(b'x', &[("mtime", "16000000000.5")]));
     a.extend(member("future", b'0', b"", 0o644, mtime));
     // A PAX 1.0 sparse file: 2 TiB, its last 4 KiB data.
@@ -648,9 +643,9 @@ fn bad_pieces_are_refused_before_any_read() {
     assert_fsck_clean(&img_path, "pieces");
 }
 
-/// A `ustar` hard link (`kind` b'1') or symlink (b'2') header to `target`.
-fn linked(name: &str, kind: u8, target: &str) -> Vec<u8> {
-    let mut h = ustar(name, kind, 0);
+/// Header `h` (a hard link or symlink) naming `target`, its checksum
+/// made again.
+fn with_link(mut h: Vec<u8>, target: &str) -> Vec<u8> {
     h[157..157 + target.len()].copy_from_slice(target.as_bytes());
     h[148..156].fill(b' ');
     let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
@@ -764,8 +759,8 @@ fn a_path_archived_again_takes_the_later_member_as_tar_extracts_it() {
     // A file where a directory is: refused, as before.
     let mut again = Vec::new();
     again.extend(ustar("f", b'0', 0));
-    again.extend(linked("g", b'1', "f"));
-    again.extend(linked("g", b'1', "f"));
+    again.extend(with_link(ustar("g", b'1', 0), "f"));
+    again.extend(with_link(ustar("g", b'1', 0), "f"));
     again.resize(again.len() + 1024, 0);
     let img2 = mkfs(&dir, &K1);
     let mut img = open_rw(&img2);

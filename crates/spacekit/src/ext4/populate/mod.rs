@@ -168,6 +168,16 @@ impl PopulateReport {
     }
 }
 
+/// What [`Populate::replace`] found at a path an entry names again.
+enum Way {
+    /// The earlier entry is gone: make the new one.
+    Made,
+    /// A hard link to the inode the name already names: nothing to do.
+    Linked,
+    /// A directory, or a name that was there before: `Exists`.
+    Refused,
+}
+
 /// A progress callback.
 type Progress<'i> = std::boxed::Box<dyn FnMut(&PopulateReport) + 'i>;
 
@@ -485,10 +495,9 @@ impl<'i> Populate<'i> {
             // times (the kernel's range of a 32-bit time).
             let t = meta.ctime.secs.clamp(1, i64::from(u32::MAX)) as u32;
             match self.replace(parent, name, path, ino, &entry.kind, t)? {
-                Some(true) => {}
-                // A hard link to the inode the name already names.
-                Some(false) => return Ok(()),
-                None => {
+                Way::Made => {}
+                Way::Linked => return Ok(()),
+                Way::Refused => {
                     return Err(Ext4Error::Exists {
                         path: std::format!("{}/{}", self.at_path, String::from_utf8_lossy(path)),
                     })
@@ -569,10 +578,7 @@ impl<'i> Populate<'i> {
     /// `ino`) for a later entry of `kind`, when this populate made what is
     /// there and it is not a directory: a tar archive may hold a path
     /// twice (`tar -r` appends a newer copy), and tar extracting replaces
-    /// the earlier one: `Some(true)`. `None` (nothing changed) for a
-    /// name that was there before the populate, or a directory;
-    /// `Some(false)` for a hard link to the inode the name already names.
-    /// A freed inode's `dtime` is `time`.
+    /// the earlier one. A freed inode's `dtime` is `time`.
     fn replace(
         &mut self,
         parent: u32,
@@ -581,13 +587,13 @@ impl<'i> Populate<'i> {
         ino: u32,
         kind: &EntryKind<'_>,
         time: u32,
-    ) -> Result<Option<bool>, Ext4Error> {
+    ) -> Result<Way, Ext4Error> {
         if self.img.inode(ino)?.is_dir() || self.made_file(path)? != Some(ino) {
-            return Ok(None);
+            return Ok(Way::Refused);
         }
         if let EntryKind::HardLink(target) = kind {
             if self.made_file(target)? == Some(ino) {
-                return Ok(Some(false));
+                return Ok(Way::Linked);
             }
         }
         // Every block of an inode this populate made was allocated since
@@ -601,7 +607,7 @@ impl<'i> Populate<'i> {
             m.remove(name);
         }
         self.report.replaced += 1;
-        Ok(Some(true))
+        Ok(Way::Made)
     }
 
     /// Gives directory `ino`, which was there before, `meta`'s extended
