@@ -8,7 +8,9 @@
 //! * `spacekit-mt`: the same `Scan` with `.parallel(true)` (all threads),
 //! * `limit`: the floor of any such pass, one read of the bitmap streaming
 //!   as many bytes as the table holds (16 per range) into a reused buffer
-//!   ([`membw::read_stream`]), timed round-robin with the others,
+//!   ([`membw::read_stream`]; with non-temporal stores from 16 MiB, as
+//!   spacekit writes a table that large), timed round-robin with the
+//!   others,
 //!
 //! at uniform random densities 0%, 0.1%, 1% and 5%, clustered (1% of pages
 //! dirty in runs of 64) and 100%. Each variant fills its own output buffer

@@ -209,21 +209,52 @@ unsafe fn read_xor_avx2(buf: &[u64]) -> u64 {
 /// Words of `src` read per step of [`read_stream`] (4 KiB).
 const STREAM_STEP: usize = 512;
 
+/// Output words from which [`read_stream`] writes with streaming stores
+/// (16 MiB), as spacekit's dirty table builder does for tables past that
+/// size.
+const STREAM_FROM_WORDS: usize = 2 << 20;
+
 /// The floor of any pass that reads `src` and writes `dst.len()` words of
 /// output: one pass that reads `src` in 4 KiB steps (as [`read_xor`]) and,
-/// after each step, writes its proportional share of `dst` (plain stores of
-/// a value that depends on what was read, so neither can be skipped).
-/// Returns the XOR of `src`; `dst` ends filled with running XORs.
+/// after each step, writes its proportional share of `dst` (stores of a
+/// value that depends on what was read, so neither can be skipped). An
+/// output of [`STREAM_FROM_WORDS`] or more is written with non-temporal
+/// stores (`movnti`, past the cache: a plain store first reads its line
+/// from memory), the way spacekit's table builder writes a large table,
+/// so the floor stays below it. Returns the XOR of `src`; `dst` ends
+/// filled with running XORs.
 pub fn read_stream(src: &[u64], dst: &mut [u64]) -> u64 {
     let (n, out) = (src.len().max(1), dst.len());
+    let stream = out >= STREAM_FROM_WORDS;
     let mut acc = 0u64;
     let mut o = 0;
     for (b, chunk) in src.chunks(STREAM_STEP).enumerate() {
         acc ^= read_xor(chunk);
         let o2 = ((b + 1) * STREAM_STEP).min(n) * out / n;
-        dst[o..o2].fill(acc);
+        fill(&mut dst[o..o2], acc, stream);
         o = o2;
     }
-    dst[o..].fill(acc);
+    fill(&mut dst[o..], acc, stream);
+    #[cfg(target_arch = "x86_64")]
+    if stream {
+        // SAFETY: SSE, part of the x86_64 baseline.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
     acc
+}
+
+/// `dst` filled with `x`: with `movnti` when `stream` on x86_64, else
+/// plain stores.
+fn fill(dst: &mut [u64], x: u64, stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if stream {
+        for w in dst.iter_mut() {
+            // SAFETY: SSE2, part of the x86_64 baseline; `w` is a valid,
+            // aligned word of `dst`.
+            unsafe { std::arch::x86_64::_mm_stream_si64((w as *mut u64).cast::<i64>(), x as i64) };
+        }
+        return;
+    }
+    let _ = stream;
+    dst.fill(x);
 }

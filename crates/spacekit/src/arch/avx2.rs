@@ -30,6 +30,33 @@ unsafe impl Vector for Avx2 {
     const LANES: usize = 4;
     // Eight vectors, 256 bytes (four cache lines), per zero-lane step.
     const FOLD: usize = 8;
+    const STREAMS: bool = true;
+
+    /// Two 32-byte `vmovntdq` per line, back to back (one line's write
+    /// combining).
+    #[inline(always)]
+    unsafe fn stream_lines(src: &[u64], dst: *mut u64) {
+        debug_assert!(src.len().is_multiple_of(8) && (dst as usize).is_multiple_of(64));
+        let mut i = 0;
+        while i < src.len() {
+            // SAFETY: AVX2 as above; `i + 8 <= src.len()` (a multiple of
+            // 8); the caller guarantees `dst` is line-aligned and valid for
+            // `src.len()` words, so the two stores write one whole line.
+            unsafe {
+                let a = _mm256_loadu_si256(src.as_ptr().add(i).cast());
+                let b = _mm256_loadu_si256(src.as_ptr().add(i + 4).cast());
+                _mm256_stream_si256(dst.add(i).cast(), a);
+                _mm256_stream_si256(dst.add(i + 4).cast(), b);
+            }
+            i += 8;
+        }
+    }
+
+    #[inline(always)]
+    fn store_fence() {
+        // SAFETY: SSE, part of the x86_64 baseline.
+        unsafe { _mm_sfence() }
+    }
 
     #[inline(always)]
     fn splat(x: u64) -> Self {

@@ -48,6 +48,9 @@ pub(crate) unsafe trait Vector: Copy {
     /// loop: the table builder then expands every word with it instead of
     /// its own unconditional writes (`dirty::arch::generic::emit_edges`).
     const COMPRESS: bool = false;
+    /// [`Vector::stream_lines`] writes with non-temporal stores, past the
+    /// cache (so a large output's lines are not first read from memory).
+    const STREAMS: bool = false;
 
     /// Every lane `x`.
     fn splat(x: u64) -> Self;
@@ -125,6 +128,27 @@ pub(crate) unsafe trait Vector: Copy {
     fn pairs_to_ranges(pairs: &mut [u64], shift: u32, base: u64) {
         pairs_to_ranges_scalar(pairs, shift, base)
     }
+
+    /// Copies `src` to `dst`, whole 64-byte lines (eight words) at a time:
+    /// with non-temporal stores where [`Vector::STREAMS`] (the lines go to
+    /// memory without being read into the cache first), else ordinary ones.
+    /// Default: an ordinary copy.
+    ///
+    /// # Safety
+    /// `src.len()` is a multiple of 8, `dst` is valid for writes of
+    /// `src.len()` words and lies on a 64-byte boundary, and the two do
+    /// not overlap. Before another thread reads `dst`, the writer calls
+    /// [`Vector::store_fence`].
+    #[inline(always)]
+    unsafe fn stream_lines(src: &[u64], dst: *mut u64) {
+        // SAFETY: the caller's guarantee.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    }
+
+    /// Orders the [`Vector::stream_lines`] stores before every later store
+    /// (`sfence` where [`Vector::STREAMS`]). Default: nothing.
+    #[inline(always)]
+    fn store_fence() {}
 
     /// Writes the positions of `e`'s set bits, each plus `pos`, to `s` in
     /// ascending order; slots past the `e.count_ones()`-th (of the first
