@@ -340,6 +340,57 @@ fn extend_joins_across_calls_and_spans_are_checked() {
     assert_eq!(geo(u64::MAX - 4095, 4096).page_addr(1), None);
 }
 
+/// A table past 16 MiB (1 Mi ranges), from which the builder streams its
+/// stores past the cache: every path, serial and both parallel splits,
+/// at every level, gives the model's ranges, also after a table that
+/// already holds one to three ranges (each place in a 64-byte line).
+#[test]
+fn tables_past_sixteen_mib_agree_on_every_path() {
+    note_skipped_levels();
+    // Alternate bits (32 ranges a word), some words busier or clean.
+    let nw = 36 * 1024 + 5;
+    let w: Vec<u64> = (0..nw)
+        .map(|i| match i % 97 {
+            0 => 0,
+            1 => !0,
+            2 => 0x3333_3333_3333_3333,
+            _ => 0x5555_5555_5555_5555,
+        })
+        .collect();
+    let want = model(&w, 4096, 0, 0);
+    assert!(want.len() > 1 << 20, "{} ranges", want.len());
+    for (name, got) in all_paths(&w, None, 4096, 0, 0, 16 * 1024) {
+        assert!(
+            got == want,
+            "{name}: {} ranges, want {}",
+            got.len(),
+            want.len()
+        );
+    }
+    // The log from 1 TiB up, after ranges below it that no new one joins.
+    let base = 1u64 << 40;
+    let g = geo(base, 4096);
+    let want = model(&w, 4096, base, 0);
+    for opts in ScanOpts::each_backend(16 * 1024) {
+        for pre in 1..4u64 {
+            let first: Vec<MemoryRange> = (0..pre)
+                .map(|k| MemoryRange {
+                    gpa: 2 * k * 4096,
+                    length: 4096,
+                })
+                .collect();
+            let mut t = MemoryRangeTable::new();
+            for r in &first {
+                t.push(*r);
+            }
+            t.extend_from(scan_with(Scan::new(&w, g).unwrap(), opts));
+            let (head, rest) = t.ranges().split_at(pre as usize);
+            assert_eq!(head, &first[..], "{:?} after {pre}", opts.backend);
+            assert!(rest == &want[..], "{:?} after {pre}", opts.backend);
+        }
+    }
+}
+
 #[test]
 fn large_bitmaps_agree_on_every_path() {
     note_skipped_levels();

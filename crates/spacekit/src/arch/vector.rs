@@ -137,8 +137,9 @@ pub(crate) unsafe trait Vector: Copy {
     /// # Safety
     /// `src.len()` is a multiple of 8, `dst` is valid for writes of
     /// `src.len()` words and lies on a 64-byte boundary, and the two do
-    /// not overlap. Before another thread reads `dst`, the writer calls
-    /// [`Vector::store_fence`].
+    /// not overlap. Before any other access to `dst` (this thread's too:
+    /// the streamed stores are ordered apart from its others), the writer
+    /// calls [`Vector::store_fence`].
     #[inline(always)]
     unsafe fn stream_lines(src: &[u64], dst: *mut u64) {
         // SAFETY: the caller's guarantee.

@@ -757,15 +757,18 @@ impl<W: Words> RangeScan<W> {
     }
 
     /// The rest of [`RangeScan::emit_into`] for a large table: rounds go
-    /// into a staging buffer that stays in the first-level cache, and
+    /// into a staging buffer (the part a round touches stays in the
+    /// first-level cache), and
     /// every [`STREAM_BATCH`] ranges its whole 64-byte lines are appended
     /// to `out` with streaming stores ([`Vector::stream_lines`]), so the
     /// table's lines are not read from memory before they are written (an
     /// ordinary store reads its line first, and may first have to write
     /// back a dirty line it evicts). `out`'s buffer must lie on a range's
-    /// size (16 bytes) for its lines to hold whole ranges. `flush` is
-    /// called after each append. The stores are fenced
-    /// ([`Vector::store_fence`]) before it returns.
+    /// size (16 bytes) for its lines to hold whole ranges. The stores are
+    /// fenced ([`Vector::store_fence`]) before anything reads or moves
+    /// `out`: before a `reserve` that reallocates, and at the end, before
+    /// `flush` is called, once (no caller that drains `out` in its `flush`
+    /// lets it grow this large: see `BLOCK_FLUSH`).
     #[inline(always)]
     fn stream_into<V: Vector>(
         &mut self,
@@ -788,18 +791,20 @@ impl<W: Words> RangeScan<W> {
             if held >= STREAM_BATCH {
                 // SAFETY: ranges `..held` of the stage are initialised.
                 held = unsafe { append_lines::<V>(out, at, held) };
-                flush(out);
             }
         }
-        // SAFETY: ranges `..held` of the stage are initialised, and the
-        // stage is apart from `out`.
+        // The streamed lines are ordered before any other access to `out`
+        // (the `reserve` below may move them).
+        V::store_fence();
+        // SAFETY: `reserve` makes room for `held` ranges past the length;
+        // ranges `..held` of the stage are initialised, and the stage is
+        // apart from `out`.
         unsafe {
             out.reserve(held);
             let len = out.len();
             core::ptr::copy_nonoverlapping(at, out.as_mut_ptr().add(len), held);
             out.set_len(len + held);
         }
-        V::store_fence();
         flush(out);
         open
     }
@@ -842,6 +847,11 @@ unsafe fn append_lines<V: Vector>(
     stage: *mut MemoryRange,
     held: usize,
 ) -> usize {
+    if out.capacity() - out.len() < held {
+        // `reserve` will move the lines streamed so far: they must be
+        // visible to its copy.
+        V::store_fence();
+    }
     out.reserve(held);
     let len = out.len();
     let dst = out.as_mut_ptr().wrapping_add(len);
@@ -988,6 +998,11 @@ fn run_end<W: Words>(src: W, hi: usize, level: Level) -> u64 {
 /// table.
 #[cfg(feature = "rayon")]
 const BLOCK_FLUSH: usize = 2048;
+
+// A parallel block's buffer, drained by its `flush` at [`BLOCK_FLUSH`],
+// never reaches the streaming builder (whose `flush` comes only at its end).
+#[cfg(feature = "rayon")]
+const _: () = assert!(BLOCK_FLUSH + ROUND_ROOM < STREAM_FROM);
 
 /// Writes the ranges that start in words `[lo, hi)` of `src` into `out`, in
 /// order, and returns how many it wrote (the parallel table builder's second
@@ -1237,10 +1252,12 @@ mod tests {
         for case in 0..8 {
             // About 16 bits a run, two runs an edge pair: `n` words give
             // about `2 * n` ranges, past the threshold for every `pre`.
-            let n = STREAM_FROM / 2 + 2 * STREAM_BATCH + rng.below(4096) as usize;
+            let n = STREAM_FROM / 2 + 4 * STREAM_BATCH + rng.below(4096) as usize;
             let w = random_words(&mut rng, n, 16);
             let want = model(&w);
-            assert!(want.len() > STREAM_FROM + STREAM_BATCH, "case {case}");
+            // Past the switch (within a round of `STREAM_FROM`), several
+            // batches of lines go out streamed.
+            assert!(want.len() > STREAM_FROM + 4 * STREAM_BATCH, "case {case}");
             for level in Level::available() {
                 for pre in [0, 1, 2, 3, STREAM_FROM + case] {
                     let mut out = alloc::vec![filler; pre];
