@@ -691,10 +691,7 @@ impl<W: Words> RangeScan<W> {
         mut flush: impl FnMut(&mut alloc::vec::Vec<MemoryRange>),
     ) -> Option<u64> {
         while !self.done() {
-            if V::STREAMS
-                && out.len() >= STREAM_FROM
-                && (out.as_ptr() as usize).is_multiple_of(RANGE_BYTES)
-            {
+            if V::STREAMS && out.len() >= STREAM_FROM {
                 return self.stream_into::<V>(out, shift, base, open, flush);
             }
             out.reserve(ROUND_ROOM);
@@ -758,13 +755,13 @@ impl<W: Words> RangeScan<W> {
 
     /// The rest of [`RangeScan::emit_into`] for a large table: rounds go
     /// into a staging buffer (the part a round touches stays in the
-    /// first-level cache), and
-    /// every [`STREAM_BATCH`] ranges its whole 64-byte lines are appended
-    /// to `out` with streaming stores ([`Vector::stream_lines`]), so the
-    /// table's lines are not read from memory before they are written (an
-    /// ordinary store reads its line first, and may first have to write
-    /// back a dirty line it evicts). `out`'s buffer must lie on a range's
-    /// size (16 bytes) for its lines to hold whole ranges. The stores are
+    /// first-level cache), and every [`STREAM_BATCH`] ranges its whole
+    /// 64-byte lines are appended to `out` with streaming stores
+    /// ([`Vector::stream_lines`]), so the table's lines are not read from
+    /// memory before they are written (an ordinary store reads its line
+    /// first, and may first have to write back a dirty line it evicts).
+    /// Where `out`'s buffer is off a range's size (16 bytes) no line holds
+    /// whole ranges, and [`append_lines`] copies instead. The stores are
     /// fenced ([`Vector::store_fence`]) before anything reads or moves
     /// `out`: before a `reserve` that reallocates, and at the end, before
     /// `flush` is called, once (no caller that drains `out` in its `flush`
@@ -819,8 +816,8 @@ const LINE_BYTES: usize = 64;
 /// Ranges of the table from which the builder streams its stores (see
 /// [`RangeScan::stream_into`]): 16 MiB, past a server's share of its
 /// last-level cache. A table that stays in the cache is better written
-/// with ordinary stores: streaming the last tenth of a 0.1% table (4 MiB,
-/// rewritten each round) from 256 KiB on made its build 15% slower on an
+/// with ordinary stores: streaming a 0.1% table (4 MiB, rewritten each
+/// round) from 256 KiB on made its build 15% slower on an
 /// Intel Xeon with AVX-512, nested, while from 16 MiB the 1% and 5% builds
 /// (42 and 200 MB) went from 9.4 to 6.9 ms and from 36 to 21 ms. Unit
 /// tests stream from 16 Ki ranges, to reach the streaming path on small
