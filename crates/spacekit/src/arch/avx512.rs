@@ -159,6 +159,24 @@ unsafe impl Vector for Avx512 {
         u64::from(unsafe { _mm512_cmplt_epi64_mask(self.0, _mm512_setzero_si512()) })
     }
 
+    /// Eight compares of each kind, each kind's masks joined by seven
+    /// `kunpck`.
+    #[inline(always)]
+    fn batch_masks(mut f: impl FnMut(usize) -> Self, pat: Self) -> (u64, u64) {
+        let mut ne = [0; 8];
+        let mut top = [0; 8];
+        for g in 0..8 {
+            let v = f(8 * g);
+            // SAFETY: AVX-512 F as above.
+            unsafe {
+                ne[g] = _mm512_cmpneq_epi64_mask(v.0, pat.0);
+                top[g] = _mm512_cmplt_epi64_mask(v.0, _mm512_setzero_si512());
+            }
+        }
+        // SAFETY: AVX-512 F and BW as above.
+        unsafe { (join_masks(ne), join_masks(top)) }
+    }
+
     /// Two ternary-logic ops (`(a ^ c) | (b ^ c)`, truth table 0x7E), an OR
     /// and one test.
     #[inline(always)]
@@ -281,6 +299,47 @@ unsafe impl Vector for Avx512 {
             }
         }
     }
+}
+
+/// Eight 8-lane masks as one 64-bit mask (`k[g]` in bits `8g..8g + 8`),
+/// with `kunpckbw`, `kunpckwd` and `kunpckdq` in mask registers. Written
+/// as `asm!` because the compiler otherwise rewrites the joins as byte
+/// inserts into a vector register (the chain this replaces).
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW (callers run inside `run`).
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn join_masks(k: [__mmask8; 8]) -> u64 {
+    let w = |hi: u8, lo: u8| -> u16 {
+        let r: u16;
+        // SAFETY: `kunpckbw` reads and writes only mask registers; AVX-512
+        // F, as the callers (inside `run`) are compiled with and the CPU
+        // has.
+        unsafe {
+            core::arch::asm!("kunpckbw {r}, {hi}, {lo}", r = lateout(kreg) r, hi = in(kreg) hi,
+                lo = in(kreg) lo, options(pure, nomem, nostack))
+        };
+        r
+    };
+    let d = |hi: u16, lo: u16| -> u32 {
+        let r: u32;
+        // SAFETY: as above; `kunpckwd` is AVX-512 BW, which `run` has too.
+        unsafe {
+            core::arch::asm!("kunpckwd {r}, {hi}, {lo}", r = lateout(kreg) r, hi = in(kreg) hi,
+                lo = in(kreg) lo, options(pure, nomem, nostack))
+        };
+        r
+    };
+    let (w0, w1, w2, w3) = (w(k[1], k[0]), w(k[3], k[2]), w(k[5], k[4]), w(k[7], k[6]));
+    let (lo, hi) = (d(w1, w0), d(w3, w2));
+    let r: u64;
+    // SAFETY: as above (`kunpckdq`: AVX-512 BW).
+    unsafe {
+        core::arch::asm!("kunpckdq {r}, {hi}, {lo}", r = lateout(kreg) r, hi = in(kreg) hi,
+            lo = in(kreg) lo, options(pure, nomem, nostack))
+    };
+    r
 }
 
 /// The byte indices 0..63, which `vpcompressb` packs under an edge mask.

@@ -86,6 +86,25 @@ pub(crate) unsafe trait Vector: Copy {
     /// Whether any lane of the four vectors differs from `pat`.
     fn any_ne4(v: [Self; 4], pat: Self) -> bool;
 
+    /// [`Vector::ne_mask`] and [`Vector::top_mask`] of a whole batch of 64
+    /// words joined into two 64-bit masks (bit `t` for word `t`), `f(j)`
+    /// giving words `j..j + LANES` (called once for each `j`, in order).
+    /// Default: each vector's masks shifted into place. AVX-512 joins its
+    /// mask registers with `kunpck`: left to itself, the compiler
+    /// assembled the eight 8-bit masks with a chain of byte inserts and a
+    /// vector shift, which cost more than the compares.
+    #[inline(always)]
+    fn batch_masks(mut f: impl FnMut(usize) -> Self, pat: Self) -> (u64, u64) {
+        let (mut ne, mut top, mut j) = (0, 0, 0);
+        while j < 64 {
+            let v = f(j);
+            ne |= v.ne_mask(pat) << j;
+            top |= v.top_mask() << j;
+            j += Self::LANES;
+        }
+        (ne, top)
+    }
+
     /// `acc` plus each lane's number of set bits, lane by lane.
     fn add_popcnt(acc: Self, v: Self) -> Self;
 

@@ -102,8 +102,12 @@ pub(crate) fn nonzero_words<V: Vector, W: Words>(src: W, i: usize, n: usize) -> 
 #[inline(always)]
 pub(crate) fn nonzero_and_top_words<V: Vector, W: Words>(src: W, i: usize, n: usize) -> (u64, u64) {
     debug_assert!(n <= 64);
-    let (mut m, mut top, mut j) = (0u64, 0u64, 0);
     let zero = V::splat(0);
+    if n == 64 {
+        // SAFETY: `i + j + LANES <= i + 64 = i + n <= src.len()`.
+        return V::batch_masks(|j| unsafe { load(&src, i + j) }, zero);
+    }
+    let (mut m, mut top, mut j) = (0u64, 0u64, 0);
     while j + V::LANES <= n {
         // SAFETY: `i + j + LANES <= i + n <= src.len()`.
         let v: V = unsafe { load(&src, i + j) };
