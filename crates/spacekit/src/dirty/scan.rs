@@ -37,7 +37,10 @@
 //! addresses in place. In a sparse stretch (the previous batch had edges
 //! in at most one word of [`SPARSE_PART`]) stage 1 shrinks to a test of
 //! which words are nonzero, and only those words (and a word after one
-//! whose top bit is set) get edge masks, one at a time. The parallel scan
+//! whose top bit is set) get edge masks, one at a time; at AVX-512, up to
+//! [`GATHER`] sparse batches put their marked words in one list first and
+//! one loop emits them, so the loop's exit (which follows how many words
+//! are marked) mispredicts once a list, not once a batch. The parallel scan
 //! sizes each block's
 //! share of the output first with `count_edges`, a branch-free popcount of
 //! the edge masks, and `sample_edges` tells the table whether that extra
@@ -584,6 +587,10 @@ fn prefetch_batch<W: Words>(src: W, i: usize) {
 /// nonzero words alone (a 0.1% random log has about one in sixteen).
 const SPARSE_PART: usize = 8;
 
+/// Sparse batches gathered into one emission loop
+/// ([`RangeScan::gathered`]).
+const GATHER: usize = 4;
+
 impl<W: Words> RangeScan<W> {
     /// A scan of words `[from, end)`.
     pub(crate) fn new(src: W, from: usize, end: usize, level: Level) -> Self {
@@ -610,6 +617,12 @@ impl<W: Words> RangeScan<W> {
         let src = self.src;
         let n = BATCH.min(self.end - self.i);
         prefetch_batch(src, self.i + PREFETCH_AHEAD);
+        if V::COMPRESS && self.sparse && self.end - self.i >= GATHER * BATCH {
+            // SAFETY: the caller's guarantee.
+            if unsafe { self.gathered::<V>(out, k) } {
+                return;
+            }
+        }
         if self.sparse {
             // After a sparse batch, find this one's nonzero words first:
             // if few, only they (and a word after one whose top bit is
@@ -666,6 +679,78 @@ impl<W: Words> RangeScan<W> {
         if m == 0 {
             self.i = past_uniform(src, self.i, self.end, carry, self.level);
         }
+    }
+
+    /// Up to [`GATHER`] whole sparse batches at once (vector levels, at
+    /// least `GATHER` batches left): each batch's marked words (its nonzero
+    /// words and the words after top bits, as in [`RangeScan::batch`]) go
+    /// into one list of word places, written without a loop
+    /// ([`emit_word`] with the batch's place as `pos`), and one loop over
+    /// the list emits them. The loop's exit, the one branch that follows
+    /// how many words a batch marks, then mispredicts once per list, not
+    /// once per batch. Stops at the first batch that is not sparse (left to
+    /// [`RangeScan::batch`]) or has no marked word (its uniform stretch is
+    /// skipped). Returns `false` when the first batch is not sparse
+    /// (nothing done).
+    ///
+    /// # Safety
+    /// As [`RangeScan::batch`]: `out` valid for writes of slots
+    /// `..*k + 2 * BATCH_ROOM - 1`. A sparse batch has at most
+    /// `BATCH / SPARSE_PART` nonzero words (64 edges each at most) and as
+    /// many zero words after top bits (one edge each), so `GATHER` of them
+    /// write at most `GATHER * 8 * 65` edges plus 8 unconditional slots.
+    #[inline(always)]
+    unsafe fn gathered<V: Vector>(&mut self, out: *mut u64, k: &mut usize) -> bool {
+        const { assert!(GATHER * (BATCH / SPARSE_PART) * 65 + 8 < 2 * BATCH_ROOM - 1) };
+        const { assert!(GATHER * BATCH <= 256) };
+        let src = self.src;
+        let first = self.i;
+        // Word places (from `first`) of the marked words, in order, with
+        // room for the last batch's unconditional writes.
+        let mut list = core::mem::MaybeUninit::<[u64; GATHER * BATCH + BATCH]>::uninit();
+        let listp = list.as_mut_ptr().cast::<u64>();
+        let mut len = 0;
+        // Bit `t` of `below[g]`: the bit below word `first + 64g + t`.
+        let mut below = [0u64; GATHER];
+        let mut skip = false;
+        let mut g = 0;
+        while g < GATHER {
+            prefetch_batch(src, self.i + PREFETCH_AHEAD);
+            let (nonzero, top) = generic::nonzero_and_top_words::<V, _>(src, self.i, BATCH);
+            if nonzero.count_ones() as usize * SPARSE_PART > BATCH {
+                break;
+            }
+            let b = (top << 1) | self.carry;
+            let mask = nonzero | b;
+            below[g] = b;
+            // SAFETY: `len` is at most `64g` (a batch marks at most 64
+            // words), so 64 slots from it lie within `list`.
+            unsafe {
+                emit_word::<V, 4>((g * BATCH) as u64, mask, listp, &mut len);
+            }
+            self.carry = src.word(self.i + BATCH - 1) >> 63;
+            self.i += BATCH;
+            g += 1;
+            if mask == 0 {
+                skip = true;
+                break;
+            }
+        }
+        if g == 0 {
+            return false;
+        }
+        for j in 0..len {
+            // SAFETY: slots `..len` were written.
+            let t = unsafe { listp.add(j).read() } as usize;
+            let w = src.word(first + t);
+            let b = (below[t / BATCH] >> (t % BATCH)) & 1;
+            // SAFETY: the caller's guarantee; see the bound above.
+            unsafe { emit_word::<V, 4>((first + t) as u64 * 64, w ^ ((w << 1) | b), out, k) };
+        }
+        if skip {
+            self.i = past_uniform(src, self.i, self.end, self.carry, self.level);
+        }
+        true
     }
 
     /// Whether every word has been scanned.
@@ -1234,6 +1319,59 @@ mod tests {
                 One(&w),
                 &model(&w),
                 &alloc::format!("busy sparse, case {case}"),
+            );
+        }
+    }
+
+    /// Long stretches of sparse batches, which vector levels with a
+    /// compress gather [`GATHER`] at a time ([`RangeScan::gathered`]):
+    /// each batch of a stretch drawn as sparse (a few single bits, runs
+    /// across the top bit into the next batch, busy words), empty (its
+    /// uniform stretch is skipped mid-gather), dense (the gather stops
+    /// before it) or wholly dirty, in every order, from every start
+    /// within a batch.
+    #[test]
+    fn gathered_sparse_batches_match_the_model() {
+        let mut rng = Rng(0x6A7E_E4ED);
+        for case in 0..300 {
+            let batches = 1 + rng.below(3 * GATHER as u64) as usize;
+            let n = batches * BATCH + rng.below(BATCH as u64) as usize;
+            let mut w = alloc::vec![0u64; n];
+            for b in 0..batches {
+                let words = &mut w[b * BATCH..(b + 1) * BATCH];
+                match rng.below(6) {
+                    // Sparse: single bits, some on the top bit (a run into
+                    // the next word or batch) or on bit 0.
+                    0..=2 => {
+                        for _ in 0..rng.below(BATCH as u64 / SPARSE_PART as u64 + 1) {
+                            let t = rng.below(BATCH as u64) as usize;
+                            words[t] |= match rng.below(4) {
+                                0 => 1 << 63,
+                                1 => 1,
+                                2 => !0 << rng.below(64),
+                                _ => 1 << rng.below(64),
+                            };
+                        }
+                    }
+                    3 => {}
+                    4 => {
+                        for x in words.iter_mut() {
+                            *x = rng.below(u64::MAX);
+                        }
+                    }
+                    _ => words.fill(!0),
+                }
+            }
+            let want = model(&w);
+            check(One(&w), &want, &alloc::format!("gathered, case {case}"));
+            // From inside a batch, as the parallel scan's blocks and a
+            // resumed harvest start.
+            let from = rng.below(BATCH as u64) as usize;
+            let tail = &w[from..];
+            check(
+                One(tail),
+                &model(tail),
+                &alloc::format!("gathered from {from}, case {case}"),
             );
         }
     }
