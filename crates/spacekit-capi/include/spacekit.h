@@ -371,6 +371,10 @@ typedef struct spacekit_ext4_populate_report {
   uint64_t xattrs;
   // Bytes of file contents (holes included).
   uint64_t bytes;
+  // Entries that replaced an earlier entry of the same path in the same
+  // populate (a tar member appended again: the later one wins, as tar
+  // extracts); each is counted above too.
+  uint64_t replaced;
 } spacekit_ext4_populate_report;
 
 // A callback of [`spacekit_rangetree_for_each`]: gets `ctx` and one entry;

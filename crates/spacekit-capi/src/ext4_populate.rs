@@ -49,6 +49,10 @@ pub struct spacekit_ext4_populate_report {
     pub xattrs: u64,
     /// Bytes of file contents (holes included).
     pub bytes: u64,
+    /// Entries that replaced an earlier entry of the same path in the same
+    /// populate (a tar member appended again: the later one wins, as tar
+    /// extracts); each is counted above too.
+    pub replaced: u64,
 }
 
 impl From<PopulateReport> for spacekit_ext4_populate_report {
@@ -61,6 +65,7 @@ impl From<PopulateReport> for spacekit_ext4_populate_report {
             hard_links: r.hard_links,
             xattrs: r.xattrs,
             bytes: r.bytes,
+            replaced: r.replaced,
         }
     }
 }

@@ -3,6 +3,7 @@
  * driver runs e2fsck -fn on IMAGE afterwards. */
 #define _POSIX_C_SOURCE 200112L
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,33 @@
 static void path_in(char *out, size_t cap, const char *dir, const char *name) {
     int n = snprintf(out, cap, "%s/%s", dir, name);
     CHECK(n > 0 && (size_t)n < cap);
+}
+
+/* Appends one ustar member (a regular file) of `name` and `data`. */
+static void tar_member(FILE *f, const char *name, const char *data) {
+    unsigned char h[512];
+    unsigned sum = 0;
+    size_t len = strlen(data), pad = (512 - len % 512) % 512;
+    static const unsigned char zeros[512];
+    memset(h, 0, sizeof h);
+    CHECK(strlen(name) < 100);
+    memcpy(h, name, strlen(name));
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
+    memcpy(h + 136, "00000000000", 12);
+    memset(h + 148, ' ', 8);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    for (size_t i = 0; i < sizeof h; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    h[155] = ' ';
+    CHECK(fwrite(h, 1, sizeof h, f) == sizeof h);
+    CHECK(fwrite(data, 1, len, f) == len);
+    CHECK(fwrite(zeros, 1, pad, f) == pad);
 }
 
 int main(int argc, char **argv) {
@@ -308,6 +336,32 @@ int main(int argc, char **argv) {
                    SPACEKIT_ERROR_IO);
             EXPECT(spacekit_ext4_populate_dir(img, NULL, out, NULL, NULL), SPACEKIT_ERROR_NULL_POINTER);
             EXPECT(spacekit_ext4_populate_dir(NULL, "/", out, NULL, NULL), SPACEKIT_ERROR_NULL_POINTER);
+            OK(spacekit_ext4_verify(img, &mismatches));
+            CHECK(mismatches == 0);
+        }
+
+        /* a tar that gives one path twice: the later member wins, and the
+           report counts one replacement */
+        {
+            static const unsigned char end[1024];
+            spacekit_ext4_populate_report pr;
+            char tar_path[4096];
+            uint32_t twice;
+            FILE *f;
+            path_in(tar_path, sizeof tar_path, argv[2], "twice.tar");
+            CHECK((f = fopen(tar_path, "wb")) != NULL);
+            tar_member(f, "twice", "first");
+            tar_member(f, "twice", "second!");
+            CHECK(fwrite(end, 1, sizeof end, f) == sizeof end);
+            CHECK(fclose(f) == 0);
+            memset(&pr, 0xEE, sizeof pr);
+            OK(spacekit_ext4_mkdir(img, "/tar", 0755, NULL));
+            OK(spacekit_ext4_populate_tar(img, "/tar", tar_path, NULL, &pr));
+            CHECK(pr.files == 2 && pr.replaced == 1 && pr.dirs == 0 && pr.hard_links == 0);
+            CHECK(pr.bytes == 5 + 7);
+            OK(spacekit_ext4_lookup(img, "/tar/twice", &twice));
+            OK(spacekit_ext4_read(img, twice, 0, back, sizeof back, &n));
+            CHECK(n == 7 && memcmp(back, "second!", 7) == 0);
             OK(spacekit_ext4_verify(img, &mismatches));
             CHECK(mismatches == 0);
         }
