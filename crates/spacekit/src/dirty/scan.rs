@@ -696,12 +696,17 @@ impl<W: Words> RangeScan<W> {
     /// # Safety
     /// As [`RangeScan::batch`]: `out` valid for writes of slots
     /// `..*k + 2 * BATCH_ROOM - 1`. A sparse batch has at most
-    /// `BATCH / SPARSE_PART` nonzero words (64 edges each at most) and as
-    /// many zero words after top bits (one edge each), so `GATHER` of them
-    /// write at most `GATHER * 8 * 65` edges plus 8 unconditional slots.
+    /// `BATCH / SPARSE_PART` nonzero words (64 edges each at most) and one
+    /// more zero word marked than that (after each top bit, and word 0 for
+    /// a run carried in; one edge each), so `GATHER` of them write at most
+    /// `GATHER * (8 * 64 + 9)` edges, and the last word's unconditional
+    /// writes at most 8 slots past them.
     #[inline(always)]
     unsafe fn gathered<V: Vector>(&mut self, out: *mut u64, k: &mut usize) -> bool {
-        const { assert!(GATHER * (BATCH / SPARSE_PART) * 65 + 8 < 2 * BATCH_ROOM - 1) };
+        const {
+            let part = BATCH / SPARSE_PART;
+            assert!(GATHER * (part * 64 + part + 1) + 8 < 2 * BATCH_ROOM)
+        };
         const { assert!(GATHER * BATCH <= 256) };
         let src = self.src;
         let first = self.i;
