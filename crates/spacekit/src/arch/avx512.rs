@@ -318,7 +318,7 @@ unsafe fn join_masks(k: [__mmask8; 8]) -> u64 {
         // has.
         unsafe {
             core::arch::asm!("kunpckbw {r}, {hi}, {lo}", r = lateout(kreg) r, hi = in(kreg) hi,
-                lo = in(kreg) lo, options(pure, nomem, nostack))
+                lo = in(kreg) lo, options(pure, nomem, nostack, preserves_flags))
         };
         r
     };
@@ -327,7 +327,7 @@ unsafe fn join_masks(k: [__mmask8; 8]) -> u64 {
         // SAFETY: as above; `kunpckwd` is AVX-512 BW, which `run` has too.
         unsafe {
             core::arch::asm!("kunpckwd {r}, {hi}, {lo}", r = lateout(kreg) r, hi = in(kreg) hi,
-                lo = in(kreg) lo, options(pure, nomem, nostack))
+                lo = in(kreg) lo, options(pure, nomem, nostack, preserves_flags))
         };
         r
     };
@@ -337,7 +337,7 @@ unsafe fn join_masks(k: [__mmask8; 8]) -> u64 {
     // SAFETY: as above (`kunpckdq`: AVX-512 BW).
     unsafe {
         core::arch::asm!("kunpckdq {r}, {hi}, {lo}", r = lateout(kreg) r, hi = in(kreg) hi,
-            lo = in(kreg) lo, options(pure, nomem, nostack))
+            lo = in(kreg) lo, options(pure, nomem, nostack, preserves_flags))
     };
     r
 }

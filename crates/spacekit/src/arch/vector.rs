@@ -88,7 +88,9 @@ pub(crate) unsafe trait Vector: Copy {
 
     /// [`Vector::ne_mask`] and [`Vector::top_mask`] of a whole batch of 64
     /// words joined into two 64-bit masks (bit `t` for word `t`), `f(j)`
-    /// giving words `j..j + LANES` (called once for each `j`, in order).
+    /// giving words `j..j + LANES`. An implementation calls `f` exactly
+    /// once for each multiple `j` of `LANES` below 64, in increasing
+    /// order, and with no other `j` (callers' `unsafe` loads rely on it).
     /// Default: each vector's masks shifted into place. AVX-512 joins its
     /// mask registers with `kunpck`: left to itself, the compiler
     /// assembled the eight 8-bit masks with a chain of byte inserts and a

@@ -530,7 +530,8 @@ pub(super) const BATCH_ROOM: usize = BATCH * 32 + 8 + 1;
 /// Edges (slots) a round of [`RangeScan::emit_into`] gathers before it
 /// converts them (8 KiB: the round stays in the first-level cache).
 const ROUND_SLOTS: usize = 1024;
-/// Batches per round of [`RangeScan::emit_into`], at most.
+/// Calls of [`RangeScan::batch`] per round of [`RangeScan::emit_into`], at
+/// most (each one batch, or up to [`GATHER`] sparse ones).
 const ROUND_BATCHES: usize = 8;
 /// Ranges a round may write into: a batch begins below [`ROUND_SLOTS`] and
 /// needs `2 * BATCH_ROOM - 1` slots from there.
@@ -690,8 +691,9 @@ impl<W: Words> RangeScan<W> {
     /// how many words a batch marks, then mispredicts once per list, not
     /// once per batch. Stops at the first batch that is not sparse (left to
     /// [`RangeScan::batch`]) or has no marked word (its uniform stretch is
-    /// skipped). Returns `false` when the first batch is not sparse
-    /// (nothing done).
+    /// skipped). A batch that is not sparse clears `self.sparse`, so the
+    /// next call tests it once, for its edge masks. Returns `false` when
+    /// the first batch is not sparse (nothing else done).
     ///
     /// # Safety
     /// As [`RangeScan::batch`]: `out` valid for writes of slots
@@ -699,20 +701,18 @@ impl<W: Words> RangeScan<W> {
     /// `BATCH / SPARSE_PART` nonzero words (64 edges each at most) and one
     /// more zero word marked than that (after each top bit, and word 0 for
     /// a run carried in; one edge each), so `GATHER` of them write at most
-    /// `GATHER * (8 * 64 + 9)` edges, and the last word's unconditional
-    /// writes at most 8 slots past them.
+    /// `GATHER * (8 * 64 + 9)` edges, and the last word is given 64 slots
+    /// from its first ([`emit_word`]'s contract).
     #[inline(always)]
     unsafe fn gathered<V: Vector>(&mut self, out: *mut u64, k: &mut usize) -> bool {
         const {
             let part = BATCH / SPARSE_PART;
-            assert!(GATHER * (part * 64 + part + 1) + 8 < 2 * BATCH_ROOM)
+            assert!(GATHER * (part * 64 + part + 1) + 64 < 2 * BATCH_ROOM)
         };
-        const { assert!(GATHER * BATCH <= 256) };
         let src = self.src;
         let first = self.i;
-        // Word places (from `first`) of the marked words, in order, with
-        // room for the last batch's unconditional writes.
-        let mut list = core::mem::MaybeUninit::<[u64; GATHER * BATCH + BATCH]>::uninit();
+        // Word places (from `first`) of the marked words, in order.
+        let mut list = core::mem::MaybeUninit::<[u64; GATHER * BATCH]>::uninit();
         let listp = list.as_mut_ptr().cast::<u64>();
         let mut len = 0;
         // Bit `t` of `below[g]`: the bit below word `first + 64g + t`.
@@ -723,13 +723,16 @@ impl<W: Words> RangeScan<W> {
             prefetch_batch(src, self.i + PREFETCH_AHEAD);
             let (nonzero, top) = generic::nonzero_and_top_words::<V, _>(src, self.i, BATCH);
             if nonzero.count_ones() as usize * SPARSE_PART > BATCH {
+                // `batch` scans it next, for its edge masks.
+                self.sparse = false;
                 break;
             }
             let b = (top << 1) | self.carry;
             let mask = nonzero | b;
             below[g] = b;
             // SAFETY: `len` is at most `64g` (a batch marks at most 64
-            // words), so 64 slots from it lie within `list`.
+            // words), so 64 slots from it end by `64 * GATHER`, within
+            // `list`.
             unsafe {
                 emit_word::<V, 4>((g * BATCH) as u64, mask, listp, &mut len);
             }
@@ -1344,7 +1347,7 @@ mod tests {
             let mut w = alloc::vec![0u64; n];
             for b in 0..batches {
                 let words = &mut w[b * BATCH..(b + 1) * BATCH];
-                match rng.below(6) {
+                match rng.below(7) {
                     // Sparse: single bits, some on the top bit (a run into
                     // the next word or batch) or on bit 0.
                     0..=2 => {
@@ -1364,11 +1367,25 @@ mod tests {
                             *x = rng.below(u64::MAX);
                         }
                     }
-                    _ => words.fill(!0),
+                    5 => words.fill(!0),
+                    // The most edges a sparse batch has: one word in
+                    // eight with 64 (`0xAAAA…` ends in a top bit, so the
+                    // zero word after it is marked too), the run carried
+                    // into word 0.
+                    _ => {
+                        for t in (0..BATCH).step_by(SPARSE_PART) {
+                            words[t + SPARSE_PART - 2] = 0xAAAA_AAAA_AAAA_AAAA;
+                        }
+                    }
                 }
             }
             let want = model(&w);
             check(One(&w), &want, &alloc::format!("gathered, case {case}"));
+            // The OR of two logs (the one-pass harvest's source), each
+            // sparse where `w` is.
+            let half: Vec<u64> = w.iter().map(|x| x & rng.below(u64::MAX)).collect();
+            let or = Or::new(&w, &half).unwrap();
+            check(or, &want, &alloc::format!("gathered, or, case {case}"));
             // From inside a batch, as the parallel scan's blocks and a
             // resumed harvest start.
             let from = rng.below(BATCH as u64) as usize;
