@@ -615,15 +615,16 @@ impl<W: Words> RangeScan<W> {
     /// `out` must be valid for writes of slots `..*k + 2 * BATCH_ROOM - 1`.
     #[inline(always)]
     unsafe fn batch<V: Vector>(&mut self, out: *mut u64, k: &mut usize) {
-        let src = self.src;
-        let n = BATCH.min(self.end - self.i);
-        prefetch_batch(src, self.i + PREFETCH_AHEAD);
         if V::COMPRESS && self.sparse && self.end - self.i >= GATHER * BATCH {
-            // SAFETY: the caller's guarantee.
+            // SAFETY: the caller's guarantee. (It asks for each batch's
+            // lines ahead itself.)
             if unsafe { self.gathered::<V>(out, k) } {
                 return;
             }
         }
+        let src = self.src;
+        let n = BATCH.min(self.end - self.i);
+        prefetch_batch(src, self.i + PREFETCH_AHEAD);
         if self.sparse {
             // After a sparse batch, find this one's nonzero words first:
             // if few, only they (and a word after one whose top bit is
@@ -682,8 +683,9 @@ impl<W: Words> RangeScan<W> {
         }
     }
 
-    /// Up to [`GATHER`] whole sparse batches at once (vector levels, at
-    /// least `GATHER` batches left): each batch's marked words (its nonzero
+    /// Up to [`GATHER`] whole sparse batches at once (levels whose expand
+    /// is one compress, [`Vector::COMPRESS`]: AVX-512; at least `GATHER`
+    /// batches left): each batch's marked words (its nonzero
     /// words and the words after top bits, as in [`RangeScan::batch`]) go
     /// into one list of word places, written without a loop
     /// ([`emit_word`] with the batch's place as `pos`), and one loop over
@@ -1370,8 +1372,8 @@ mod tests {
                     5 => words.fill(!0),
                     // The most edges a sparse batch has: one word in
                     // eight with 64 (`0xAAAA…` ends in a top bit, so the
-                    // zero word after it is marked too), the run carried
-                    // into word 0.
+                    // zero word after it is marked too); a run carried
+                    // into word 0 where the batch before ends dirty.
                     _ => {
                         for t in (0..BATCH).step_by(SPARSE_PART) {
                             words[t + SPARSE_PART - 2] = 0xAAAA_AAAA_AAAA_AAAA;
