@@ -622,6 +622,54 @@ fn copy_in_leaves_blocks_of_zeros_as_holes() {
     }
 }
 
+/// `copy_in` from what has no length to copy up to: a pipe (more bytes
+/// than one read gives), and a `/proc` file, whose length is given as 0
+/// though it has bytes. Each is read to its end, as `cat` reads it.
+#[test]
+fn copy_in_reads_pipes_and_proc_files_to_their_end() {
+    require_e2fsprogs!();
+    let cfg = CONFIGS[1];
+    let dir = TempDir::new("copy-in-stream");
+    let path = mkfs(&dir, &cfg);
+    let mut img = open_rw(&path);
+    let mut model = BTreeMap::new();
+
+    let want = random_bytes((3 << 20) + 5, 31);
+    let (r, mut w) = std::io::pipe().unwrap();
+    let bytes = want.clone();
+    let writer = std::thread::spawn(move || w.write_all(&bytes).unwrap());
+    let pipe = fs::File::from(std::os::fd::OwnedFd::from(r));
+    let ino = img.create("/pipe", 0o644).unwrap();
+    assert_eq!(img.copy_in(ino, &pipe).unwrap(), want.len() as u64);
+    writer.join().unwrap();
+    model.insert("/pipe".to_string(), want);
+
+    let proc_file = fs::File::open("/proc/version").unwrap();
+    assert_eq!(
+        proc_file.metadata().unwrap().len(),
+        0,
+        "/proc gives no length"
+    );
+    let version = fs::read("/proc/version").unwrap();
+    assert!(!version.is_empty());
+    let ino = img.create("/version", 0o644).unwrap();
+    assert_eq!(img.copy_in(ino, &proc_file).unwrap(), version.len() as u64);
+    model.insert("/version".to_string(), version);
+
+    let empty = dir.path("empty.src");
+    fs::write(&empty, b"").unwrap();
+    let ino = img.create("/empty", 0o644).unwrap();
+    assert_eq!(
+        img.copy_in(ino, &fs::File::open(&empty).unwrap()).unwrap(),
+        0
+    );
+    model.insert("/empty".to_string(), Vec::new());
+
+    img.flush().unwrap();
+    drop(img);
+    check_against_everyone(&path, &dir, &model, cfg.name);
+}
+
 /// Directories stored inline (`mke2fs -O inline_data -d`): names in
 /// `i_block` and, past 56 bytes, in `system.data`. spacekit lists them and
 /// finds through them (`..` included), `rdump` copies them; a name added

@@ -30,7 +30,10 @@ impl Image {
     /// range the kernel copies keeps its zeros as data (as `cp` copies).
     /// Returns the bytes written. Each piece is one [`Image::write`] per
     /// run of blocks that are not all zeros; nothing is flushed. `src`'s
-    /// file offset is moved (by the seeks).
+    /// file offset is moved (by the seeks). A `src` that is not a regular
+    /// file (a pipe, a FIFO, a character device), or one that gives its
+    /// length as 0 (as `/proc` files do), is read from its offset to its
+    /// end instead, as [`Image::copy_from`] reads a stream.
     ///
     /// # Errors
     /// As [`Image::write`]; [`Ext4Error::Io`] reading `src`.
@@ -38,6 +41,13 @@ impl Image {
         use std::os::unix::fs::FileExt;
         let meta = src.metadata().map_err(io_err("stat source file"))?;
         let len = meta.len();
+        // A pipe, a FIFO or a character device has no length to copy up
+        // to, and a `/proc` file says 0 bytes yet has some: their bytes
+        // come only by reading to the end (a truly empty file costs one
+        // read).
+        if !meta.file_type().is_file() || len == 0 {
+            return self.copy_from(ino, &mut &*src);
+        }
         // A small file goes through memory, where all-zero pieces stay
         // holes anyway: with as many blocks as bytes it needs no seeks.
         // (Blocks can also count preallocation, so a larger file seeks.)
