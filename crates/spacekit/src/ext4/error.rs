@@ -131,6 +131,10 @@ pub enum Ext4Error {
         /// The inode.
         ino: u32,
     },
+    /// A path that names the root directory where a name in a directory
+    /// is needed: `/` cannot be created, removed, linked, moved or
+    /// replaced.
+    IsRoot,
     /// A create whose name already exists: in the image, or on the host
     /// for [`Image::export_tree`](super::Image::export_tree) (which never
     /// replaces a host file).
@@ -149,10 +153,11 @@ pub enum Ext4Error {
     },
     /// Not enough free space: from [`Image::alloc_blocks`](super::Image::alloc_blocks),
     /// no group has `len` free blocks in a row at the asked alignment; from
-    /// [`Image::fallocate`](super::Image::fallocate), fewer free blocks
-    /// than the `len` data blocks and their extent tree blocks need.
+    /// [`Image::fallocate`](super::Image::fallocate) and the writes, fewer
+    /// free blocks than `len`: the data blocks and as many extent-tree
+    /// blocks as they may need.
     NoSpace {
-        /// Blocks asked for.
+        /// Blocks asked for (with a write's or fallocate's tree blocks).
         len: u32,
         /// Alignment asked for.
         align: u32,
@@ -307,6 +312,10 @@ impl fmt::Display for Ext4Error {
             Ext4Error::NotARegularFile { ino } => {
                 write!(f, "ext4: inode {ino} is not a regular file")
             }
+            Ext4Error::IsRoot => write!(
+                f,
+                "ext4: `/` is the root directory: it has no name to create, remove, link, move or replace"
+            ),
             Ext4Error::Exists { path } => write!(f, "ext4: {path}: already exists"),
             Ext4Error::FileTooBig { size, max } => write!(
                 f,

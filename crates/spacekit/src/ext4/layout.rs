@@ -237,7 +237,7 @@ pub(crate) fn parse_superblock(
             "s_magic",
             None,
             magic.into(),
-            "not an ext2/3/4 file system (expected 0xEF53)",
+            "not an ext2/3/4 file system (expected 61267, 0xEF53)",
         ));
     }
     let rev = le32(raw, sb::REV_LEVEL);

@@ -861,10 +861,16 @@ fn bad_input_is_refused_and_nothing_written() {
             other => panic!("expected NotARegularFile, got {other:?}"),
         }
     }
-    assert!(matches!(
-        img.unlink("/").unwrap_err(),
-        Ext4Error::NotARegularFile { ino: 2 }
-    ));
+    assert!(matches!(img.unlink("/").unwrap_err(), Ext4Error::IsRoot));
+    for e in [
+        img.mkdir("/", 0o755).unwrap_err(),
+        img.rmdir("/").unwrap_err(),
+        img.rename("/", "/moved").unwrap_err(),
+        img.rename("/lost+found", "/").unwrap_err(),
+        img.link("/f", "/").unwrap_err(),
+    ] {
+        assert!(matches!(e, Ext4Error::IsRoot), "{e:?}");
+    }
     assert!(matches!(
         img.read_dir(f).unwrap_err(),
         Ext4Error::NotADirectory { .. }

@@ -141,6 +141,35 @@ fn every_kind_of_inode_agrees_with_e2fsck_debugfs_and_the_kernel() {
             img.set_times(tmp, at(max + 1)),
             Err(Ext4Error::InvalidArgument { what: "secs", .. })
         ));
+        // Before the earliest time: named as a distance before 1970, not
+        // as a wrapped-around number.
+        match img.set_times(tmp, at(-(1 << 31) - 1)) {
+            Err(Ext4Error::InvalidArgument { what, value, .. }) => {
+                assert_eq!((what, value), ("secs before 1970", (1 << 31) + 1))
+            }
+            other => panic!("{other:?}"),
+        }
+        for (kind, what) in [
+            (
+                NodeKind::Char {
+                    major: 4096,
+                    minor: 1,
+                },
+                "major",
+            ),
+            (
+                NodeKind::Block {
+                    major: 1,
+                    minor: 1 << 20,
+                },
+                "minor",
+            ),
+        ] {
+            match img.mknod("/dev-too-big", kind, 0o600) {
+                Err(Ext4Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
+                other => panic!("{other:?}"),
+            }
+        }
         img.set_times(tmp, at(max)).unwrap();
         assert_eq!(img.inode(tmp).unwrap().times().mtime.unwrap().secs, max);
         img.unlink("/t").unwrap();
@@ -368,6 +397,44 @@ fn a_failed_mkdir_changes_nothing() {
     drop(img);
     assert_fsck_clean(&path, "full");
     let _ = Image::open(&path, spacekit::ext4::OpenMode::ReadOnly).unwrap();
+}
+
+/// A hard link is refused once the inode has 65,000 links, as the kernel
+/// refuses it (`EXT4_LINK_MAX`), and not before: at 64,999 it gets its
+/// 65,000th. The count is set with debugfs (`sif`), so e2fsck is not
+/// asked; the refusal must leave the image's bytes as they were.
+#[test]
+fn a_hard_link_is_refused_at_the_kernels_limit_only() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("ns-link-max");
+    let path = mkfs(&dir, &K1);
+    let mut img = open_rw(&path);
+    let f = img.create("/f", 0o644).unwrap();
+    img.flush().unwrap();
+    drop(img);
+    debugfs_w(&path, &dir, "sif /f links_count 64999\n");
+    let mut img = open_rw(&path);
+    img.link("/f", "/l1").unwrap();
+    img.flush().unwrap();
+    assert_eq!(img.inode(f).unwrap().links_count, 65000);
+    drop(img);
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let e = img.link("/f", "/l2").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Ext4Error::InvalidArgument {
+                what: "i_links_count",
+                value: 65000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(!img.is_dirty(), "a refused link left changes to flush");
+    drop(img);
+    assert!(fs::read(&path).unwrap() == before, "a refused link wrote");
 }
 
 /// Creating file after file in one directory reuses its path lookup; a

@@ -150,8 +150,10 @@ impl Image {
             margin = margin_for(est_extents + runs.min(need));
         }
         if need > 0 && free < need + margin {
+            // The tree's blocks counted too, so the number is what must
+            // be free, not fewer blocks than are free.
             return Err(Ext4Error::NoSpace {
-                len: need.min(u64::from(u32::MAX)) as u32,
+                len: (need + margin).min(u64::from(u32::MAX)) as u32,
                 align: 1,
             });
         }

@@ -236,11 +236,12 @@ impl Image {
         Ok(ino)
     }
 
-    /// The parent directory's inode and the last component of `path`.
+    /// The parent directory's inode and the last component of `path`
+    /// ([`Ext4Error::IsRoot`] for `/`, which has neither).
     pub(crate) fn parent_of<'p>(&mut self, path: &'p str) -> Result<(u32, &'p [u8]), Ext4Error> {
         let comps = components(path)?;
         let Some((&name, parents)) = comps.split_last() else {
-            return Err(Ext4Error::NotARegularFile { ino: ROOT_INO });
+            return Err(Ext4Error::IsRoot);
         };
         // The parent's path, for the one-entry cache (never with `..`,
         // which a rename of a directory elsewhere could redirect).

@@ -244,7 +244,7 @@ impl Image {
                     "a directory: hard links to directories are not allowed",
                 ));
             }
-            if inode.links_count >= LINK_MAX - 1 {
+            if inode.links_count >= LINK_MAX {
                 return Err(invalid(
                     "i_links_count",
                     inode.links_count.into(),
@@ -373,15 +373,17 @@ impl Image {
 
     /// Adds `d` (±1) to inode `ino`'s link count, as the kernel does for
     /// directories: a directory at 1 (`dir_nlink`, too many to count) stays
-    /// there; one that would reach 65,000 goes to 1 with `dir_nlink`.
+    /// there; one that would pass 65,000 goes to 1 with `dir_nlink` (and
+    /// is refused without it), so 65,000 itself is kept, as the kernel's
+    /// `ext4_inc_count` keeps it.
     pub(crate) fn add_links(&mut self, ino: u32, d: i32) -> Result<(), Ext4Error> {
         let inode = self.inode(ino)?;
         let dir_nlink = le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_DIR_NLINK != 0;
         let l = i32::from(inode.links_count);
         let new = match l + d {
             _ if inode.is_dir() && l == 1 => 1,
-            n if n >= i32::from(LINK_MAX) && inode.is_dir() && dir_nlink => 1,
-            n if n >= i32::from(LINK_MAX) => {
+            n if n > i32::from(LINK_MAX) && inode.is_dir() && dir_nlink => 1,
+            n if n > i32::from(LINK_MAX) => {
                 return Err(invalid(
                     "links",
                     n as u64,
@@ -733,11 +735,13 @@ pub(crate) fn time_fields(
             i32::try_from(t.secs).is_ok()
         };
         if !fits || (lo == off::CRTIME && !has_extra) {
-            return Err(invalid(
-                "secs",
-                t.secs as u64,
-                "outside what the inode holds",
-            ));
+            // (A time before 1970 shows as its distance from it.)
+            let (what, value) = if t.secs < 0 {
+                ("secs before 1970", t.secs.unsigned_abs())
+            } else {
+                ("secs", t.secs as u64)
+            };
+            return Err(invalid(what, value, "outside what the inode holds"));
         }
         bytes.push((lo, (t.secs as u32).to_le_bytes()));
         if has_extra {
@@ -759,12 +763,11 @@ pub(crate) fn node_block(kind: NodeKind) -> Result<(u16, [u8; ROOT_SIZE]), Ext4E
     let mut block = [0u8; ROOT_SIZE];
     let ifmt = match kind {
         NodeKind::Char { major, minor } | NodeKind::Block { major, minor } => {
-            if major > 0xFFF || minor > 0xF_FFFF {
-                return Err(invalid(
-                    "device",
-                    major.into(),
-                    "major up to 4095, minor up to 2^20 - 1",
-                ));
+            if major > 0xFFF {
+                return Err(invalid("major", major.into(), "at most 4095"));
+            }
+            if minor > 0xF_FFFF {
+                return Err(invalid("minor", minor.into(), "at most 1048575 (2^20 - 1)"));
             }
             if major < 256 && minor < 256 {
                 layout::put32(&mut block, 0, (major << 8) | minor);

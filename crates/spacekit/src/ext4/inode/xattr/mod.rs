@@ -32,8 +32,8 @@
 //! has no prefix for are kept as they are and not listed (the kernel's
 //! `listxattr` skips them too). The POSIX ACLs are given and taken in the
 //! form `getxattr(2)` uses (see `acl.rs`) and stored in ext4's shorter
-//! form; the inode's mode is not changed to follow an access ACL (the
-//! kernel's `setxattr` would).
+//! form; setting an access ACL sets the mode's permission bits from it,
+//! as the kernel's `setxattr` does (see [`Image::set_xattr`]).
 //!
 //! Not supported: values in inodes of their own (`ea_inode`,
 //! [`Ext4Error::Unsupported`] when met), values that fit neither in the
