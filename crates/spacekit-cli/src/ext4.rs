@@ -4,7 +4,7 @@
 //! `rdump`, and (in `ext4_ns.rs`) the verbs over names, inodes and
 //! attributes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -605,14 +605,64 @@ fn read_out(c: &Common, path: &str, out: Option<&PathBuf>) -> Result<(), String>
     let err = |e| format!("{}: {path}: {e}", c.image.display());
     let ino = img.lookup(path).map_err(err)?;
     if let Some(p) = out {
-        let dst = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        return img.copy_out(ino, &dst).map(drop).map_err(err);
+        // A path that is no regular file is refused before OUT is touched.
+        img.file(ino).map_err(err)?;
+        let size = replace_host_file(p, |dst| img.copy_out(ino, dst).map_err(err))?;
+        if c.json {
+            print_json(
+                &json!({"image": c.image.display().to_string(), "path": path, "out": p.display().to_string(), "bytes": size}),
+            );
+        }
+        return Ok(());
+    }
+    if c.json {
+        return Err(
+            "cat writes the file's bytes: --json has no meaning here (see `get --json`)".into(),
+        );
     }
     let mut stdout = std::io::BufWriter::with_capacity(COPY_CHUNK, std::io::stdout().lock());
     std::io::copy(&mut img.file(ino).map_err(err)?, &mut stdout)
         .and_then(|_| std::io::Write::flush(&mut stdout))
         .map_err(|e| format!("{path}: {e}"))
         .map(drop)
+}
+
+/// Writes host file `dest` with `write`: a regular file (or a new one) is
+/// written under a temporary name beside it, with the old file's
+/// permissions, and renamed over it only when `write` succeeded, so a
+/// failure leaves `dest` as it was; anything else (`/dev/stdout`, a FIFO)
+/// is written in place.
+fn replace_host_file<T>(
+    dest: &Path,
+    write: impl FnOnce(&std::fs::File) -> Result<T, String>,
+) -> Result<T, String> {
+    let shown = |e: std::io::Error| format!("{}: {e}", dest.display());
+    let old = std::fs::metadata(dest).ok();
+    if old.as_ref().is_some_and(|m| !m.is_file()) {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dest)
+            .map_err(shown)?;
+        return write(&f);
+    }
+    let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dest.with_file_name(format!(".{name}.sk-tmp.{}", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let done = write(&f).and_then(|t| {
+        if let Some(m) = &old {
+            f.set_permissions(m.permissions()).map_err(shown)?;
+        }
+        std::fs::rename(&tmp, dest).map_err(shown)?;
+        Ok(t)
+    });
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 /// `rdump`: the library's export, counts on stderr every second, the

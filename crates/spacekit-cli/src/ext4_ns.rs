@@ -152,6 +152,12 @@ pub fn run(cmd: &NsCommand) -> Result<(), String> {
             let kind = match a.kind {
                 'c' => dev(|major, minor| NodeKind::Char { major, minor })?,
                 'b' => dev(|major, minor| NodeKind::Block { major, minor })?,
+                'p' | 's' if a.major.is_some() || a.minor.is_some() => {
+                    return Err(format!(
+                        "mknod: a {} has no device number: give no MAJOR or MINOR",
+                        if a.kind == 'p' { "FIFO" } else { "socket" }
+                    ))
+                }
                 'p' => NodeKind::Fifo,
                 's' => NodeKind::Socket,
                 k => return Err(format!("mknod: type {k:?} is not c, b, p or s")),
@@ -205,8 +211,26 @@ pub fn run(cmd: &NsCommand) -> Result<(), String> {
             let err = |e| format!("{}: {}: {e}", a.common.image.display(), a.path);
             let ino = img.lookup(&a.path).map_err(err)?;
             let t = img.read_link(ino).map_err(err)?;
-            println!("{}", String::from_utf8_lossy(&t));
-            Ok(())
+            if a.common.json {
+                // JSON holds text: a target that is not UTF-8 also comes
+                // as its bytes in hex.
+                let mut v =
+                    json!({"path": a.path, "inode": ino, "target": String::from_utf8_lossy(&t)});
+                if std::str::from_utf8(&t).is_err() {
+                    v["target_hex"] = t
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                        .into();
+                }
+                print_json(&v);
+                return Ok(());
+            }
+            // The target's bytes as they are (a name need not be UTF-8).
+            let mut out = std::io::stdout().lock();
+            std::io::Write::write_all(&mut out, &t)
+                .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+                .map_err(|e| format!("{}: {e}", a.path))
         }
         NsCommand::Xattr(a) => xattr(a),
     }

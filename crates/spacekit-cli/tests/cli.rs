@@ -1574,10 +1574,88 @@ fn ext4_write_cat_get_move_bytes_unchanged() {
         std::fs::read(&img).unwrap() == before,
         "a refused write changed the image"
     );
+    // From a pipe named as a file (`--from /dev/stdin`): no length to go
+    // by, read to its end.
+    let piped: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 5) as u8).collect();
+    let mut child = spacekit()
+        .args(["ext4", "write"])
+        .arg(&img)
+        .args(["/piped", "--from", "/dev/stdin", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let bytes = piped.clone();
+    let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &bytes));
+    let o = child.wait_with_output().unwrap();
+    feeder.join().unwrap().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(w["bytes"].as_u64(), Some(piped.len() as u64));
+    assert!(
+        ext4_cmd("cat", &img, &["/piped"]).stdout == piped,
+        "cat /piped"
+    );
+    // `get --json` says what it wrote; `cat --json` is refused (its
+    // output is the file's bytes).
+    let g = ext4_json("get", &img, &["/piped", out.to_str().unwrap()]);
+    assert_eq!(g["bytes"].as_u64(), Some(piped.len() as u64));
+    assert!(std::fs::read(&out).unwrap() == piped, "get /piped");
+    let o = ext4_cmd("cat", &img, &["/piped", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+    // A `get` of what is no regular file leaves the host file alone.
+    std::fs::write(&out, b"precious").unwrap();
+    let o = ext4_cmd("get", &img, &["/lost+found", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    let strays: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("sk-tmp"))
+        .collect();
+    assert!(strays.is_empty(), "temporary files left: {strays:?}");
     if let Some(code) = e2fsck_exit(&img) {
         assert_eq!(code, 0, "e2fsck -fn after write");
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&img);
+}
+
+/// `readlink` prints a target's bytes as they are, UTF-8 or not (here
+/// one debugfs made), and with `--json` the text and, for bytes that
+/// are not UTF-8, the bytes in hex.
+#[test]
+fn ext4_readlink_keeps_the_targets_bytes() {
+    let Some(img) = ext4_image("ext4-readlink.img") else {
+        return;
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let target: &[u8] = b"caf\xe9/\xff\xfe";
+    let mut cmd = b"symlink /bad ".to_vec();
+    cmd.extend_from_slice(target);
+    let o = Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(std::ffi::OsStr::from_bytes(&cmd))
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let o = ext4_cmd("readlink", &img, &["/bad"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, [target, b"\n"].concat());
+    let j = ext4_json("readlink", &img, &["/bad"]);
+    assert_eq!(j["target_hex"].as_str(), Some("636166e92ffffe"));
+    assert_eq!(
+        j["target"].as_str(),
+        Some(String::from_utf8_lossy(target).as_ref())
+    );
+    ext4_text("ln", &img, &["-s", "plain/target", "/good"]);
+    let j = ext4_json("readlink", &img, &["/good"]);
+    assert_eq!(j["target"].as_str(), Some("plain/target"));
+    assert!(j.get("target_hex").is_none(), "{j}");
     let _ = std::fs::remove_file(&img);
 }
 
