@@ -344,6 +344,56 @@ fn bad_archives_are_refused_and_change_nothing() {
     let mut img = Image::open(&img_path, OpenMode::ReadOnly).unwrap();
     assert!(img.lookup("/d").is_err(), "a refused populate left /d");
     assert!(img.lookup("/ok").is_err(), "a refused populate left /ok");
+    drop(img);
+
+    // Compressed, whole (with its end-of-archive blocks), then with a byte
+    // of the compressed data flipped and cut before its last bytes: the
+    // stream's own check (gzip's CRC and length, zstd's checksum) comes
+    // after the tar's end, and a damaged stream must not go in with
+    // wrong bytes.
+    archive.truncate(512 * 2 + 5120);
+    archive.resize(archive.len() + 1024, 0);
+    let plain = dir.path("whole.tar");
+    fs::write(&plain, &archive).unwrap();
+    let mut tools = vec![("gzip", "-c -n -9")];
+    if try_run(Command::new("zstd").arg("--version")) {
+        tools.push(("zstd", "-c -q --check"));
+    }
+    for (tool, args) in tools {
+        let out = Command::new(tool)
+            .args(args.split(' '))
+            .arg(&plain)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{tool}");
+        let good = out.stdout;
+        let mut flipped = good.clone();
+        flipped[good.len() / 2] ^= 0x10;
+        let cut = &good[..good.len() - 4];
+        for (what, bytes) in [("a flipped byte", &flipped[..]), ("cut short", cut)] {
+            match refused(&img_path, bytes) {
+                Ext4Error::BadSource { .. } => {}
+                e => panic!("{tool}, {what}: {e:?}"),
+            }
+            let after = fs::read(&img_path).unwrap();
+            assert!(
+                used_blocks(&img_path, after) == used_blocks(&img_path, before.clone()),
+                "{tool}, {what}: a block the image uses changed"
+            );
+        }
+        // The whole stream goes in.
+        let copy = crate::fixtures::copy(&img_path, &dir, &format!("{tool}.img"));
+        let mut img = Image::open(&copy, OpenMode::ReadWrite).unwrap();
+        let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+        pop.add_tar(&good[..]).unwrap();
+        pop.finish().unwrap();
+        let f = img.lookup("/d/f").unwrap();
+        let mut got = vec![0u8; 5000];
+        assert_eq!(img.read(f, 0, &mut got).unwrap(), 5000);
+        assert!(got == archive[1024..6024], "{tool}: /d/f");
+        drop(img);
+        assert_fsck_clean(&copy, tool);
+    }
 }
 
 /// A ustar header like [`ustar`] with its mode and its raw 12-byte mtime

@@ -95,6 +95,7 @@ impl Populate<'_> {
             return Err(bad("", "an empty stream, not a tar archive"));
         }
         let src = io::Cursor::new(head).take(n as u64).chain(r);
+        let compressed = head[..n].starts_with(&GZIP_MAGIC) || head[..n].starts_with(&ZSTD_MAGIC);
         let mut stream: Box<dyn Read + '_> = if head[..n].starts_with(&GZIP_MAGIC) {
             Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(src)))
         } else if head[..n].starts_with(&ZSTD_MAGIC) {
@@ -277,6 +278,14 @@ impl Populate<'_> {
             // lack of room), then the padding.
             let rest = data.limit();
             skip(&mut stream, padded(rest, size, &name)?, &name)?;
+        }
+        if compressed {
+            // gzip's CRC and length, and zstd's content checksum, come
+            // after the data they cover: the stream is read to its end so
+            // that a damaged or cut archive is refused, not taken with
+            // wrong bytes (as `gzip -d` fails a tar extraction).
+            io::copy(&mut stream, &mut io::sink())
+                .map_err(source_err("(the compressed stream, checked to its end)"))?;
         }
         if long_name.is_some() || long_link.is_some() || pax_raw.is_some() {
             return Err(bad("", "an extension member without its entry"));
