@@ -13,7 +13,7 @@ use spacekit::ext4::{
 };
 
 use crate::args::{parse_size, parse_u64, type_char};
-use crate::ext4_args::{open, print_json, Common, PathArgs};
+use crate::ext4_args::{open, print_json, put_bytes, Common, PathArgs};
 
 /// Arguments of `spacekit ext4`.
 #[derive(Args, Debug)]
@@ -435,16 +435,20 @@ fn ls(a: &LsArgs) -> Result<(), String> {
             );
             return Ok(());
         }
-        let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         let rows: Vec<Value> = rows
             .iter()
             .map(|r| {
-                json!({
-            "inode": r.ino, "name": lossy(&r.name), "mode": r.mode, "mode_string": r.mode_string(),
+                let mut v = json!({
+            "inode": r.ino, "mode": r.mode, "mode_string": r.mode_string(),
             "links": r.links, "uid": r.uid, "gid": r.gid, "size": r.size,
             "device": r.device.map(|(major, minor)| json!({"major": major, "minor": minor})),
             "mtime": r.mtime.to_string(), "mtime_secs": r.mtime.secs, "mtime_nanos": r.mtime.nanos,
-            "target": r.target.as_deref().map(lossy)})
+            "target": null});
+                put_bytes(&mut v, "name", &r.name);
+                if let Some(t) = &r.target {
+                    put_bytes(&mut v, "target", t);
+                }
+                v
             })
             .collect();
         print_json(&json!({"image": c.image.display().to_string(), "dir": a.dir, "entries": rows}));
@@ -453,8 +457,10 @@ fn ls(a: &LsArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     for e in img.read_dir(ino).map_err(err)? {
         let i = img.inode(e.inode).map_err(err)?;
-        let name = String::from_utf8_lossy(&e.name).into_owned();
-        rows.push(json!({"inode": e.inode, "mode": i.mode, "links": i.links_count, "size": i.size, "name": name}));
+        let mut v =
+            json!({"inode": e.inode, "mode": i.mode, "links": i.links_count, "size": i.size});
+        put_bytes(&mut v, "name", &e.name);
+        rows.push(v);
     }
     if c.json {
         print_json(&json!({"image": c.image.display().to_string(), "dir": a.dir, "entries": rows}));

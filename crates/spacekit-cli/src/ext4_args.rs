@@ -54,6 +54,21 @@ pub(crate) fn source_date_epoch() -> Result<Option<i64>, String> {
     }
 }
 
+/// Sets `key` of JSON object `v` to `bytes` as text (UTF-8, invalid
+/// sequences replaced) and, when they are not UTF-8, `KEY_hex` to the
+/// bytes in hex: names and symlink targets in ext4 are bytes, JSON
+/// strings are text.
+pub(crate) fn put_bytes(v: &mut Value, key: &str, bytes: &[u8]) {
+    v[key] = String::from_utf8_lossy(bytes).into_owned().into();
+    if std::str::from_utf8(bytes).is_err() {
+        v[format!("{key}_hex")] = bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .into();
+    }
+}
+
 /// One JSON value, pretty-printed, on standard output.
 pub(crate) fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());

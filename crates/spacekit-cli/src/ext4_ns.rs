@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use spacekit::ext4::{Ext4Error, FileTimes, Image, NodeKind, OpenMode, Timestamp};
 
-use crate::ext4_args::{open, print_json, Common, PathArgs};
+use crate::ext4_args::{open, print_json, put_bytes, Common, PathArgs};
 
 #[derive(Subcommand, Debug)]
 pub enum NsCommand {
@@ -214,15 +214,8 @@ pub fn run(cmd: &NsCommand) -> Result<(), String> {
             if a.common.json {
                 // JSON holds text: a target that is not UTF-8 also comes
                 // as its bytes in hex.
-                let mut v =
-                    json!({"path": a.path, "inode": ino, "target": String::from_utf8_lossy(&t)});
-                if std::str::from_utf8(&t).is_err() {
-                    v["target_hex"] = t
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect::<String>()
-                        .into();
-                }
+                let mut v = json!({"path": a.path, "inode": ino});
+                put_bytes(&mut v, "target", &t);
                 print_json(&v);
                 return Ok(());
             }

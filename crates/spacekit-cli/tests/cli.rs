@@ -1625,7 +1625,8 @@ fn ext4_write_cat_get_move_bytes_unchanged() {
 
 /// `readlink` prints a target's bytes as they are, UTF-8 or not (here
 /// one debugfs made), and with `--json` the text and, for bytes that
-/// are not UTF-8, the bytes in hex.
+/// are not UTF-8, the bytes in hex; `ls --json` gives names (and `-l`
+/// targets) the same way.
 #[test]
 fn ext4_readlink_keeps_the_targets_bytes() {
     let Some(img) = ext4_image("ext4-readlink.img") else {
@@ -1652,6 +1653,37 @@ fn ext4_readlink_keeps_the_targets_bytes() {
         j["target"].as_str(),
         Some(String::from_utf8_lossy(target).as_ref())
     );
+    // A name that is not UTF-8: `ls --json` and `ls -l --json` give its
+    // bytes in hex too.
+    let o = Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(std::ffi::OsStr::from_bytes(b"symlink /n\xff t"))
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    for long in [false, true] {
+        let args: &[&str] = if long { &["/", "-l"] } else { &["/"] };
+        let j = ext4_json("ls", &img, args);
+        let e = j["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name_hex"].as_str() == Some("6eff"))
+            .unwrap_or_else(|| panic!("long {long}: no entry named n\\xff: {j}"));
+        assert_eq!(e["name"].as_str(), Some("n\u{fffd}"));
+        if long {
+            assert_eq!(e["target"].as_str(), Some("t"));
+            let bad = j["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"].as_str() == Some("bad"))
+                .unwrap();
+            assert_eq!(bad["target_hex"].as_str(), Some("636166e92ffffe"));
+        }
+    }
     ext4_text("ln", &img, &["-s", "plain/target", "/good"]);
     let j = ext4_json("readlink", &img, &["/good"]);
     assert_eq!(j["target"].as_str(), Some("plain/target"));
