@@ -945,7 +945,9 @@ enum spacekit_status spacekit_dirty_bitmap_harvest(const struct spacekit_dirty_b
 // call again with `cap >= *count`.
 //
 // Errors: `SPACEKIT_ERROR_BAD_PAGE_SIZE`; `SPACEKIT_ERROR_OUT_OF_RANGE`
-// if the last page would end past 2^64; `SPACEKIT_ERROR_BUFFER_TOO_SMALL`.
+// if the bitmap's last page (dirty or not) would end at or past 2^64
+// (addresses are 64-bit, so a range cannot end at 2^64);
+// `SPACEKIT_ERROR_BUFFER_TOO_SMALL`.
 //
 // # Safety
 // `a` (and `b` unless NULL) valid for reads of `nwords` words (NULL `a`
@@ -1118,14 +1120,20 @@ enum spacekit_status spacekit_ext4_fallocate(struct spacekit_ext4 *img, uint32_t
 // `img` a live handle.
 enum spacekit_status spacekit_ext4_truncate(struct spacekit_ext4 *img, uint32_t ino, uint64_t size);
 
-// Removes the regular file at `path`; on its last link its blocks and
+// Removes the entry at `path`: anything but a directory (a regular
+// file, a symlink, a device, FIFO or socket; see
+// [`spacekit_ext4_rmdir`]). On its last link its blocks, its
+// extended-attribute block (or its reference to a shared one) and its
 // inode are freed.
 //
-// Errors: as [`spacekit_ext4_lookup`]; `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`;
-// `SPACEKIT_ERROR_READ_ONLY`; `SPACEKIT_ERROR_UNSUPPORTED` in a
-// casefolded or encrypted directory, or for the last link of a file with
-// an extended-attribute block or value inode; `SPACEKIT_ERROR_BAD_CHECKSUM`
-// as [`spacekit_ext4_create`]. Nothing changes on an error.
+// Errors: as [`spacekit_ext4_lookup`]; `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`
+// for a directory; `SPACEKIT_ERROR_NOT_A_DIRECTORY` for a path that ends
+// in `/`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for `/` or a path that ends
+// in `.` or `..`; `SPACEKIT_ERROR_READ_ONLY`; `SPACEKIT_ERROR_UNSUPPORTED`
+// in a casefolded or encrypted directory, or for a file whose
+// attribute values live in inodes of their own (`ea_inode`);
+// `SPACEKIT_ERROR_BAD_CHECKSUM` as [`spacekit_ext4_create`]. Nothing
+// changes on an error.
 //
 // # Safety
 // `img` a live handle; `path` a NUL-terminated string.

@@ -238,7 +238,9 @@ unsafe fn logs<'a>(
 /// call again with `cap >= *count`.
 ///
 /// Errors: `SPACEKIT_ERROR_BAD_PAGE_SIZE`; `SPACEKIT_ERROR_OUT_OF_RANGE`
-/// if the last page would end past 2^64; `SPACEKIT_ERROR_BUFFER_TOO_SMALL`.
+/// if the bitmap's last page (dirty or not) would end at or past 2^64
+/// (addresses are 64-bit, so a range cannot end at 2^64);
+/// `SPACEKIT_ERROR_BUFFER_TOO_SMALL`.
 ///
 /// # Safety
 /// `a` (and `b` unless NULL) valid for reads of `nwords` words (NULL `a`

@@ -28,7 +28,16 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
         Ext4Error::NotARegularFile { .. } => SPACEKIT_ERROR_NOT_A_REGULAR_FILE,
         Ext4Error::Exists { .. } => SPACEKIT_ERROR_EXISTS,
         Ext4Error::FileTooBig { .. } => SPACEKIT_ERROR_FILE_TOO_BIG,
-        Ext4Error::NoSpace { .. } | Ext4Error::PopulateNoSpace { .. } => SPACEKIT_ERROR_NO_SPACE,
+        Ext4Error::NoSpace { .. } | Ext4Error::XattrNoSpace { .. } => SPACEKIT_ERROR_NO_SPACE,
+        Ext4Error::IsRoot | Ext4Error::DotName { .. } => SPACEKIT_ERROR_INVALID_ARGUMENT,
+        // Short of blocks (or of both): NO_SPACE; of inodes alone:
+        // NO_FREE_INODES, as a create says.
+        Ext4Error::PopulateNoSpace {
+            blocks_needed,
+            blocks_free,
+            ..
+        } if blocks_needed > blocks_free => SPACEKIT_ERROR_NO_SPACE,
+        Ext4Error::PopulateNoSpace { .. } => SPACEKIT_ERROR_NO_FREE_INODES,
         Ext4Error::BadSource { .. } => SPACEKIT_ERROR_CORRUPT,
         Ext4Error::NoFreeInodes => SPACEKIT_ERROR_NO_FREE_INODES,
         Ext4Error::BlockAlreadyFree { .. } | Ext4Error::InodeAlreadyFree { .. } => {
@@ -472,14 +481,20 @@ pub unsafe extern "C" fn spacekit_ext4_truncate(
     })
 }
 
-/// Removes the regular file at `path`; on its last link its blocks and
+/// Removes the entry at `path`: anything but a directory (a regular
+/// file, a symlink, a device, FIFO or socket; see
+/// [`spacekit_ext4_rmdir`]). On its last link its blocks, its
+/// extended-attribute block (or its reference to a shared one) and its
 /// inode are freed.
 ///
-/// Errors: as [`spacekit_ext4_lookup`]; `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`;
-/// `SPACEKIT_ERROR_READ_ONLY`; `SPACEKIT_ERROR_UNSUPPORTED` in a
-/// casefolded or encrypted directory, or for the last link of a file with
-/// an extended-attribute block or value inode; `SPACEKIT_ERROR_BAD_CHECKSUM`
-/// as [`spacekit_ext4_create`]. Nothing changes on an error.
+/// Errors: as [`spacekit_ext4_lookup`]; `SPACEKIT_ERROR_NOT_A_REGULAR_FILE`
+/// for a directory; `SPACEKIT_ERROR_NOT_A_DIRECTORY` for a path that ends
+/// in `/`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for `/` or a path that ends
+/// in `.` or `..`; `SPACEKIT_ERROR_READ_ONLY`; `SPACEKIT_ERROR_UNSUPPORTED`
+/// in a casefolded or encrypted directory, or for a file whose
+/// attribute values live in inodes of their own (`ea_inode`);
+/// `SPACEKIT_ERROR_BAD_CHECKSUM` as [`spacekit_ext4_create`]. Nothing
+/// changes on an error.
 ///
 /// # Safety
 /// `img` a live handle; `path` a NUL-terminated string.
@@ -538,4 +553,32 @@ pub unsafe extern "C" fn spacekit_ext4_flush(img: *mut spacekit_ext4) -> spaceki
         let i = unsafe { handle_mut(img) }?;
         i.img.flush().map_err(ext4_err)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A populate short of inodes alone says so, as a create does; short
+    /// of blocks (alone or too), it says that.
+    #[test]
+    fn a_populate_short_of_inodes_alone_gives_no_free_inodes() {
+        let short = |blocks_needed, inodes_needed| {
+            ext4_err(Ext4Error::PopulateNoSpace {
+                blocks_needed,
+                blocks_free: 100,
+                inodes_needed,
+                inodes_free: 10,
+            })
+        };
+        assert_eq!(short(50, 20), SPACEKIT_ERROR_NO_FREE_INODES);
+        assert_eq!(short(150, 5), SPACEKIT_ERROR_NO_SPACE);
+        assert_eq!(short(150, 20), SPACEKIT_ERROR_NO_SPACE);
+        // An attribute that fits nowhere is short of space, as its doc says.
+        let e = Ext4Error::XattrNoSpace {
+            name: "user.big".into(),
+            len: 70_000,
+        };
+        assert_eq!(ext4_err(e), SPACEKIT_ERROR_NO_SPACE);
+    }
 }

@@ -135,6 +135,13 @@ pub enum Ext4Error {
     /// is needed: `/` cannot be created, removed, linked, moved or
     /// replaced.
     IsRoot,
+    /// A path whose last component is `.` or `..` where a name in a
+    /// directory is needed (`rmdir d/.`, `rename d/.. x`): refused, as
+    /// `rmdir(2)` and `rename(2)` refuse it.
+    DotName {
+        /// The path given.
+        path: String,
+    },
     /// A create whose name already exists: in the image, or on the host
     /// for [`Image::export_tree`](super::Image::export_tree) (which never
     /// replaces a host file).
@@ -315,6 +322,10 @@ impl fmt::Display for Ext4Error {
             Ext4Error::IsRoot => write!(
                 f,
                 "ext4: `/` is the root directory: it has no name to create, remove, link, move or replace"
+            ),
+            Ext4Error::DotName { path } => write!(
+                f,
+                "ext4: {path}: ends in `.` or `..`, which names no entry to create, remove or move"
             ),
             Ext4Error::Exists { path } => write!(f, "ext4: {path}: already exists"),
             Ext4Error::FileTooBig { size, max } => write!(

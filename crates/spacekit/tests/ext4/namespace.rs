@@ -399,6 +399,65 @@ fn a_failed_mkdir_changes_nothing() {
     let _ = Image::open(&path, spacekit::ext4::OpenMode::ReadOnly).unwrap();
 }
 
+/// A path that ends in `.` or `..` names no entry to remove or move, and
+/// one that ends in `/` names a directory, as `rmdir(2)` and `rename(2)`
+/// take them; every refusal leaves the image e2fsck-clean and as it was.
+#[test]
+fn paths_ending_in_dot_or_slash_follow_the_system_calls() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("ns-dot-slash");
+    let path = mkfs(&dir, &K1);
+    let mut img = open_rw(&path);
+    img.create("/f", 0o644).unwrap();
+    // `.`/`..` last and a trailing `/` follow rmdir(2) and rename(2): a
+    // path ending in `.` names no entry to remove or move, and one
+    // ending in `/` names a directory.
+    img.mkdir("/dd", 0o755).unwrap();
+    img.mkdir("/dd/e", 0o755).unwrap();
+    for e in [
+        img.rmdir("/dd/e/.").unwrap_err(),
+        img.rmdir("/dd/e/..").unwrap_err(),
+        img.rename("/dd/e/.", "/moved").unwrap_err(),
+        img.rename("/dd/e", "/dd/..").unwrap_err(),
+        img.unlink("/dd/.").unwrap_err(),
+    ] {
+        assert!(matches!(e, Ext4Error::DotName { .. }), "{e:?}");
+    }
+    for e in [
+        img.create("/newdir/", 0o644).unwrap_err(),
+        img.lookup("/f/").unwrap_err(),
+        img.lookup("/f/.").unwrap_err(),
+        img.unlink("/f/").unwrap_err(),
+        img.rename("/f/", "/g").unwrap_err(),
+        img.rename("/f", "/g/").unwrap_err(),
+        img.link("/f", "/l/").unwrap_err(),
+        img.symlink("/sl/", b"x").unwrap_err(),
+    ] {
+        assert!(matches!(e, Ext4Error::NotADirectory { .. }), "{e:?}");
+    }
+    assert!(
+        img.lookup("/newdir").is_err(),
+        "a refused create made a file"
+    );
+    assert!(
+        img.lookup("/dd/e").is_ok(),
+        "a refused rmdir removed the directory"
+    );
+    // A directory with a trailing `/` is still fine everywhere.
+    img.mkdir("/dd/x/", 0o755).unwrap();
+    img.rename("/dd/x/", "/dd/y/").unwrap();
+    assert_eq!(
+        img.lookup("/dd/y/").unwrap(),
+        img.lookup("/dd/y/.").unwrap()
+    );
+    img.rmdir("/dd/y/").unwrap();
+    img.rmdir("/dd/e").unwrap();
+    img.rmdir("/dd").unwrap();
+    img.flush().unwrap();
+    drop(img);
+    assert_fsck_clean(&path, "after the path refusals");
+}
+
 /// A hard link is refused once the inode has 65,000 links, as the kernel
 /// refuses it (`EXT4_LINK_MAX`), and not before: at 64,999 it gets its
 /// 65,000th. The count is set with debugfs (`sif`), so e2fsck is not

@@ -58,7 +58,7 @@ use crate::ext4::stat::EXTENTS_FL;
 
 use crate::ext4::flags::*;
 use crate::ext4::inode::file::{now, ImageStore, ReadStore};
-use crate::ext4::namespace::lookup::Slot;
+use crate::ext4::namespace::lookup::{dir_if_slashed, Slot};
 
 /// Where a new directory entry goes ([`Image::plan_entry`]).
 pub(crate) enum Place {
@@ -118,6 +118,8 @@ impl Image {
             ));
         }
         let (parent, name) = self.parent_of(path)?;
+        // `/f/` names a directory: no file is made there.
+        dir_if_slashed(path, false)?;
         self.check_dir_writable(parent)?;
         if name.contains(&0) {
             return Err(invalid("name", name.len() as u64, "a name holds no NUL"));
@@ -666,7 +668,10 @@ impl Image {
         let (parent, name) = self.parent_of(path)?;
         self.check_dir_writable(parent)?;
         match self.find_entry(parent, name)? {
-            Some((entry, slot)) => Ok((parent, entry, slot)),
+            Some((entry, slot)) => {
+                dir_if_slashed(path, self.inode(entry.inode)?.is_dir())?;
+                Ok((parent, entry, slot))
+            }
             None => Err(Ext4Error::NotFound { path: path.into() }),
         }
     }

@@ -40,6 +40,28 @@ fn components(path: &str) -> Result<Vec<&[u8]>, Ext4Error> {
     Ok(out)
 }
 
+/// Whether `path` ends in `/` after a name (`/d/`; not `/` itself):
+/// then it names a directory, as in `rename(2)` and `rmdir(2)`.
+pub(crate) fn trailing_slash(path: &str) -> bool {
+    path.ends_with('/') && !path.trim_end_matches('/').is_empty()
+}
+
+/// `path`'s last component as written (trailing slashes aside): `.`
+/// and `..` are dropped or walked by [`components`], so callers that
+/// make, remove or move the last name look at it here.
+fn last_written(path: &str) -> &str {
+    path.trim_end_matches('/').rsplit('/').next().unwrap_or("")
+}
+
+/// [`Ext4Error::NotADirectory`] when `path` must name a directory (see
+/// [`trailing_slash`]) and the inode there is not one.
+pub(crate) fn dir_if_slashed(path: &str, is_dir: bool) -> Result<(), Ext4Error> {
+    if trailing_slash(path) && !is_dir {
+        return Err(Ext4Error::NotADirectory { path: path.into() });
+    }
+    Ok(())
+}
+
 impl Slot {
     /// Where the entries of a directory stored inline lie: no block. No
     /// write reaches one ([`Image::check_dir_writable`] refuses inline
@@ -215,7 +237,14 @@ impl Image {
     /// [`Ext4Error::Corrupt`] for a directory or extent block that fails its
     /// checks; [`Ext4Error::Io`].
     pub fn lookup(&mut self, path: &str) -> Result<u32, Ext4Error> {
-        self.walk(&components(path)?)
+        let ino = self.walk(&components(path)?)?;
+        // `/f/` and `/f/.` name a directory: not a file `f`.
+        if (trailing_slash(path) || matches!(last_written(path), "." | ".."))
+            && !self.inode(ino)?.is_dir()
+        {
+            return Err(Ext4Error::NotADirectory { path: path.into() });
+        }
+        Ok(ino)
     }
 
     /// The inode the components name, from the root directory.
@@ -237,9 +266,15 @@ impl Image {
     }
 
     /// The parent directory's inode and the last component of `path`
-    /// ([`Ext4Error::IsRoot`] for `/`, which has neither).
+    /// ([`Ext4Error::IsRoot`] for `/`, which has neither;
+    /// [`Ext4Error::DotName`] when the path ends in `.` or `..`).
     pub(crate) fn parent_of<'p>(&mut self, path: &'p str) -> Result<(u32, &'p [u8]), Ext4Error> {
         let comps = components(path)?;
+        if matches!(last_written(path), "." | "..") && !comps.is_empty() {
+            // `rmdir d/.`, `rename d/. x`: refused, as `rmdir(2)` and
+            // `rename(2)` refuse them, not taken as `d`.
+            return Err(Ext4Error::DotName { path: path.into() });
+        }
         let Some((&name, parents)) = comps.split_last() else {
             return Err(Ext4Error::IsRoot);
         };

@@ -32,6 +32,7 @@ use crate::ext4::inode::off;
 use crate::ext4::layout::{self, le16, le32};
 use crate::ext4::namespace::entries::Place;
 use crate::ext4::stat::EXTENTS_FL;
+use lookup::dir_if_slashed;
 
 const S_IFMT: u16 = 0xF000;
 const S_IFDIR: u16 = 0x4000;
@@ -297,6 +298,9 @@ impl Image {
         };
         let ino = entry.inode;
         let inode = self.inode(ino)?;
+        // `a/` or `b/` on either side: only a directory moves.
+        dir_if_slashed(from, inode.is_dir())?;
+        dir_if_slashed(to, inode.is_dir())?;
         let target = self.find_entry(np, nname)?;
         if target.as_ref().is_some_and(|(t, _)| t.inode == ino) {
             return Ok(());
@@ -563,6 +567,7 @@ impl Image {
     ) -> Result<(u32, &'p [u8], u8, Place), Ext4Error> {
         self.check_writable()?;
         let (parent, name) = self.parent_of(path)?;
+        dir_if_slashed(path, ifmt == S_IFDIR)?;
         self.check_dir_writable(parent)?;
         if name.contains(&0) || name == b"." || name == b".." {
             return Err(invalid(
