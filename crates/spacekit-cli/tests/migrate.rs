@@ -297,5 +297,33 @@ fn snapshots_to_files_chain_across_runs() {
     let (code, _, err) = run_bounded(&["--size=16M", &good, &to], Duration::from_secs(60));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("snapshot holds"), "{err}");
+    // The output may not be a file of the chain: refused before the
+    // guest starts, the file left as it was.
+    let keep = std::fs::read(&d1).unwrap();
+    let onto = format!("--to-file={d1}");
+    let from_d1 = format!("--diff-from={d1}");
+    let (code, _, err) = run_bounded(
+        &["--size=32M", &good, &from_d1, &onto],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("chain"), "{err}");
+    assert!(
+        std::fs::read(&d1).unwrap() == keep,
+        "the chain's diff was replaced"
+    );
+    // A chain whose data fails its CRC is refused before the guest runs
+    // on it, and the output is not touched.
+    let bad_full = p("bad-full");
+    let mut bytes = std::fs::read(&full).unwrap();
+    let at = bytes.iter().position(|&b| b != 0).unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(&bad_full, &bytes).unwrap();
+    std::fs::write(p("x"), b"old").unwrap();
+    let from_bad = format!("--diff-from={bad_full}");
+    let (code, _, err) = run_bounded(&["--size=32M", &from_bad, &to], Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("checksum"), "{err}");
+    assert_eq!(std::fs::read(p("x")).unwrap(), b"old");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -20,6 +20,7 @@ pub fn run(
     run: Duration,
     json_out: bool,
 ) -> Result<(), String> {
+    check_chain(out, chain)?;
     let (guest, report) = if chain.is_empty() {
         let guest = Guest::start(cfg).map_err(|e| e.to_string())?;
         std::thread::sleep(run);
@@ -47,6 +48,37 @@ pub fn run(
             differing.len()
         )),
     }
+}
+
+/// Before the guest starts: `out` must not be a file of the chain (the
+/// new snapshot is renamed over `out`, which would replace the base the
+/// diff names), and every file of the chain must hold the data its
+/// CRCs say, so that no guest runs on damaged memory and no diff names a
+/// damaged base.
+fn check_chain(out: &Path, chain: &[PathBuf]) -> Result<(), String> {
+    if let Ok(o) = std::fs::metadata(out) {
+        for c in chain {
+            let m = std::fs::metadata(c).map_err(|e| format!("{}: {e}", c.display()))?;
+            if (m.dev(), m.ino()) == (o.dev(), o.ino()) {
+                return Err(format!(
+                    "{}: the output is {} of the --diff-from chain: writing it would replace that file; give another path",
+                    out.display(),
+                    c.display()
+                ));
+            }
+        }
+    }
+    for c in chain {
+        let snap =
+            spacekit::snapshot::Snapshot::open(c).map_err(|e| format!("{}: {e}", c.display()))?;
+        snap.verify(&mut |_, _| {}).map_err(|e| {
+            format!(
+                "{}: {e} (the chain is checked before the guest starts)",
+                c.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn check(guest: &Guest, out: &Path, chain: &[PathBuf]) -> Result<Vec<u64>, String> {
