@@ -1,6 +1,6 @@
 //! A receiver on a Unix socket path: what `spacekit migrate --receive` runs.
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -17,7 +17,10 @@ use super::receiver::{ReceiveSummary, Receiver};
 /// Only a stale socket at `path` (one nothing listens on any more: a
 /// connection to it is refused) is replaced. Any other file there is left
 /// alone and refused, and so is a socket something still accepts on (that
-/// listener sees one connection that closes at once).
+/// listener sees one connection that closes at once). A connection that
+/// closes before its first byte (such a check, by another receiver
+/// started on the same path) is not a migration: the receiver goes on
+/// listening.
 ///
 /// # Errors
 /// [`MigrationError::Io`] when the memory cannot be allocated, when `path`
@@ -35,11 +38,64 @@ pub fn receive_on_unix_socket(
     remove_stale_socket(path)?;
     let mut memory = allocate(size)?;
     let listener = UnixListener::bind(path).map_err(|e| io(e.kind(), e.to_string()))?;
-    let accepted = listener.accept();
+    let accepted = accept_migration(&listener);
     let _ = std::fs::remove_file(path);
-    let (mut stream, _) = accepted.map_err(|e| io(e.kind(), e.to_string()))?;
+    let mut stream = accepted.map_err(|e| io(e.kind(), e.to_string()))?;
     let summary = Receiver::new(&mut memory).serve(&mut stream)?;
     Ok((summary, memory))
+}
+
+/// A connection that sent at least one byte (read here, and given back
+/// first): the next one accepted on `listener` that does not close
+/// before its first byte. A peer that connects only to see whether a
+/// receiver listens (as [`remove_stale_socket`] does) closes at once.
+fn accept_migration(listener: &UnixListener) -> std::io::Result<Primed> {
+    loop {
+        let (mut s, _) = listener.accept()?;
+        let mut first = [0u8; 1];
+        loop {
+            match s.read(&mut first) {
+                Ok(0) => break,
+                Ok(_) => {
+                    return Ok(Primed {
+                        first: Some(first[0]),
+                        stream: s,
+                    })
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A stream whose first byte was already read: it comes first.
+struct Primed {
+    first: Option<u8>,
+    stream: UnixStream,
+}
+
+impl Read for Primed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match (self.first, buf.first_mut()) {
+            (Some(b), Some(slot)) => {
+                *slot = b;
+                self.first = None;
+                Ok(1)
+            }
+            _ => self.stream.read(buf),
+        }
+    }
+}
+
+impl Write for Primed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 /// [`receive_on_unix_socket`] with extra memory connections: serves the
@@ -65,13 +121,16 @@ pub fn receive_connections_on_unix_socket(
     remove_stale_socket(path)?;
     let mut memory = allocate(size)?;
     let mut listener = UnixListener::bind(path).map_err(io)?;
-    let res = listener.accept().map_err(io).and_then(|(mut main, _)| {
-        main.set_read_timeout(Some(super::connections::TICK))
-            .map_err(io)?;
-        Receiver::new(&mut memory)
-            .with_max_connections(max_connections)
-            .serve_connections(&mut main, &mut listener)
-    });
+    let res = accept_migration(&listener)
+        .map_err(io)
+        .and_then(|mut main| {
+            main.stream
+                .set_read_timeout(Some(super::connections::TICK))
+                .map_err(io)?;
+            Receiver::new(&mut memory)
+                .with_max_connections(max_connections)
+                .serve_connections(&mut main, &mut listener)
+        });
     let _ = std::fs::remove_file(path);
     Ok((res?, memory))
 }
