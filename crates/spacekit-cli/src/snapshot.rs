@@ -141,4 +141,7 @@ fn report(path: &Path, info: &SnapshotInfo, as_json: bool, mut extra: serde_json
     }
     let (len, alloc) = (info.file_bytes, info.allocated_bytes);
     println!("file       {len} bytes, {alloc} allocated");
+    if extra["verified"] == true {
+        println!("verified   every data byte matches its CRC-32C");
+    }
 }

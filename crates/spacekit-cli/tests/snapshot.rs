@@ -109,6 +109,10 @@ fn merge_writes_the_last_memory_and_reports_it() {
         text.contains("diff snapshot") && text.contains("ranges     4"),
         "{text}"
     );
+    assert!(!text.contains("verified"), "{text}");
+    let text = spacekit(&["info", s(&p[2]), "--verify"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("verified"), "--verify says so: {text}");
 }
 
 #[test]

@@ -428,6 +428,33 @@ fn damaged_files_are_refused_with_their_error() {
         Err(SnapshotError::BadChecksum { what: "header", .. })
     ));
     assert!(!dir.path("out").exists());
+    // Opened without saying which kind: a magic a bit off (at the start
+    // of a diff, in a full snapshot's trailer) or a kind no snapshot has
+    // is a damaged snapshot, not a raw memory image.
+    for (src, at) in [
+        ("diff", 0),
+        ("diff", 3),
+        ("full", full.memory_size),
+        ("full", full.memory_size + 3),
+    ] {
+        let p = fresh("near-magic", src);
+        flip(&p, at);
+        assert!(
+            matches!(Snapshot::open(&p), Err(SnapshotError::BadMagic { .. })),
+            "{src} byte {at}: {:?}",
+            snapshot::info(&p)
+        );
+    }
+    let p = fresh("kind", "diff");
+    flip(&p, 10);
+    match Snapshot::open(&p) {
+        Err(SnapshotError::BadHeader {
+            field: "kind",
+            value,
+            ..
+        }) => assert_eq!(value, 2 ^ 0x20),
+        other => panic!("kind: {other:?}"),
+    }
     // A table whose ranges overlap, with a correct CRC: refused by range.
     let p = fresh("overlap", "diff");
     let mut b = fs::read(&p).unwrap();

@@ -50,7 +50,10 @@ impl Snapshot {
     /// Opens a snapshot of either kind: a file that starts with the magic
     /// and a diff's kind is a diff; one with a trailer is a full snapshot;
     /// anything else is read as a raw memory image (a full snapshot
-    /// without trailer, whose id this computes by reading all of it).
+    /// without trailer, whose id this computes by reading all of it),
+    /// unless it starts with the magic (another kind) or with a magic or
+    /// trailer magic up to two bits off: a damaged snapshot is an error,
+    /// not a raw image.
     ///
     /// # Errors
     /// I/O errors, and every malformed header, checksum, table or length
@@ -87,16 +90,19 @@ impl Snapshot {
         let n = head.len().min(len as usize);
         read_exact_at(&file, path, &mut head[..n], 0)?;
         let diff_head = Header::has_magic(&head) && u16::from_le_bytes([head[10], head[11]]) == 2;
+        // A magic a bit or two off, at the start or in the trailer, is a
+        // damaged snapshot, which the header's decode then names; it is
+        // not read as a raw image.
         let trailer = !diff_head && len >= TRAILER_BYTES && {
             let mut m = [0u8; 8];
             read_exact_at(&file, path, &mut m, len - TRAILER_BYTES)?;
-            Header::has_magic(&m)
+            Header::near_magic(&m)
         };
         let shape = if diff_head {
             Shape::Diff
         } else if trailer {
             Shape::Full
-        } else if want == Some(Kind::Diff) {
+        } else if want == Some(Kind::Diff) || Header::near_magic(&head) {
             Shape::Diff // strict: the header's decode says what is wrong
         } else {
             Shape::Raw

@@ -103,6 +103,16 @@ impl Header {
         b.get(..8) == Some(&MAGIC[..])
     }
 
+    /// Whether `b` starts with [`MAGIC`] or with bytes at most two bits
+    /// from it: a snapshot's damaged magic, not memory that happens to
+    /// look like it (random bytes come that close once in about 2^53).
+    pub fn near_magic(b: &[u8]) -> bool {
+        b.get(..8).is_some_and(|m| {
+            let bits: u32 = m.iter().zip(MAGIC).map(|(a, b)| (a ^ b).count_ones()).sum();
+            bits <= 2
+        })
+    }
+
     /// Decodes and checks the 128 header bytes of `path` on their own:
     /// magic, version, kind, page size, zero flags and reserved bytes, and
     /// the fields each kind fixes. The CRC and the file's length are the
