@@ -53,6 +53,9 @@ enum Command {
 fn main() -> ExitCode {
     quiet_broken_pipe();
     let cli = Cli::parse();
+    // Only these commands write their results to standard output, and
+    // write nothing else that can fail with EPIPE (no sockets).
+    let output_only = !matches!(cli.command, Command::Bench(_) | Command::Migrate(_));
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args),
         Command::Dirty(args) => dirty::run(&args),
@@ -63,12 +66,19 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A write to a pipe whose reader has gone (`spacekit ... | head`):
+        // quiet, with the status a SIGPIPE death gives, as for a panic
+        // below.
+        Err(e) if output_only && e.ends_with(BROKEN_PIPE) => ExitCode::from(141),
         Err(e) => {
             eprintln!("error: {}", printable(&e));
             ExitCode::FAILURE
         }
     }
 }
+
+/// How an `EPIPE` error ends its message (`std::io::Error`'s display).
+const BROKEN_PIPE: &str = "(os error 32)";
 
 /// `spacekit ... | head` closes stdout early: exit quietly with the status a
 /// SIGPIPE death would give (141) instead of printing a panic.

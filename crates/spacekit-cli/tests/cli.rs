@@ -192,6 +192,48 @@ fn dirty_ranges_in_every_format_match_the_library() {
     assert_eq!(js, pairs);
 }
 
+/// `spacekit dirty ranges BIG | head -1`: the reader goes away, and the
+/// command ends quietly with the status a SIGPIPE death gives (141), as
+/// `cat` does, not with an error message.
+#[test]
+fn an_early_closed_pipe_ends_quietly_with_141() {
+    use std::io::Read;
+    // Every 997th page dirty over 4 MiB of bitmap: about 34,000 lines.
+    let mut words = vec![0u64; 4 << 17];
+    for bit in (0..words.len() * 64).step_by(997) {
+        words[bit / 64] |= 1 << (bit % 64);
+    }
+    let path = bitmap_file("pipe.bin", &words);
+    let mut child = spacekit()
+        .args(["dirty", "ranges"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(141),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
 #[test]
 fn dirty_ranges_rejects_bad_input() {
     let good = bitmap_file("good.bin", &[1, 2, 3]);
