@@ -613,6 +613,7 @@ fn read_out(c: &Common, path: &str, out: Option<&PathBuf>) -> Result<(), String>
     if let Some(p) = out {
         // A path that is no regular file is refused before OUT is touched.
         img.file(ino).map_err(err)?;
+        crate::cleanup::on_interrupt(p);
         let size = replace_host_file(p, |dst| img.copy_out(ino, dst).map_err(err))?;
         if c.json {
             print_json(

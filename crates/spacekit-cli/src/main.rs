@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod args;
 mod bench;
+mod cleanup;
 mod dirty;
 mod ext4;
 mod ext4_args;

@@ -29,7 +29,8 @@ enum Cmd {
     /// built in one pass over memory, every zero page a hole, and the CRC of
     /// everything read is checked. It is written beside OUT under a
     /// temporary name and renamed over OUT only when complete: a failed or
-    /// killed merge leaves OUT as it was. A progress line goes to stderr on a
+    /// killed merge leaves OUT as it was (Ctrl-C or SIGTERM also removes
+    /// the temporary file, exit status 130). A progress line goes to stderr on a
     /// terminal for memories of 64 MiB and more.
     ///
     /// Exit status: 0 success; 1 failure; 2 bad arguments.
@@ -76,6 +77,7 @@ struct InfoArgs {
 pub fn run(a: &SnapshotArgs) -> Result<(), String> {
     let (path, info, json, extra) = match &a.command {
         Cmd::Merge(m) => {
+            crate::cleanup::on_interrupt(&m.out);
             let info = progress("merge", |p| {
                 snapshot::merge_with_progress(&m.base, &m.diffs, &m.out, p)
             })?;

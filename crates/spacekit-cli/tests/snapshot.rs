@@ -153,3 +153,67 @@ fn failures_exit_1_and_leave_the_output() {
     let help = spacekit(&["--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("Exit status: 0 success; 1 failure"));
 }
+
+/// Ctrl-C during a merge: the output is as it was, and the temporary file
+/// the merge was writing beside it (as large as the memory) is removed.
+#[test]
+fn an_interrupted_merge_leaves_no_temporary_file() {
+    let dir = TempDir::new("cli-snap-int");
+    // 512 MiB of memory, every page data: the merge takes long enough to
+    // be caught while it writes.
+    let mut rng = Rng(11);
+    let mut mem = vec![0u8; 512 << 20];
+    rng.fill(&mut mem);
+    let full = dir.path("full");
+    let base = write_full(&mem, PAGE, &full).unwrap();
+    let mut t = MemoryRangeTable::new();
+    t.push(MemoryRange {
+        gpa: 0,
+        length: PAGE,
+    });
+    let diff = dir.path("d1");
+    write_diff(&mem, &t, &base, &diff).unwrap();
+    drop(mem);
+    let out = dir.path("out");
+    fs::write(&out, b"old").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spacekit"))
+        .args(["snapshot", "merge"])
+        .args([&full, &diff])
+        .arg("-o")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let temporaries = || -> Vec<String> {
+        fs::read_dir(dir.path("."))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".sk-tmp."))
+            .collect()
+    };
+    // Wait for the temporary file, then interrupt.
+    let start = std::time::Instant::now();
+    while temporaries().is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the merge ended before it was seen writing"
+        );
+        assert!(start.elapsed().as_secs() < 60, "no temporary file");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(fs::read(&out).unwrap(), b"old", "the output changed");
+    assert!(temporaries().is_empty(), "left: {:?}", temporaries());
+}

@@ -21,6 +21,7 @@ pub fn run(
     json_out: bool,
 ) -> Result<(), String> {
     check_chain(out, chain)?;
+    crate::cleanup::on_interrupt(out);
     let (guest, report) = if chain.is_empty() {
         let guest = Guest::start(cfg).map_err(|e| e.to_string())?;
         std::thread::sleep(run);
