@@ -996,7 +996,11 @@ enum spacekit_status spacekit_range_table_ranges(const struct spacekit_range_tab
 // Opens the ext4 image at `path` (read-write if `writable`), checking its
 // superblock and descriptor table (a read-write open first replays a
 // pending redo log); stores a new handle in `*out`. On Unix `path` is any
-// byte string, as `open(2)` takes it (UTF-8 or not).
+// byte string, as `open(2)` takes it (UTF-8 or not). One writer at a
+// time: two read-write handles on one image (in one process or two) must
+// not be open together; each flush writes its own view of the metadata,
+// so the later one undoes the earlier one's changes. The file is not
+// locked.
 //
 // Errors: `SPACEKIT_ERROR_INVALID_UTF8` (only where file names are not
 // byte strings: not on Unix); `SPACEKIT_ERROR_IO`;

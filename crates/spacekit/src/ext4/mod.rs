@@ -284,9 +284,10 @@ enum Which {
 
 impl Image {
     /// Opens the ext4 image at `path`, checks its superblock and descriptor
-    /// table, and (read-write) first replays a pending redo log.
-    ///
-    /// Nothing is written unless a complete redo log is replayed.
+    /// table, and (read-write) first replays a pending redo log. One writer
+    /// at a time: the file is not locked, and a second read-write handle's
+    /// flush would write over the first one's changes. Nothing is written
+    /// unless a complete redo log is replayed.
     ///
     /// # Errors
     /// [`Ext4Error::Io`] if the file cannot be opened or read;
