@@ -236,6 +236,15 @@ fn downtime_target_abandon_and_auto_converge() {
     assert_eq!(v["completed"], false);
     assert_eq!(v["converged"], false);
     assert_eq!(v["rounds"].as_array().unwrap().len(), 4);
+    // The text says it was abandoned: no downtime, no pause forced, no
+    // receiver to blame for the pages not compared.
+    let text: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
+    let (code, out, err) = run_bounded(&text, Duration::from_secs(120));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(out.contains("abandoned before the pause"), "{out}");
+    assert!(out.contains("the migration was abandoned"), "{out}");
+    assert!(!out.contains("forced the pause"), "{out}");
+    assert!(!out.contains("plain Cloud Hypervisor"), "{out}");
 
     let mut args = base.to_vec();
     args.extend(["--downtime=50", "--rounds=80", "--auto-converge"]);

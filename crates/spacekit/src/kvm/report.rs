@@ -151,17 +151,42 @@ impl core::fmt::Display for MigrationReport {
                 throttle
             )?;
         }
+        // No paused round: the migration was abandoned (`on_timeout`
+        // Abandon) before the guest stopped.
+        let abandoned = !self.rounds.iter().any(|r| r.last);
+        if abandoned {
+            write!(
+                f,
+                "abandoned before the pause: no downtime, the guest kept running"
+            )?;
+        } else {
+            write!(
+                f,
+                "downtime {:.2?} (pause to the last round's acknowledgement)",
+                self.downtime
+            )?;
+        }
         writeln!(
             f,
-            "downtime {:.2?} (pause to the last round's acknowledgement); the guest made {:.0} \
-             writes/s ({:.0} dirty pages/s) over {:.2?} of pre-copy; {} host DMA writes",
-            self.downtime,
+            "; the guest made {:.0} writes/s ({:.0} dirty pages/s) over {:.2?} of pre-copy; {} \
+             host DMA writes",
             self.guest_write_rate(),
             self.dirty_page_rate(),
             self.precopy,
             self.dma_writes
         )?;
         match self.downtime_target {
+            Some(t) if abandoned => writeln!(
+                f,
+                "did NOT converge on the {t:.0?} downtime target and was abandoned at the \
+                 timeout or the last allowed round (vCPUs throttled up to {}%)",
+                self.max_throttle
+            )?,
+            None if abandoned => writeln!(
+                f,
+                "abandoned at the last allowed round (the dirty bytes never fell below the \
+                 threshold)"
+            )?,
             Some(t) if self.converged => writeln!(
                 f,
                 "converged on the {t:.0?} downtime target (vCPUs throttled up to {}%)",
@@ -181,16 +206,24 @@ impl core::fmt::Display for MigrationReport {
             None => {}
         }
         if !self.rate_reached() {
+            // With auto-converge the throttle slows the vCPUs on purpose.
+            let why = if self.max_throttle > 0 {
+                "the vCPUs were throttled (auto-converge) or could not write faster on this host"
+            } else {
+                "its vCPUs could not write faster on this host"
+            };
             writeln!(
                 f,
-                "the guest made {:.0} writes/s, short of the {} asked ({:.0}%): its vCPUs could \
-                 not write faster on this host; the migration ran at the rate reached",
+                "the guest made {:.0} writes/s, short of the {} asked ({:.0}%): {why}; the \
+                 migration ran at the rate reached",
                 self.guest_write_rate(),
                 self.requested_write_rate,
                 100.0 * self.guest_write_rate() / self.requested_write_rate as f64
             )?;
         }
-        if self.pages_checked {
+        if abandoned {
+            write!(f, "pages not compared: the migration was abandoned")
+        } else if self.pages_checked {
             write!(
                 f,
                 "{} pages differ between source and destination",
