@@ -84,7 +84,12 @@ pub fn run(a: &SnapshotArgs) -> Result<(), String> {
             (&m.out, info, m.json, json!({ "diffs": m.diffs.len() }))
         }
         Cmd::Info(i) => {
-            let snap = Snapshot::open(&i.file).map_err(|e| e.to_string())?;
+            // An error that names no file (a raw image of an odd size)
+            // gets the one given.
+            let snap = Snapshot::open(&i.file).map_err(|e| match e.path() {
+                Some(_) => e.to_string(),
+                None => format!("{}: {e}", i.file.display()),
+            })?;
             if i.verify {
                 progress("verify", |p| snap.verify(p))?;
             }

@@ -140,6 +140,16 @@ fn failures_exit_1_and_leave_the_output() {
     assert_eq!(fs::read(&out).unwrap(), b"old");
     let r = spacekit(&["info", s(&dir.path("missing"))]);
     assert_eq!(r.status.code(), Some(1));
+    // A raw image of an odd size: the message names the file.
+    let odd = dir.path("odd.img");
+    fs::write(&odd, vec![7u8; 5000]).unwrap();
+    let r = spacekit(&["info", s(&odd)]);
+    assert_eq!(r.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("odd.img") && err.contains("page size"),
+        "{err}"
+    );
     // Bad arguments: no diff, no -o, an unknown flag.
     for args in [
         &["merge", s(&p[0]), "-o", s(&out)][..],
