@@ -50,15 +50,15 @@ struct RangesArgs {
     /// hypervisor's log and a VMM's own); a length mismatch is an error.
     #[arg(long, value_name = "FILE2")]
     or: Option<PathBuf>,
-    /// Bytes per page: a power of two.
-    #[arg(long, default_value_t = 4096, value_parser = parse_u64)]
+    /// Bytes per page: a power of two (`4K`, `2M` and 0x-hex taken).
+    #[arg(long, default_value_t = 4096, value_parser = crate::args::parse_size)]
     page_size: u64,
     /// Guest-physical address of the first page (decimal or 0x-hex).
     #[arg(long, default_value = "0", value_parser = parse_u64)]
     base: u64,
     /// Join ranges separated by at most this many clean pages (fewer,
     /// larger copies).
-    #[arg(long, default_value_t = 0, value_name = "PAGES")]
+    #[arg(long, default_value_t = 0, value_name = "PAGES", value_parser = parse_u64)]
     merge_gap: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -190,6 +190,15 @@ fn dirty_ranges_in_every_format_match_the_library() {
         .map(|r| (r["gpa"].as_u64().unwrap(), r["length"].as_u64().unwrap()))
         .collect();
     assert_eq!(js, pairs);
+    // Numbers as the other commands take them: the gap in hex, the page
+    // size with a suffix.
+    let mut args = common("chv");
+    args[6] = "0x3".into();
+    args.extend(["--page-size".into(), "4K".into()]);
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let (ok, out, err) = dirty_ranges(&refs);
+    assert!(ok, "{err}");
+    assert_eq!(out, chv, "--merge-gap 0x3 --page-size 4K");
 }
 
 /// `spacekit dirty ranges BIG | head -1`: the reader goes away, and the
