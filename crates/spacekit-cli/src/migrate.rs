@@ -138,6 +138,7 @@ pub struct MigrateArgs {
 /// Runs `spacekit migrate`.
 pub fn run(a: &MigrateArgs) -> Result<(), String> {
     if let (true, Some(path)) = (a.receive, &a.listen) {
+        exit_with_sender();
         let (s, _) = receive_connections_on_unix_socket(path, a.size, 128)
             .map_err(|e| format!("receiver: {e}"))?;
         eprintln!(
@@ -163,6 +164,15 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         let run = Duration::from_millis(a.run_ms);
         return to_file::run(cfg, out, &a.diff_from, run, a.json);
     }
+    // Before the guest and the receiver start: nothing to stop on a bad
+    // value.
+    if a.timeout.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+        clap::Error::raw(
+            ErrorKind::ValueValidation,
+            "--timeout: seconds, 0 or more\n",
+        )
+        .exit();
+    }
     let guest = Guest::start(cfg).map_err(|e| e.to_string())?;
     let (mut stream, child) = connect(a)?;
     let mcfg = MigrateConfig {
@@ -178,14 +188,9 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
         zero_pages: !a.no_zero_pages,
         ..MigrateConfig::default()
     };
-    if a.timeout.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
-        clap::Error::raw(
-            ErrorKind::ValueValidation,
-            "--timeout: seconds, 0 or more\n",
-        )
-        .exit();
-    }
     let tty = io::stderr().is_terminal();
+    // On an error the receiver child ends with this process (see
+    // `exit_with_sender`).
     let mut extra = connect_extra(a, child.is_some())?;
     let result = kvm::migrate_connections(&guest, &mut stream, &mut extra, &mcfg, |r, _| {
         if tty {
@@ -298,6 +303,7 @@ fn connect(a: &MigrateArgs) -> Result<(UnixStream, Option<Child>), String> {
         .args("migrate --receive --listen".split(' '))
         .arg(&path)
         .arg(format!("--size={}", a.size))
+        .env(SENDER_ENV, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -318,6 +324,30 @@ fn connect(a: &MigrateArgs) -> Result<(UnixStream, Option<Child>), String> {
             }
         }
     }
+}
+
+/// Set in a receiver child's environment to the sender's process id.
+const SENDER_ENV: &str = "SPACEKIT_MIGRATE_SENDER";
+
+/// In a receiver child a sender started (its id in [`SENDER_ENV`]): ends
+/// the process once its parent is no longer that sender (it exited or
+/// was killed, maybe before this started), so a sender gone before its
+/// first byte leaves no receiver waiting for another connection with the
+/// guest's memory held.
+fn exit_with_sender() {
+    let Some(sender) = std::env::var(SENDER_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    else {
+        return;
+    };
+    std::thread::spawn(move || loop {
+        if std::os::unix::process::parent_id() != sender {
+            eprintln!("receiver: the sender exited");
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    });
 }
 
 /// Waits for the receiver child, at most 30 s (then kills it); its error

@@ -348,3 +348,35 @@ fn snapshots_to_files_chain_across_runs() {
     assert_eq!(std::fs::read(p("x")).unwrap(), b"old");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A receiver child whose sender is gone (it exited or was killed before
+/// its first byte) ends instead of listening on with the guest's memory
+/// held: here the "sender" is a shell that starts it and exits.
+#[test]
+fn a_receiver_child_ends_with_its_sender() {
+    let sock = tmp("orphan.sock");
+    let _ = std::fs::remove_file(&sock);
+    let bin = env!("CARGO_BIN_EXE_spacekit");
+    let script = format!(
+        "SPACEKIT_MIGRATE_SENDER=$$ '{bin}' migrate --receive --listen '{}' --size 16M >/dev/null 2>&1 & echo $!",
+        sock.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success());
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let alive = || {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    let t = Instant::now();
+    while alive() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the receiver {pid} still runs after its sender exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&sock);
+}
