@@ -381,18 +381,50 @@ fn bad_archives_are_refused_and_change_nothing() {
                 "{tool}, {what}: a block the image uses changed"
             );
         }
-        // The whole stream goes in.
-        let copy = crate::fixtures::copy(&img_path, &dir, &format!("{tool}.img"));
-        let mut img = Image::open(&copy, OpenMode::ReadWrite).unwrap();
-        let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
-        pop.add_tar(&good[..]).unwrap();
-        pop.finish().unwrap();
-        let f = img.lookup("/d/f").unwrap();
-        let mut got = vec![0u8; 5000];
-        assert_eq!(img.read(f, 0, &mut got).unwrap(), 5000);
-        assert!(got == archive[1024..6024], "{tool}: /d/f");
-        drop(img);
-        assert_fsck_clean(&copy, tool);
+        // The whole stream goes in; for gzip also padded with zeros to a
+        // block, as tape-blocked output is (as `gzip -d` takes it), but
+        // not followed by other bytes.
+        let mut padded = good.clone();
+        padded.resize(good.len().next_multiple_of(10240), 0);
+        if tool == "gzip" {
+            let mut junk = padded.clone();
+            junk.extend_from_slice(b"junk");
+            match refused(&img_path, &junk) {
+                Ext4Error::BadSource { .. } => {}
+                e => panic!("gzip, bytes after the zeros: {e:?}"),
+            }
+        }
+        let mut inputs = vec![good.clone()];
+        if tool == "gzip" {
+            // And as two members, each half of the archive.
+            let half = |part: &[u8]| {
+                let p = dir.path("half");
+                fs::write(&p, part).unwrap();
+                let o = Command::new("gzip")
+                    .args(["-c", "-n"])
+                    .arg(&p)
+                    .output()
+                    .unwrap();
+                assert!(o.status.success());
+                o.stdout
+            };
+            let mid = archive.len() / 2;
+            let two = [half(&archive[..mid]), half(&archive[mid..])].concat();
+            inputs.extend([padded, two]);
+        }
+        for (k, input) in inputs.iter().enumerate() {
+            let copy = crate::fixtures::copy(&img_path, &dir, &format!("{tool}{k}.img"));
+            let mut img = Image::open(&copy, OpenMode::ReadWrite).unwrap();
+            let mut pop = Populate::new(&mut img, "/", PopulateOptions::default()).unwrap();
+            pop.add_tar(&input[..]).unwrap();
+            pop.finish().unwrap();
+            let f = img.lookup("/d/f").unwrap();
+            let mut got = vec![0u8; 5000];
+            assert_eq!(img.read(f, 0, &mut got).unwrap(), 5000);
+            assert!(got == archive[1024..6024], "{tool} {k}: /d/f");
+            drop(img);
+            assert_fsck_clean(&copy, tool);
+        }
     }
 }
 

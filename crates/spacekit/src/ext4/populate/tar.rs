@@ -32,7 +32,7 @@ mod stream;
 
 use acl::{acl_mode, acl_xattr};
 use numbers::header_number;
-use stream::Zstd;
+use stream::{Gz, Zstd};
 
 /// The first bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -97,7 +97,7 @@ impl Populate<'_> {
         let src = io::Cursor::new(head).take(n as u64).chain(r);
         let compressed = head[..n].starts_with(&GZIP_MAGIC) || head[..n].starts_with(&ZSTD_MAGIC);
         let mut stream: Box<dyn Read + '_> = if head[..n].starts_with(&GZIP_MAGIC) {
-            Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(src)))
+            Box::new(Gz::new(BufReader::new(src)))
         } else if head[..n].starts_with(&ZSTD_MAGIC) {
             Box::new(Zstd {
                 src: BufReader::new(src),

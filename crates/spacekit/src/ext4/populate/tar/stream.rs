@@ -1,4 +1,5 @@
-//! The reader under the tar walk: a multi-frame zstd stream.
+//! The readers under the tar walk: a multi-frame zstd stream, and a
+//! gzip stream of one or more members.
 
 use std::io::{self, BufRead, Read};
 
@@ -61,4 +62,66 @@ impl<R: BufRead> Read for Zstd<R> {
             }
         }
     }
+}
+
+/// A gzip stream of one or more members, each checked against its CRC
+/// and length when it ends. Zero bytes after the last member (a stream
+/// padded to a block size, as tape-blocked output is) are taken as its
+/// end, as `gzip -d` takes them; anything else after it is an error.
+pub(super) struct Gz<R: BufRead> {
+    /// The member being decoded, or none between members.
+    pub(super) dec: Option<flate2::bufread::GzDecoder<R>>,
+    /// The stream between members.
+    pub(super) src: Option<R>,
+}
+
+impl<R: BufRead> Gz<R> {
+    pub(super) fn new(src: R) -> Self {
+        Gz {
+            dec: Some(flate2::bufread::GzDecoder::new(src)),
+            src: None,
+        }
+    }
+}
+
+impl<R: BufRead> Read for Gz<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if let Some(d) = &mut self.dec {
+                let n = d.read(buf)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                self.src = self.dec.take().map(|d| d.into_inner());
+            }
+            let Some(src) = self.src.as_mut() else {
+                return Ok(0);
+            };
+            let b = src.fill_buf()?;
+            match b.first() {
+                None => return Ok(0),
+                Some(0) => {
+                    let zeros = b.iter().take_while(|&&x| x == 0).count();
+                    if zeros < b.len() {
+                        return Err(trailing());
+                    }
+                    src.consume(zeros);
+                }
+                Some(0x1f) => {
+                    self.dec = self.src.take().map(flate2::bufread::GzDecoder::new);
+                }
+                Some(_) => return Err(trailing()),
+            }
+        }
+    }
+}
+
+fn trailing() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "bytes after the gzip stream that are neither a gzip member nor zeros",
+    )
 }
