@@ -1080,7 +1080,9 @@ enum spacekit_status spacekit_ext4_stat(struct spacekit_ext4 *img, uint32_t ino,
 //
 // Errors: as [`spacekit_ext4_lookup`] for the parent;
 // `SPACEKIT_ERROR_EXISTS`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for a mode
-// with another type; `SPACEKIT_ERROR_READ_ONLY`;
+// with another type, for `/` and for a path that ends in `.` or `..`;
+// `SPACEKIT_ERROR_NOT_A_DIRECTORY` for a path that ends in `/` (it names
+// a directory); `SPACEKIT_ERROR_READ_ONLY`;
 // `SPACEKIT_ERROR_UNSUPPORTED` when the htree directory would need a
 // third index level, or the parent is casefolded or encrypted (or the
 // file system has dirdata); `SPACEKIT_ERROR_BAD_CHECKSUM` when the

@@ -30,14 +30,18 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
         Ext4Error::FileTooBig { .. } => SPACEKIT_ERROR_FILE_TOO_BIG,
         Ext4Error::NoSpace { .. } | Ext4Error::XattrNoSpace { .. } => SPACEKIT_ERROR_NO_SPACE,
         Ext4Error::IsRoot | Ext4Error::DotName { .. } => SPACEKIT_ERROR_INVALID_ARGUMENT,
-        // Short of blocks (or of both): NO_SPACE; of inodes alone:
-        // NO_FREE_INODES, as a create says.
+        // Short of inodes and not of blocks: NO_FREE_INODES, as a create
+        // says; else NO_SPACE (the block count is about: extent and xattr
+        // blocks are not in it, so a populate may run out below it).
         Ext4Error::PopulateNoSpace {
             blocks_needed,
             blocks_free,
-            ..
-        } if blocks_needed > blocks_free => SPACEKIT_ERROR_NO_SPACE,
-        Ext4Error::PopulateNoSpace { .. } => SPACEKIT_ERROR_NO_FREE_INODES,
+            inodes_needed,
+            inodes_free,
+        } if inodes_needed > inodes_free && blocks_needed <= blocks_free => {
+            SPACEKIT_ERROR_NO_FREE_INODES
+        }
+        Ext4Error::PopulateNoSpace { .. } => SPACEKIT_ERROR_NO_SPACE,
         Ext4Error::BadSource { .. } => SPACEKIT_ERROR_CORRUPT,
         Ext4Error::NoFreeInodes => SPACEKIT_ERROR_NO_FREE_INODES,
         Ext4Error::BlockAlreadyFree { .. } | Ext4Error::InodeAlreadyFree { .. } => {
@@ -393,7 +397,9 @@ pub unsafe extern "C" fn spacekit_ext4_stat(
 ///
 /// Errors: as [`spacekit_ext4_lookup`] for the parent;
 /// `SPACEKIT_ERROR_EXISTS`; `SPACEKIT_ERROR_INVALID_ARGUMENT` for a mode
-/// with another type; `SPACEKIT_ERROR_READ_ONLY`;
+/// with another type, for `/` and for a path that ends in `.` or `..`;
+/// `SPACEKIT_ERROR_NOT_A_DIRECTORY` for a path that ends in `/` (it names
+/// a directory); `SPACEKIT_ERROR_READ_ONLY`;
 /// `SPACEKIT_ERROR_UNSUPPORTED` when the htree directory would need a
 /// third index level, or the parent is casefolded or encrypted (or the
 /// file system has dirdata); `SPACEKIT_ERROR_BAD_CHECKSUM` when the
@@ -578,6 +584,8 @@ mod tests {
         assert_eq!(short(50, 20), SPACEKIT_ERROR_NO_FREE_INODES);
         assert_eq!(short(150, 5), SPACEKIT_ERROR_NO_SPACE);
         assert_eq!(short(150, 20), SPACEKIT_ERROR_NO_SPACE);
+        // Neither count short: blocks the estimate leaves out ran out.
+        assert_eq!(short(98, 5), SPACEKIT_ERROR_NO_SPACE);
         // An attribute that fits nowhere is short of space, as its doc says.
         let e = Ext4Error::XattrNoSpace {
             name: "user.big".into(),

@@ -635,28 +635,36 @@ fn read_out(c: &Common, path: &str, out: Option<&PathBuf>) -> Result<(), String>
 }
 
 /// Writes host file `dest` with `write`: a regular file (or a new one) is
-/// written under a temporary name beside it, with the old file's
+/// written under a temporary name beside it, made with the old file's
 /// permissions, and renamed over it only when `write` succeeded, so a
-/// failure leaves `dest` as it was; anything else (`/dev/stdout`, a FIFO)
-/// is written in place.
+/// failure leaves `dest` as it was; anything else (a symlink, which is
+/// written through as `cp` writes it, `/dev/stdout`, a device) is written
+/// in place.
 fn replace_host_file<T>(
     dest: &Path,
     write: impl FnOnce(&std::fs::File) -> Result<T, String>,
 ) -> Result<T, String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let shown = |e: std::io::Error| format!("{}: {e}", dest.display());
-    let old = std::fs::metadata(dest).ok();
+    let old = std::fs::symlink_metadata(dest).ok();
     if old.as_ref().is_some_and(|m| !m.is_file()) {
         let f = std::fs::OpenOptions::new()
             .write(true)
+            .create(true)
+            .truncate(false) // the copy sets the length
             .open(dest)
             .map_err(shown)?;
         return write(&f);
     }
     let name = dest.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dest.with_file_name(format!(".{name}.sk-tmp.{}", std::process::id()));
+    let mode = old
+        .as_ref()
+        .map_or(0o666, |m| m.permissions().mode() & 0o7777);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .open(&tmp)
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     let done = write(&f).and_then(|t| {

@@ -1656,6 +1656,21 @@ fn ext4_write_cat_get_move_bytes_unchanged() {
     let o = ext4_cmd("cat", &img, &["/piped", "--json"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(o.stdout.is_empty());
+    // Through a symlink: the link stays, its target gets the bytes (as
+    // `cp` writes through one).
+    let target = dir.join("target");
+    std::fs::write(&target, b"before").unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ext4_text("get", &img, &["/piped", link.to_str().unwrap()]);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(
+        std::fs::read(&target).unwrap() == piped,
+        "get through a symlink"
+    );
     // A `get` of what is no regular file leaves the host file alone.
     std::fs::write(&out, b"precious").unwrap();
     let o = ext4_cmd("get", &img, &["/lost+found", out.to_str().unwrap()]);

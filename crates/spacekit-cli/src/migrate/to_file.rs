@@ -92,6 +92,7 @@ fn check(guest: &Guest, out: &Path, chain: &[PathBuf]) -> Result<Vec<u64>, Strin
         name.unwrap_or_default(),
         std::process::id()
     ));
+    crate::cleanup::on_interrupt(&merged);
     let diffs: Vec<PathBuf> = chain[1..]
         .iter()
         .cloned()

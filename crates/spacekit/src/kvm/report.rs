@@ -184,8 +184,8 @@ impl core::fmt::Display for MigrationReport {
             )?,
             None if abandoned => writeln!(
                 f,
-                "abandoned at the last allowed round (the dirty bytes never fell below the \
-                 threshold)"
+                "abandoned at the timeout or the last allowed round (the dirty bytes never \
+                 fell below the threshold)"
             )?,
             Some(t) if self.converged => writeln!(
                 f,

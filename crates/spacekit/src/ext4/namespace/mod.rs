@@ -138,8 +138,9 @@ impl Image {
     /// Returns the inode.
     ///
     /// # Errors
-    /// As [`Image::create`]; [`Ext4Error::Unsupported`] when the parent
-    /// would pass 64,999 links without `dir_nlink`.
+    /// As [`Image::create`]; [`Ext4Error::InvalidArgument`] (`what:
+    /// "links"`) when the parent would pass 65,000 links without
+    /// `dir_nlink`.
     pub fn mkdir(&mut self, path: &str, mode: u16) -> Result<u32, Ext4Error> {
         self.atomically(|img| {
             let (parent, name, _, _) = img.plan_new(path, S_IFDIR)?;
@@ -154,8 +155,8 @@ impl Image {
     ///
     /// # Errors
     /// As [`Image::lookup`]; [`Ext4Error::NotADirectory`];
-    /// [`Ext4Error::NotEmpty`]; [`Ext4Error::InvalidArgument`] (`what:
-    /// "path"`) for `.` or `..`.
+    /// [`Ext4Error::NotEmpty`]; [`Ext4Error::DotName`] for a path that
+    /// ends in `.` or `..`; [`Ext4Error::IsRoot`] for `/`.
     pub fn rmdir(&mut self, path: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| {
             let (parent, entry, slot) = img.entry_to_remove(path)?;
