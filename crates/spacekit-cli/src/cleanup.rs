@@ -33,7 +33,9 @@ pub fn on_interrupt(out: &Path) {
         .push(out.to_path_buf());
 }
 
-/// Removes every registered output's temporary files of this process.
+/// Removes every registered output's temporary files of this process:
+/// `.OUT.sk-tmp.PID` (ext4 get), `.OUT.sk-tmp.PID.N` (snapshots) and
+/// `.OUT.check.PID` (migrate's check).
 fn remove_temporaries() {
     let pid = std::process::id();
     for out in OUTPUTS
@@ -41,30 +43,20 @@ fn remove_temporaries() {
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
     {
-        let Some(name) = out.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            continue;
-        };
-        let dir = match out.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        // `.OUT.sk-tmp.PID` (ext4 get), `.OUT.sk-tmp.PID.N` (snapshots),
-        // `.OUT.check.PID` (migrate's check): this process's only.
-        let tmp = format!(".{name}.sk-tmp.{pid}");
-        let check = format!(".{name}.check.{pid}");
-        let ours = |f: &str| {
-            f == tmp
-                || f == check
-                || f.strip_prefix(tmp.as_str())
-                    .is_some_and(|r| r.starts_with('.'))
-        };
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let file = e.file_name();
-            let file = file.to_string_lossy();
-            if ours(&file) {
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+        let (tmp, check) = (
+            format!(".{name}.sk-tmp.{pid}"),
+            format!(".{name}.check.{pid}"),
+        );
+        let numbered = format!("{tmp}.");
+        for e in std::fs::read_dir(dir.unwrap_or(Path::new(".")))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let f = e.file_name().to_string_lossy().into_owned();
+            if f == tmp || f == check || f.starts_with(&numbered) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -637,9 +637,9 @@ fn read_out(c: &Common, path: &str, out: Option<&PathBuf>) -> Result<(), String>
 /// Writes host file `dest` with `write`: a regular file (or a new one) is
 /// written under a temporary name beside it, made with the old file's
 /// permissions, and renamed over it only when `write` succeeded, so a
-/// failure leaves `dest` as it was; anything else (a symlink, which is
-/// written through as `cp` writes it, `/dev/stdout`, a device) is written
-/// in place.
+/// failure leaves `dest` as it was. Through a symlink the target is cut
+/// and written in place, as `cp` writes it (a dangling one is refused, as
+/// `cp` refuses it); anything else (a device) is written in place.
 fn replace_host_file<T>(
     dest: &Path,
     write: impl FnOnce(&std::fs::File) -> Result<T, String>,
@@ -647,11 +647,18 @@ fn replace_host_file<T>(
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let shown = |e: std::io::Error| format!("{}: {e}", dest.display());
     let old = std::fs::symlink_metadata(dest).ok();
-    if old.as_ref().is_some_and(|m| !m.is_file()) {
+    if let Some(m) = old.as_ref().filter(|m| !m.is_file()) {
+        let target = std::fs::metadata(dest).map_err(|e| {
+            format!(
+                "{}: not writing through a dangling symlink: {e}",
+                dest.display()
+            )
+        })?;
         let f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(false) // the copy sets the length
+            // A regular target is cut first: the copy leaves holes and
+            // zeros unwritten.
+            .truncate(m.is_symlink() && target.is_file())
             .open(dest)
             .map_err(shown)?;
         return write(&f);
@@ -660,7 +667,7 @@ fn replace_host_file<T>(
     let tmp = dest.with_file_name(format!(".{name}.sk-tmp.{}", std::process::id()));
     let mode = old
         .as_ref()
-        .map_or(0o666, |m| m.permissions().mode() & 0o7777);
+        .map_or(0o666, |m| m.permissions().mode() & 0o777);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -138,7 +138,7 @@ pub struct MigrateArgs {
 /// Runs `spacekit migrate`.
 pub fn run(a: &MigrateArgs) -> Result<(), String> {
     if let (true, Some(path)) = (a.receive, &a.listen) {
-        exit_with_sender();
+        exit_with_sender(path);
         let (s, _) = receive_connections_on_unix_socket(path, a.size, 128)
             .map_err(|e| format!("receiver: {e}"))?;
         eprintln!(
@@ -166,7 +166,9 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
     }
     // Before the guest and the receiver start: nothing to stop on a bad
     // value.
-    if a.timeout.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+    if a.timeout
+        .is_some_and(|t| Duration::try_from_secs_f64(t).is_err())
+    {
         clap::Error::raw(
             ErrorKind::ValueValidation,
             "--timeout: seconds, 0 or more\n",
@@ -334,15 +336,17 @@ const SENDER_ENV: &str = "SPACEKIT_MIGRATE_SENDER";
 /// was killed, maybe before this started), so a sender gone before its
 /// first byte leaves no receiver waiting for another connection with the
 /// guest's memory held.
-fn exit_with_sender() {
+fn exit_with_sender(socket: &std::path::Path) {
     let Some(sender) = std::env::var(SENDER_ENV)
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     else {
         return;
     };
+    let socket = socket.to_path_buf();
     std::thread::spawn(move || loop {
         if std::os::unix::process::parent_id() != sender {
+            let _ = std::fs::remove_file(&socket);
             eprintln!("receiver: the sender exited");
             std::process::exit(1);
         }

@@ -874,6 +874,10 @@ fn migrate_bad_arguments_exit_2() {
         vec!["--workload", "nope"],
         vec!["--rate", "-1"],
         vec!["--receive"],
+        // Checked before the guest starts: not a number, and past what a
+        // duration holds (which panicked after the guest had started).
+        vec!["--timeout", "nan"],
+        vec!["--timeout", "1e20"],
     ];
     for args in cases {
         let out = spacekit().arg("migrate").args(&args).output().unwrap();
@@ -1670,6 +1674,22 @@ fn ext4_write_cat_get_move_bytes_unchanged() {
     assert!(
         std::fs::read(&target).unwrap() == piped,
         "get through a symlink"
+    );
+    // Through a symlink onto a longer file: cut first, so the holes of a
+    // sparse file read as zeros, not the target's old bytes.
+    std::fs::write(&target, vec![0xFFu8; 5 << 20]).unwrap();
+    ext4_text("get", &img, &["/s", link.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&target).unwrap() == want,
+        "get /s through a symlink"
+    );
+    let dangling = dir.join("dangling");
+    std::os::unix::fs::symlink(dir.join("nowhere"), &dangling).unwrap();
+    let o = ext4_cmd("get", &img, &["/s", dangling.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        !dir.join("nowhere").exists(),
+        "wrote through a dangling symlink"
     );
     // A `get` of what is no regular file leaves the host file alone.
     std::fs::write(&out, b"precious").unwrap();

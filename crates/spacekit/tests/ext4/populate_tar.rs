@@ -393,6 +393,17 @@ fn bad_archives_are_refused_and_change_nothing() {
                 Ext4Error::BadSource { .. } => {}
                 e => panic!("gzip, bytes after the zeros: {e:?}"),
             }
+            // Nor a member after the zeros, wherever the reads' buffers
+            // end (as `gzip -d` calls it trailing garbage).
+            for pad in [1, 8192 - good.len() % 8192, 8195 - good.len() % 8192] {
+                let mut more = good.clone();
+                more.resize(good.len() + pad, 0);
+                more.extend_from_slice(&good);
+                match refused(&img_path, &more) {
+                    Ext4Error::BadSource { .. } => {}
+                    e => panic!("gzip, a member after {pad} zeros: {e:?}"),
+                }
+            }
         }
         let mut inputs = vec![good.clone()];
         if tool == "gzip" {

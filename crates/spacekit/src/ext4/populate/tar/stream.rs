@@ -73,6 +73,8 @@ pub(super) struct Gz<R: BufRead> {
     pub(super) dec: Option<flate2::bufread::GzDecoder<R>>,
     /// The stream between members.
     pub(super) src: Option<R>,
+    /// Zeros after a member were met: only more zeros may follow.
+    padding: bool,
 }
 
 impl<R: BufRead> Gz<R> {
@@ -80,6 +82,7 @@ impl<R: BufRead> Gz<R> {
         Gz {
             dec: Some(flate2::bufread::GzDecoder::new(src)),
             src: None,
+            padding: false,
         }
     }
 }
@@ -109,8 +112,9 @@ impl<R: BufRead> Read for Gz<R> {
                         return Err(trailing());
                     }
                     src.consume(zeros);
+                    self.padding = true;
                 }
-                Some(0x1f) => {
+                Some(0x1f) if !self.padding => {
                     self.dec = self.src.take().map(flate2::bufread::GzDecoder::new);
                 }
                 Some(_) => return Err(trailing()),
