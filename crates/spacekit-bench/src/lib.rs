@@ -25,7 +25,7 @@ mod context;
 pub mod harness;
 pub mod html;
 
-pub use benches::{Bench, BENCHES};
+pub use benches::{interrupt, interrupted, remove_scratch, Bench, BENCHES};
 pub use context::{BenchError, Ctx, Mode};
 pub use harness::{
     batch, fmt_ns, fmt_ratio, progress, verify, verify_lists, Bars, Comparison, Medians, Op,

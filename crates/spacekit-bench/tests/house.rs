@@ -265,10 +265,12 @@ fn the_cli_is_a_thin_shell() {
         // converges (its options and per-round JSON), snapshots to files
         // and `spacekit snapshot` (arguments and output; the policy,
         // throttle, writers and merge are the library's `kvm::converge`,
-        // `kvm::snapshot` and `snapshot`). It grew to 2350 with the shell's
-        // own file handling: a host file replaced only when complete
-        // (`ext4 get`), temporary files removed on Ctrl-C, the chain
-        // checked before `migrate --to-file` restores a guest from it.
+        // `kvm::snapshot` and `snapshot`). It grew to 2375 with the shell's
+        // own file and signal handling: a host file replaced only when
+        // complete (`ext4 get`), temporary files, scratch images and loop
+        // mounts removed on Ctrl-C, the chain checked before `migrate
+        // --to-file` restores a guest from it, a receiver child that ends
+        // with its sender.
         lines += code(p).lines().filter(|l| !l.trim().is_empty()).count();
         // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
         let c = code(p);
@@ -279,8 +281,8 @@ fn the_cli_is_a_thin_shell() {
         assert!(!keyword, "{} holds unsafe code", p.display());
     }
     assert!(
-        lines <= 2350,
-        "the CLI's src/ has {lines} lines of code (at most 2350)"
+        lines <= 2375,
+        "the CLI's src/ has {lines} lines of code (at most 2375)"
     );
 }
 

@@ -64,8 +64,22 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         mode,
         seed: args.seed,
     };
+    // Ctrl-C: the run stops at its next command or round and drops its
+    // loop mounts and scratch images; a run still busy after 10 s has them
+    // removed from outside.
+    crate::cleanup::on_interrupt_run(|| {
+        spacekit_bench::interrupt();
+        std::thread::sleep(std::time::Duration::from_secs(10));
+        spacekit_bench::remove_scratch();
+    });
     spacekit_bench::harness::inject_mismatch(args.inject_mismatch);
-    let reports = spacekit_bench::run(&args.names, &ctx).map_err(|e| e.to_string())?;
+    let reports = spacekit_bench::run(&args.names, &ctx).map_err(|e| {
+        if spacekit_bench::interrupted() {
+            eprintln!("interrupted");
+            std::process::exit(130);
+        }
+        e.to_string()
+    })?;
     if let Some(path) = &args.json {
         spacekit_bench::write_json(path, &reports).map_err(|e| e.to_string())?;
         eprintln!("wrote {}", path.display());

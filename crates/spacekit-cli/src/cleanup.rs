@@ -10,6 +10,15 @@ use std::sync::{Mutex, Once, PoisonError};
 /// The outputs whose temporary files an interruption removes.
 static OUTPUTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// What else an interruption runs first (the benchmarks' scratch).
+static ALSO: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+/// Runs `f` if Ctrl-C or SIGTERM ends the process from now on.
+pub fn on_interrupt_run(f: fn()) {
+    ALSO.lock().unwrap_or_else(PoisonError::into_inner).push(f);
+    install();
+}
+
 /// Exit status after an interruption (128 + SIGINT, as a shell reports
 /// a process SIGINT ended).
 const INTERRUPTED: i32 = 130;
@@ -17,20 +26,27 @@ const INTERRUPTED: i32 = 130;
 /// Removes `out`'s temporary files of this process if Ctrl-C or SIGTERM
 /// ends it from now on.
 pub fn on_interrupt(out: &Path) {
+    OUTPUTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(out.to_path_buf());
+    install();
+}
+
+fn install() {
     static HANDLER: Once = Once::new();
     HANDLER.call_once(|| {
         // Without a handler (one already set), an interruption ends the
         // process as before: the temporary files stay, as after a kill.
         let _ = ctrlc::set_handler(|| {
+            for f in ALSO.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+                f();
+            }
             remove_temporaries();
             eprintln!("interrupted");
             std::process::exit(INTERRUPTED);
         });
     });
-    OUTPUTS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(out.to_path_buf());
 }
 
 /// Removes every registered output's temporary files of this process:

@@ -93,6 +93,7 @@ fn quiet_broken_pipe() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
         if msg.contains("Broken pipe") {
+            spacekit_bench::remove_scratch(); // exit runs no destructor
             std::process::exit(141);
         }
         default(info);

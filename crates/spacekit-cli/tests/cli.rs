@@ -1862,3 +1862,62 @@ fn ext4_name_and_inode_verbs_agree_with_debugfs() {
     }
     let _ = std::fs::remove_file(&img);
 }
+
+/// Ctrl-C during `bench ext4-populate`: the run's scratch directories
+/// (images, the tree, the tmpfs copies) and any loop mount under them go
+/// with it; exit status 130.
+#[test]
+fn an_interrupted_bench_leaves_no_scratch_or_mount() {
+    if !e2fsprogs_installed() {
+        println!(
+            "skipping an_interrupted_bench_leaves_no_scratch_or_mount: e2fsprogs not installed"
+        );
+        return;
+    }
+    let child = spacekit()
+        .args(["bench", "ext4-populate", "--quick"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let tag = format!("-{}-", child.id());
+    let ours = move || -> Vec<String> {
+        let mut found: Vec<String> = [std::env::temp_dir(), "/dev/shm".into()]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("spacekit-bench-") && n.contains(&tag))
+            .collect();
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        found.extend(
+            mounts
+                .lines()
+                .filter(|l| l.contains("spacekit-bench-") && l.contains(&tag))
+                .map(String::from),
+        );
+        found
+    };
+    let mut child = child;
+    let t = std::time::Instant::now();
+    while ours().is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the bench ended before it made its scratch"
+        );
+        assert!(t.elapsed().as_secs() < 60, "no scratch directory");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    if status.code() == Some(0) {
+        println!("the bench finished before the interrupt: nothing to check");
+        return;
+    }
+    assert_eq!(status.code(), Some(130));
+    assert!(ours().is_empty(), "left: {:?}", ours());
+}

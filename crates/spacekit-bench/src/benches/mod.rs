@@ -21,6 +21,7 @@ mod membw;
 mod migrate;
 mod migrate_conn;
 mod procs;
+pub use procs::{interrupt, interrupted, remove_scratch};
 mod rangetree;
 mod zero_area;
 

@@ -118,13 +118,66 @@ impl Drop for Scratch {
     }
 }
 
+/// For a run interrupted before its scratch directories were dropped
+/// (Ctrl-C): unmounts this process's loop mounts under them and removes
+/// every `spacekit-bench-*-PID-*` entry of the temporary directory and of
+/// `/dev/shm` (images, copies, a migration socket).
+pub fn remove_scratch() {
+    let pid = std::process::id();
+    let ours =
+        |name: &str| name.starts_with("spacekit-bench-") && name.contains(&format!("-{pid}-"));
+    // Mounts first: a mounted directory cannot be removed.
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    for point in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+        if point.split('/').any(ours) {
+            // Lazily: the run may still be reading it.
+            let _ = Command::new("umount").arg("-l").arg(point).output();
+        }
+    }
+    for dir in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if ours(&e.file_name().to_string_lossy()) {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    fs::remove_dir_all(&p)
+                } else {
+                    fs::remove_file(&p)
+                };
+            }
+        }
+    }
+}
+
 /// A host error on `path` as a [`BenchError`].
 pub fn io_err(path: &Path) -> impl Fn(std::io::Error) -> BenchError + '_ {
     move |e| BenchError(format!("{}: {e}", path.display()))
 }
 
+/// Set by [`interrupt`]: no further command starts.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Stops the run at its next command or round (Ctrl-C): it then fails
+/// with "interrupted", and its scratch directories and mounts are dropped
+/// on the way out.
+pub fn interrupt() {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`interrupt`] was called.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn check_interrupt() -> Result<(), BenchError> {
+    match interrupted() {
+        true => Err(BenchError("interrupted".into())),
+        false => Ok(()),
+    }
+}
+
 /// Runs `cmd` to its end; fails unless it exits 0.
 pub fn run_cmd(cmd: &mut Command, what: &str) -> Result<Output, BenchError> {
+    check_interrupt()?;
     let out = cmd
         .output()
         .map_err(|e| BenchError(format!("cannot run {what}: {e}")))?;
@@ -182,6 +235,7 @@ pub fn self_peak() -> u64 {
 /// resident memory ([`Peak`]: `ru_maxrss` of `wait4`, this process alone,
 /// not its children); fails unless it exits 0.
 pub fn run_peak(cmd: &mut Command, what: &str) -> Result<Peak, BenchError> {
+    check_interrupt()?;
     let ours = self_peak();
     let mut child = cmd
         .stdin(Stdio::null())
@@ -232,6 +286,7 @@ pub fn run_peak(cmd: &mut Command, what: &str) -> Result<Peak, BenchError> {
 /// Runs debugfs: it exits 0 even when a command fails, so anything on
 /// standard error besides its version banner is a failure.
 pub fn run_debugfs(cmd: &mut Command, what: &str) -> Result<(), BenchError> {
+    check_interrupt()?;
     let out = run_cmd(cmd, what)?;
     let err = String::from_utf8_lossy(&out.stderr);
     let bad: Vec<&str> = err
@@ -339,6 +394,7 @@ pub fn time_rounds(
     for round in 0..reps {
         progress(bench, &format!("{what}: round {} of {reps}", round + 1));
         for (j, s) in jobs.iter_mut().zip(&mut samples) {
+            check_interrupt()?;
             (j.setup)()?;
             let t = Instant::now();
             (j.work)()?;
