@@ -123,10 +123,7 @@ pub fn write_report(
     fs::create_dir_all(dir)
         .map_err(|e| BenchError(format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join("index.html");
-    let tmp = dir.join("index.html.tmp");
-    fs::write(&tmp, page)
-        .and_then(|_| fs::rename(&tmp, &path))
-        .map_err(|e| BenchError(format!("cannot write {}: {e}", path.display())))?;
+    crate::harness::write_whole(&path, &page)?;
     Ok(path)
 }
 

@@ -14,7 +14,6 @@
 //! writes the `--json` file (shape documented in `../shared/DESIGN.md`), and
 //! [`html::write_report`] the `--report` page with one SVG chart each.
 
-use std::fs;
 use std::path::Path;
 
 use serde_json::Value;
@@ -71,8 +70,5 @@ pub fn write_json(path: &Path, reports: &[(&Bench, Report)]) -> Result<(), Bench
     };
     let text = serde_json::to_string_pretty(&value)
         .map_err(|e| BenchError(format!("cannot encode JSON: {e}")))?;
-    let tmp = path.with_extension("json.tmp");
-    fs::write(&tmp, text + "\n")
-        .and_then(|_| fs::rename(&tmp, path))
-        .map_err(|e| BenchError(format!("cannot write {}: {e}", path.display())))
+    harness::write_whole(path, &(text + "\n"))
 }

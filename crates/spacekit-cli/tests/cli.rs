@@ -1921,3 +1921,44 @@ fn an_interrupted_bench_leaves_no_scratch_or_mount() {
     assert_eq!(status.code(), Some(130));
     assert!(ours().is_empty(), "left: {:?}", ours());
 }
+
+/// `--json` onto a directory fails and leaves no temporary file; through
+/// a symlink it writes the link's target and keeps the link.
+#[test]
+fn bench_json_fails_cleanly_and_writes_through_a_symlink() {
+    let dir = tmp("bench-json-out");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("adir")).unwrap();
+    let out = spacekit()
+        .args(["bench", "fork", "--quick", "--json"])
+        .arg(dir.join("adir"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, ["adir"], "left: {left:?}");
+    std::fs::write(dir.join("real.json"), b"old").unwrap();
+    std::os::unix::fs::symlink("real.json", dir.join("link.json")).unwrap();
+    let out = spacekit()
+        .args(["bench", "fork", "--quick", "--json"])
+        .arg(dir.join("link.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::symlink_metadata(dir.join("link.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("real.json")).unwrap()).unwrap();
+    assert_eq!(v["bench"], "fork");
+    let _ = std::fs::remove_dir_all(&dir);
+}

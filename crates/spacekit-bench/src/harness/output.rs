@@ -269,6 +269,26 @@ pub fn fmt_ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// Writes `text` to `path` whole: beside it as `NAME.tmp`, renamed over
+/// it when complete (the temporary removed on a failure), so a failure
+/// never leaves half a file; through a symlink (`/dev/stdout`, a link to
+/// a results file) the target is written in place.
+pub fn write_whole(path: &std::path::Path, text: &str) -> Result<(), crate::BenchError> {
+    let err =
+        |e: std::io::Error| crate::BenchError(format!("cannot write {}: {e}", path.display()));
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return std::fs::write(path, text).map_err(err);
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let r = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
