@@ -266,8 +266,7 @@ impl Rig {
 pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
     let mut report = Report::default();
     if let Err(e) = kvm::available() {
-        println!("migrate: skipped: {e}");
-        report.note(format!("skipped: {e}"));
+        report.note(format!("migrate: skipped: {e}"));
         return Ok(report);
     }
     let mem_size: u64 = match ctx.mode {
@@ -470,7 +469,6 @@ pub fn run(ctx: &Ctx) -> Result<Report, BenchError> {
         mig.dirty_page_rate(),
         mig.dma_writes,
     );
-    println!("  {note}");
     report.note(note);
     report.push(
         Row::new("migration", "spacekit")
@@ -591,8 +589,7 @@ fn connections(
         if i == 0 {
             bars.check(ratio >= 1.5, format!("{line} (bar: >= 1.5x)"));
         } else {
-            println!("  {line} (reported, no bar)");
-            report.note(line);
+            report.note(format!("{line} (reported, no bar)"));
         }
     }
     report.table(table);
