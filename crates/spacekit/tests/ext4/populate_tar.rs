@@ -394,8 +394,11 @@ fn bad_archives_are_refused_and_change_nothing() {
                 e => panic!("gzip, bytes after the zeros: {e:?}"),
             }
             // Nor a member after the zeros, wherever the reads' buffers
-            // end (as `gzip -d` calls it trailing garbage).
-            for pad in [1, 8192 - good.len() % 8192, 8195 - good.len() % 8192] {
+            // end (as `gzip -d` calls it trailing garbage). The walk reads
+            // the first 4 bytes, then 8 KiB buffers: zeros that end at
+            // 4 + 8192k end a buffer, and the member starts the next.
+            let edge = 4 + 8192 * ((good.len() - 4) / 8192 + 1) - good.len();
+            for pad in [1, edge, edge + 8192, edge + 1] {
                 let mut more = good.clone();
                 more.resize(good.len() + pad, 0);
                 more.extend_from_slice(&good);
