@@ -169,10 +169,10 @@ pub fn interrupted() -> bool {
 }
 
 fn check_interrupt() -> Result<(), BenchError> {
-    match interrupted() {
-        true => Err(BenchError("interrupted".into())),
-        false => Ok(()),
+    if interrupted() {
+        return Err(BenchError("interrupted".into()));
     }
+    Ok(())
 }
 
 /// Runs `cmd` to its end; fails unless it exits 0.

@@ -165,9 +165,6 @@ impl Image {
             if !inode.is_dir() {
                 return Err(Ext4Error::NotADirectory { path: path.into() });
             }
-            if name == b"." || name == b".." {
-                return Err(invalid("path", 0, "cannot remove . or .."));
-            }
             let live = img
                 .read_dir(ino)?
                 .into_iter()
@@ -275,7 +272,8 @@ impl Image {
     /// a file); [`Ext4Error::NotEmpty`] (a directory over one that is not
     /// empty); [`Ext4Error::InvalidArgument`] (`what: "ino"`) for a file
     /// over a directory or a directory into its own subtree, (`what:
-    /// "to"`) for `.`/`..` as a name.
+    /// "to"`) for a name with a NUL; [`Ext4Error::DotName`] for a path
+    /// that ends in `.` or `..`.
     pub fn rename(&mut self, from: &str, to: &str) -> Result<(), Ext4Error> {
         self.atomically(|img| img.rename_op(from, to))
     }
@@ -289,9 +287,10 @@ impl Image {
         let (np, nname) = self.parent_of(to)?;
         self.check_dir_writable(op)?;
         self.check_dir_writable(np)?;
+        // (`.` and `..` as the last name are refused by `parent_of`.)
         for n in [oname, nname] {
-            if n == b"." || n == b".." || n.contains(&0) {
-                return Err(invalid("to", n.len() as u64, "not a name to rename"));
+            if n.contains(&0) {
+                return Err(invalid("to", n.len() as u64, "a name holds no NUL"));
             }
         }
         let Some((entry, slot)) = self.find_entry(op, oname)? else {
@@ -570,12 +569,8 @@ impl Image {
         let (parent, name) = self.parent_of(path)?;
         dir_if_slashed(path, ifmt == S_IFDIR)?;
         self.check_dir_writable(parent)?;
-        if name.contains(&0) || name == b"." || name == b".." {
-            return Err(invalid(
-                "name",
-                name.len() as u64,
-                "a name holds no NUL and is not . or ..",
-            ));
+        if name.contains(&0) {
+            return Err(invalid("name", name.len() as u64, "a name holds no NUL"));
         }
         if self.find_entry(parent, name)?.is_some() {
             return Err(Ext4Error::Exists { path: path.into() });
