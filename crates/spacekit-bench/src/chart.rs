@@ -92,9 +92,79 @@ impl Chart {
         Ok(out)
     }
 
-    fn draw(&self, root: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String> {
+    /// The legend's entries: each series, then each limit (dashed).
+    fn legend_entries(&self) -> Vec<(String, RGBColor, Swatch)> {
+        let bars = matches!(self.x, XAxis::Categories(_));
+        let mut v: Vec<(String, RGBColor, Swatch)> = self
+            .series
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let how = if bars { Swatch::Box } else { Swatch::Line };
+                (s.name.clone(), palette(&s.name, k), how)
+            })
+            .collect();
+        for (k, (label, _)) in self.limits.iter().enumerate() {
+            v.push((label.clone(), limit_grey(k), Swatch::Dashes(k)));
+        }
+        v
+    }
+
+    /// The legend, in its own strip right of the plot (so it never covers
+    /// a bar or a line).
+    fn draw_legend(&self, side: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String> {
         let err = |e: &dyn std::fmt::Display| e.to_string();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
+        for (i, (name, color, how)) in self.legend_entries().into_iter().enumerate() {
+            let y = 52 + 22 * i as i32;
+            match how {
+                Swatch::Box => side
+                    .draw(&Rectangle::new([(6, y - 5), (18, y + 5)], color.filled()))
+                    .map_err(|e| err(&e))?,
+                Swatch::Line => side
+                    .draw(&PathElement::new(
+                        vec![(2, y), (22, y)],
+                        color.stroke_width(3),
+                    ))
+                    .map_err(|e| err(&e))?,
+                Swatch::Dashes(k) => {
+                    let dash = [4, 8][k % 2];
+                    let mut x = 2;
+                    while x < 22 {
+                        side.draw(&PathElement::new(
+                            vec![(x, y), ((x + dash).min(22), y)],
+                            color.stroke_width(2),
+                        ))
+                        .map_err(|e| err(&e))?;
+                        x += 2 * dash;
+                    }
+                }
+            }
+            side.draw(&Text::new(
+                name,
+                (28, y - 8),
+                ("sans-serif", 15).into_font(),
+            ))
+            .map_err(|e| err(&e))?;
+        }
+        Ok(())
+    }
+
+    fn draw(&self, whole: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        whole.fill(&WHITE).map_err(|e| err(&e))?;
+        // The legend's strip: wide enough for its longest name (about 8.5
+        // pixels a character at 15 px), at most a third of the chart.
+        let longest = self
+            .legend_entries()
+            .iter()
+            .map(|e| e.0.chars().count())
+            .max()
+            .unwrap_or(0) as u32;
+        let (w, _) = whole.dim_in_pixel();
+        let strip = (40 + longest * 17 / 2).min(w / 3);
+        let (plot, side) = whole.split_horizontally(w - strip);
+        self.draw_legend(&side)?;
+        let root = &plot;
         let ty = |v: f64| if self.y_log { v.max(1e-12).log10() } else { v };
         let tx = |v: f64| match self.x {
             XAxis::Log => v.max(1e-12).log10(),
@@ -109,20 +179,15 @@ impl Chart {
             .filter(|v| v.is_finite())
             .collect();
         let (mut y0, mut y1) = min_max(&ys).unwrap_or((0.0, 1.0));
-        // Headroom above the data for the legend (drawn upper left). Log
-        // axes span whole decades so that their ticks fall on powers of 10.
-        // Bars fill the width, so their legend needs a band of its own.
-        let bars = matches!(self.x, XAxis::Categories(_));
+        // A little headroom above the data (the legend has its own strip).
+        // Log axes span whole decades so that their ticks fall on powers of
+        // 10.
         if self.y_log {
             y0 = y0.floor();
-            y1 = (y1 + 0.4).ceil().max(y0 + 1.0) + if bars { 1.0 } else { 0.0 };
+            y1 = (y1 + 0.2).ceil().max(y0 + 1.0);
         } else {
             y0 = y0.min(0.0);
-            y1 = if y1 > y0 {
-                y1 * if bars { 1.6 } else { 1.25 }
-            } else {
-                y0 + 1.0
-            };
+            y1 = if y1 > y0 { y1 * 1.1 } else { y0 + 1.0 };
         }
         let (x0, x1) = match &self.x {
             XAxis::Categories(c) => (-0.5, c.len().max(1) as f64 - 0.5),
@@ -149,8 +214,17 @@ impl Chart {
             .y_label_area_size(78)
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(|e| err(&e))?;
+        // A linear axis of whole numbers (thread counts) labels only whole
+        // ticks.
+        let whole_x = matches!(self.x, XAxis::Linear)
+            && self
+                .series
+                .iter()
+                .flat_map(|s| s.points.iter())
+                .all(|p| p.0 == p.0.round());
         let x_fmt = |v: &f64| match &self.x {
             XAxis::Log => compact(10f64.powf(*v)),
+            XAxis::Linear if whole_x && (v - v.round()).abs() > 1e-9 => String::new(),
             XAxis::Linear => compact(*v),
             XAxis::Categories(c) => {
                 let i = v.round();
@@ -202,13 +276,7 @@ impl Chart {
                         let left = x - 0.4 + w * k as f64;
                         Rectangle::new([(left, y0), (left + w * 0.92, ty(y))], style)
                     });
-                    chart
-                        .draw_series(bars)
-                        .map_err(|e| err(&e))?
-                        .label(s.name.as_str())
-                        .legend(move |(x, y)| {
-                            Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                        });
+                    chart.draw_series(bars).map_err(|e| err(&e))?;
                 }
                 _ => {
                     let pts: Vec<(f64, f64)> = s
@@ -219,21 +287,17 @@ impl Chart {
                         .collect();
                     chart
                         .draw_series(LineSeries::new(pts.iter().copied(), style))
-                        .map_err(|e| err(&e))?
-                        .label(s.name.as_str())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(3))
-                        });
+                        .map_err(|e| err(&e))?;
                     chart
                         .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                         .map_err(|e| err(&e))?;
                 }
             }
         }
-        for (k, (label, y)) in self.limits.iter().enumerate() {
+        for (k, (_, y)) in self.limits.iter().enumerate() {
             let y = ty(*y);
             // Distinct greys and dash lengths, so two limits tell apart.
-            let grey = [RGBColor(90, 90, 90), RGBColor(20, 20, 20)][k % 2];
+            let grey = limit_grey(k);
             let dashes = dashed(x0, x1, y, [60, 24][k % 2]);
             chart
                 .draw_series(
@@ -241,22 +305,24 @@ impl Chart {
                         .into_iter()
                         .map(|seg| PathElement::new(seg, grey.stroke_width(2))),
                 )
-                .map_err(|e| err(&e))?
-                .label(label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 6, y)], grey.stroke_width(2))
-                });
+                .map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(|e| err(&e))?;
         Ok(())
     }
+}
+
+/// How a legend entry is drawn: a filled box (bars), a line, or dashes
+/// (the `k`-th limit's).
+#[derive(Clone, Copy, Debug)]
+enum Swatch {
+    Box,
+    Line,
+    Dashes(usize),
+}
+
+/// The grey of the `k`-th limit line.
+fn limit_grey(k: usize) -> RGBColor {
+    [RGBColor(90, 90, 90), RGBColor(20, 20, 20)][k % 2]
 }
 
 /// `n` dash segments along `y` from `x0` to `x1`.
