@@ -37,11 +37,16 @@ pub fn find(name: &str) -> Option<&'static Bench> {
 }
 
 /// Runs the benchmarks named, in the order given (all of [`BENCHES`], in
-/// the table's order, when `names` is empty), and returns each one's report.
+/// the table's order, when `names` is empty; a name given twice runs
+/// once), and returns each one's report.
 pub fn run(names: &[String], ctx: &Ctx) -> Result<Vec<(&'static Bench, Report)>, BenchError> {
     let mut chosen: Vec<&'static Bench> = Vec::new();
     for n in names {
-        chosen.push(find(n).ok_or_else(|| BenchError(format!("no benchmark called {n}")))?);
+        let b = find(n).ok_or_else(|| BenchError(format!("no benchmark called {n}")))?;
+        // A name given twice runs once.
+        if !chosen.iter().any(|c| c.name == b.name) {
+            chosen.push(b);
+        }
     }
     if chosen.is_empty() {
         chosen = BENCHES.iter().collect();
@@ -58,6 +63,33 @@ pub fn run(names: &[String], ctx: &Ctx) -> Result<Vec<(&'static Bench, Report)>,
         reports.push((b, report));
     }
     Ok(reports)
+}
+
+/// A `--seed` value: decimal, or hex after `0x` (as the report shows it).
+///
+/// # Errors
+/// A message saying what a seed may be.
+pub fn parse_seed(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("not a 64-bit number (decimal, or hex after 0x): {e}"))
+}
+
+/// Checks, before a run, that its `--json` file and `--report` directory
+/// can be written after it (see [`harness::check_writable`]).
+///
+/// # Errors
+/// The first place that cannot be written, and why.
+pub fn check_outputs(json: Option<&Path>, report: Option<&Path>) -> Result<(), BenchError> {
+    if let Some(p) = json {
+        harness::check_writable(p, false)?;
+    }
+    if let Some(d) = report {
+        harness::check_writable(d, true)?;
+    }
+    Ok(())
 }
 
 /// Writes `reports` as the `--json` file: one `{"bench", "rows"}` object for

@@ -33,8 +33,9 @@ pub struct BenchArgs {
     /// offline).
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
-    /// Seed of the random data (the same seed gives the same data).
-    #[arg(long, default_value_t = 0x5EED_0000)]
+    /// Seed of the random data (the same seed gives the same data);
+    /// decimal, or hex with `0x` as the report shows it.
+    #[arg(long, default_value = "0x5eed0000", value_parser = spacekit_bench::parse_seed)]
     seed: u64,
     /// Test hook: make the first verification fail, to check that a
     /// disagreement exits non-zero and writes no JSON.
@@ -72,6 +73,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         std::thread::sleep(std::time::Duration::from_secs(10));
         spacekit_bench::remove_scratch();
     });
+    // Where the results go is checked now, not after minutes of running.
+    spacekit_bench::check_outputs(args.json.as_deref(), args.report.as_deref())
+        .map_err(|e| e.to_string())?;
     spacekit_bench::harness::inject_mismatch(args.inject_mismatch);
     let reports = spacekit_bench::run(&args.names, &ctx).map_err(|e| {
         if spacekit_bench::interrupted() {

@@ -397,10 +397,60 @@ fn quick_crc_writes_the_documented_rows() {
 
 #[test]
 fn several_benchmarks_write_an_array() {
-    let v = bench_json("both.json", &["membw", "membw", "--quick"]);
+    // A name given twice runs once.
+    let v = bench_json("both.json", &["crc", "fork", "crc", "--quick"]);
     let arr = v.as_array().unwrap();
-    assert_eq!(arr.len(), 2);
-    assert!(arr.iter().all(|b| b["bench"] == "membw"));
+    let names: Vec<_> = arr.iter().map(|b| b["bench"].as_str().unwrap()).collect();
+    assert_eq!(names, ["crc", "fork"]);
+    // Each has its bars as printed.
+    let bars = arr[1]["bars"].as_array().unwrap();
+    assert!(!bars.is_empty());
+    assert!(
+        bars.iter()
+            .all(|b| b["met"].is_boolean()
+                && b["text"].as_str().is_some_and(|t| t.contains("(bar: ")))
+    );
+}
+
+/// A place the JSON or report cannot go is refused before the run, and a
+/// hex seed (as the report shows it) is taken.
+#[test]
+fn bench_output_places_are_checked_first() {
+    let dir = tmp("bench-out-first");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    for (flag, path) in [
+        ("--json", dir.join("missing/out.json")),
+        ("--report", dir.join("file")),
+    ] {
+        let out = spacekit()
+            .args(["bench", "fork", "--quick", flag])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot write"), "{err}");
+        assert!(!err.contains("[fork]"), "the run started: {err}");
+        assert!(out.stdout.is_empty(), "the run printed tables");
+    }
+    let out = spacekit()
+        .args(["bench", "crc", "--quick", "--seed", "0x5EED0001", "--json"])
+        .arg(dir.join("seed.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = spacekit()
+        .args(["bench", "crc", "--quick", "--seed", "0xzz"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `bench NAME --quick --inject-mismatch --json FILE` and checks it

@@ -10,6 +10,8 @@ mod timer;
 mod verify;
 
 pub use compare::{Comparison, Medians};
-pub use output::{fmt_ns, fmt_ratio, progress, write_whole, Bar, Bars, Report, Row, Table};
+pub use output::{
+    check_writable, fmt_ns, fmt_ratio, progress, write_whole, Bar, Bars, Report, Row, Table,
+};
 pub use timer::{batch, median, Op, Sampled, Timer};
 pub use verify::{inject_mismatch, verify, verify_lists};

@@ -106,11 +106,18 @@ impl Report {
         self.charts.extend(other.charts);
     }
 
-    /// The `--json` object of this benchmark.
+    /// The `--json` object of this benchmark: its rows, then its bars
+    /// (`met` and the line printed) and notes, as printed.
     pub fn to_json(&self, bench: &str) -> Value {
         json!({
             "bench": bench,
             "rows": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+            "bars": self
+                .bars
+                .iter()
+                .map(|b| json!({"met": b.met, "text": b.text}))
+                .collect::<Vec<_>>(),
+            "notes": self.notes,
         })
     }
 }
@@ -289,9 +296,95 @@ pub fn write_whole(path: &std::path::Path, text: &str) -> Result<(), crate::Benc
     r.map_err(err)
 }
 
+/// Checks, before a run, that [`write_whole`] will be able to write `path`
+/// after it (a file, or with `dir` a directory holding `index.html`, made
+/// if missing): the place exists, is what it should be, and takes a new
+/// file (a probe file is made and removed). Nothing else is left behind.
+///
+/// # Errors
+/// A [`crate::BenchError`] naming the path and the reason.
+pub fn check_writable(path: &std::path::Path, dir: bool) -> Result<(), crate::BenchError> {
+    use std::path::Path;
+    let fail = |why: String| crate::BenchError(format!("cannot write {}: {why}", path.display()));
+    let parent = |p: &Path| -> std::path::PathBuf {
+        match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => Path::new(".").to_path_buf(),
+        }
+    };
+    // The directory that will hold the new file: `path` itself for a report
+    // directory that exists, else the nearest existing directory above.
+    let mut at = if dir {
+        path.to_path_buf()
+    } else {
+        parent(path)
+    };
+    if dir {
+        if let Ok(m) = std::fs::metadata(path) {
+            if !m.is_dir() {
+                return Err(fail("not a directory".into()));
+            }
+        }
+    } else if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(fail("is a directory".into()));
+    }
+    // Only a report directory is made with its parents.
+    while dir && std::fs::symlink_metadata(&at).is_err() {
+        let up = parent(&at);
+        if up == at {
+            break;
+        }
+        at = up;
+    }
+    match std::fs::metadata(&at) {
+        Ok(m) if !m.is_dir() => {
+            return Err(fail(format!("{} is not a directory", at.display())));
+        }
+        Err(e) => return Err(fail(format!("{}: {e}", at.display()))),
+        Ok(_) => {}
+    }
+    let probe = at.join(format!(".spacekit-bench-probe.{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| fail(format!("{}: {e}", at.display())))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_places_are_checked_before_a_run() {
+        let d = std::env::temp_dir().join(format!("spacekit-bench-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        // A new file in an existing directory, a report directory not made
+        // yet (two levels), and an existing one: fine, and nothing is left.
+        check_writable(&d.join("out.json"), false).unwrap();
+        check_writable(&d.join("a/b"), true).unwrap();
+        check_writable(&d, true).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&d).unwrap().count(),
+            0,
+            "a probe file was left"
+        );
+        // A missing directory under a file, a file where the report
+        // directory should be, and a directory where the JSON should be.
+        std::fs::write(d.join("f"), "x").unwrap();
+        let e = check_writable(&d.join("f/out.json"), false).unwrap_err();
+        assert!(e.0.contains("is not a directory"), "{}", e.0);
+        let e = check_writable(&d.join("no/out.json"), false).unwrap_err();
+        assert!(e.0.contains("No such file"), "{}", e.0);
+        let e = check_writable(&d.join("f"), true).unwrap_err();
+        assert!(e.0.contains("not a directory"), "{}", e.0);
+        let e = check_writable(&d, false).unwrap_err();
+        assert!(e.0.contains("is a directory"), "{}", e.0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn table_lines_align_columns() {
@@ -310,5 +403,15 @@ mod tests {
         assert_eq!(j["rows"][0]["median_ns"], 2.5);
         assert_eq!(r.rows[0].num("median_ns"), Some(2.5));
         assert_eq!(r.rows[0].str("variant"), Some("spacekit"));
+        // Bars and notes go out as printed.
+        r.bars.push(Bar {
+            met: false,
+            text: "c: 3x (bar: 5x)".into(),
+        });
+        r.notes.push("n".into());
+        let j = r.to_json("x");
+        assert_eq!(j["bars"][0]["met"], false);
+        assert_eq!(j["bars"][0]["text"], "c: 3x (bar: 5x)");
+        assert_eq!(j["notes"][0], "n");
     }
 }
