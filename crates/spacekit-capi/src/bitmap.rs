@@ -500,7 +500,11 @@ pub unsafe extern "C" fn spacekit_freespace_largest_free(
         let ix = unsafe { handle(index) }?;
         // SAFETY: as above.
         let w = unsafe { freespace_words(ix, words, nbits) }?;
-        let (s, n) = ix.index.largest_free(w).ok_or(SPACEKIT_NOT_FOUND)?;
+        let (s, n) = ix
+            .index
+            .largest_free(w)
+            .map_err(freespace_err)?
+            .ok_or(SPACEKIT_NOT_FOUND)?;
         // SAFETY: as above.
         unsafe {
             put(start, s)?;

@@ -131,7 +131,7 @@ proptest! {
                 prop_assert_eq!(checked.best_fit(n, a, o).unwrap(), want.map(|x| x as usize));
             }
             let longest = runs(&map).into_iter().map(|(s, e)| (e - s, std::cmp::Reverse(s))).max();
-            prop_assert_eq!(index.largest_free(map.as_words()), longest.map(|(l, s)| (s.0, l)));
+            prop_assert_eq!(index.largest_free(map.as_words()).unwrap(), longest.map(|(l, s)| (s.0, l)));
             prop_assert_eq!(
                 checked.largest_free(),
                 longest.map(|(l, s)| (s.0 as usize, l as usize))
@@ -168,6 +168,15 @@ fn bad_input_is_a_typed_error() {
             bits: 10_000
         })
     );
+    // A wrong slice is an error, never "nothing free".
+    assert_eq!(
+        index.largest_free(&w[..10]),
+        Err(FreeSpaceError::LengthMismatch {
+            words: 10,
+            bits: 10_000
+        })
+    );
+    assert!(index.largest_free(w).unwrap().is_some());
     let mut index2 = index.clone();
     assert_eq!(
         index2.update(w, 9_000..10_001),

@@ -192,7 +192,11 @@ pub fn run(data: &[u8]) {
                     .iter()
                     .map(|&(s, e)| (s, e - s))
                     .max_by_key(|&(s, len)| (len, std::cmp::Reverse(s)));
-                assert_eq!(index.largest_free(&words), want, "largest_free of {bits}");
+                assert_eq!(
+                    index.largest_free(&words).unwrap(),
+                    want,
+                    "largest_free of {bits}"
+                );
             }
             _ => {
                 // Rebuild and compare with the incrementally kept index.

@@ -183,7 +183,10 @@ impl CheckedBitmap {
     /// it covers); without one, a scan of the whole bitmap.
     pub fn largest_free(&self) -> Option<(usize, usize)> {
         if let Some(ix) = &self.index {
-            let (s, n) = ix.largest_free(self.bits.as_words())?;
+            // The index was built over these very words.
+            let (s, n) = ix
+                .largest_free(self.bits.as_words())
+                .expect("the index covers the bitmap's words")?;
             return Some((s as usize, n as usize));
         }
         let mut best: Option<(usize, usize)> = None;

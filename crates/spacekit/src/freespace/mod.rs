@@ -631,18 +631,24 @@ impl FreeSpaceIndex {
 
     /// The longest free run as `(start, length)` (the lowest of equals), or
     /// `None` if no bit is clear. O(log n).
-    pub fn largest_free(&self, words: &[u64]) -> Option<(u64, u64)> {
-        let view = self.view(words).ok()?;
+    ///
+    /// # Errors
+    /// [`FreeSpaceError::LengthMismatch`] if `words` does not hold the
+    /// index's bits (as [`FreeSpaceIndex::first_fit`]): a wrong slice is
+    /// never answered as "nothing free".
+    pub fn largest_free(&self, words: &[u64]) -> Result<Option<(u64, u64)>, FreeSpaceError> {
+        let view = self.view(words)?;
         let max = u64::from(if self.p == 1 {
             self.sum(1).max
         } else {
             self.nodes[1].max
         });
         if max == 0 {
-            return None;
+            return Ok(None);
         }
-        self.next_run(&view, 0, max, u64::MAX)
-            .map(|(s, e)| (s, e - s))
+        Ok(self
+            .next_run(&view, 0, max, u64::MAX)
+            .map(|(s, e)| (s, e - s)))
     }
 
     /// Checks that every summary equals one recomputed from `words`. For

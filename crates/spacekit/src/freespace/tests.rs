@@ -88,7 +88,7 @@ fn queries_match_brute_force() {
                 .map(|(s, e)| (e - s, s))
                 .max_by_key(|&(l, s)| (l, u64::MAX - s));
             assert_eq!(
-                index.largest_free(map.as_words()),
+                index.largest_free(map.as_words()).unwrap(),
                 largest.map(|(l, s)| (s, l))
             );
             // Change a random range and update.
