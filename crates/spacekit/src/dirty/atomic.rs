@@ -103,8 +103,10 @@ impl DirtyBitmap {
     /// (`kvm_alloc_dirty_bitmap`).
     ///
     /// # Errors
-    /// [`DirtyError::OutOfRange`] if `base + len` overflows or the bitmap
-    /// would not fit in memory.
+    /// [`DirtyError::OutOfRange`] if `base + len` overflows, if the pages of
+    /// the bitmap's last word (padding included) would go past 2^64 (the
+    /// scans that turn its words into ranges refuse such a bitmap, see
+    /// [`Geometry`]), or if the bitmap would not fit in memory.
     pub fn new(geometry: Geometry, len: u64) -> Result<Self, DirtyError> {
         let base = geometry.base();
         let shift = geometry.page_shift();
@@ -114,6 +116,9 @@ impl DirtyBitmap {
         let pages = len.div_ceil(geometry.page_size().get());
         let nwords = usize::try_from(pages.div_ceil(64))
             .map_err(|_| DirtyError::OutOfRange { addr: base, len })?;
+        // What `Geometry::ranges` and the scans check of its words: refused
+        // here, not at the first harvest.
+        geometry.check_span(nwords)?;
         let mut words = Vec::new();
         words
             .try_reserve_exact(nwords)

@@ -12,9 +12,11 @@ use super::error::DirtyError;
 /// takes a page size, which its memory manager's `dirty_log` sets to 4096
 /// and virtio-mem to its block size; it does not check it), held as a
 /// [`NonZeroU64`] like vm-memory's `NonZeroUsize` page size. Whether a given
-/// bitmap's pages all have addresses (its last page must end at or below
-/// 2^64) depends on the bitmap's length, so that is checked where a bitmap
-/// is applied: [`Geometry::ranges`], [`Scan::new`], [`DirtyBitmap::new`].
+/// bitmap's pages all have addresses depends on the bitmap's length, so
+/// that is checked where a bitmap is applied: [`Geometry::ranges`],
+/// [`Scan::new`], [`DirtyBitmap::new`]. Counted in whole words: the 64
+/// pages of a bitmap's last word must end at or below 2^64, its padding
+/// bits' pages included.
 ///
 /// ```
 /// use spacekit::dirty::{DirtyError, Geometry};
