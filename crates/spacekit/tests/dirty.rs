@@ -472,6 +472,30 @@ fn bad_input_is_a_typed_error() {
     assert!(log.harvest_into(&mut short).is_err());
     assert!(Geometry::new(0, 1000).is_err());
     assert!(DirtyBitmap::new(geo(u64::MAX, 4096), 2).is_err());
+    // Five pages that fit below 2^64, but not the 64 pages of their word:
+    // refused when made, not at the first harvest.
+    let top = u64::MAX - 15 * 4096 + 1;
+    assert_eq!(
+        DirtyBitmap::new(geo(top, 4096), 5 * 4096).err(),
+        Some(DirtyError::OutOfRange {
+            addr: top,
+            len: 64 * 4096
+        })
+    );
+    // A log whose word ends below 2^64 is made, and its harvest scans.
+    let top = u64::MAX - 65 * 4096 + 1;
+    let log = DirtyBitmap::new(geo(top, 4096), 5 * 4096).unwrap();
+    log.mark(top + 4096, 1).unwrap();
+    let mut t = MemoryRangeTable::new();
+    log.harvest_or_into_table(&[0], geo(top, 4096), &mut t, None)
+        .unwrap();
+    assert_eq!(
+        t.ranges(),
+        [MemoryRange {
+            gpa: top + 4096,
+            length: 4096
+        }]
+    );
 }
 
 #[test]
@@ -690,4 +714,65 @@ fn marks_follow_vm_memory_page_arithmetic_and_refuse_what_it_ignores() {
     log.mark(base, 1025).unwrap();
     log.reset_range(base + 127, 2).unwrap();
     assert_eq!(log.take(), [0x1ff & !0b11]);
+}
+
+/// `push_merging` joins a range that overlaps the last one, starts inside
+/// it or ends just before it, into the smallest range holding both.
+#[test]
+fn push_merging_absorbs_overlaps_with_the_last_range() {
+    let r = |gpa, length| MemoryRange { gpa, length };
+    let mut t = MemoryRangeTable::new();
+    t.push(r(100, 50));
+    t.push_merging(r(110, 5), 0); // inside
+    assert_eq!(t.ranges(), [r(100, 50)]);
+    t.push_merging(r(140, 30), 0); // overlaps the end
+    assert_eq!(t.ranges(), [r(100, 70)]);
+    t.push_merging(r(90, 10), 0); // ends where it starts
+    assert_eq!(t.ranges(), [r(90, 80)]);
+    t.push_merging(r(80, 5), 5); // within the gap before it
+    assert_eq!(t.ranges(), [r(80, 90)]);
+    t.push_merging(r(10, 5), 5); // wholly below: appended as it is
+    assert_eq!(t.ranges(), [r(80, 90), r(10, 5)]);
+    t.push_merging(r(16, 4), 0); // after the new last, not adjacent
+    assert_eq!(t.ranges(), [r(80, 90), r(10, 5), r(16, 4)]);
+}
+
+proptest! {
+    /// Ranges pushed in ascending order of `gpa`, overlapping or not, give
+    /// the union's runs (joined across gaps of at most `gap` bytes).
+    #[test]
+    fn push_merging_in_order_is_the_union(
+        mut rs in proptest::collection::vec((0u64..2000, 1u64..100), 0..60),
+        gap in 0u64..20,
+    ) {
+        rs.sort();
+        let mut t = MemoryRangeTable::new();
+        for &(gpa, length) in &rs {
+            t.push_merging(MemoryRange { gpa, length }, gap);
+        }
+        // The model: a byte map, then runs joined across small gaps.
+        let mut covered = vec![false; 2200];
+        for &(gpa, length) in &rs {
+            for b in gpa..gpa + length {
+                covered[b as usize] = true;
+            }
+        }
+        let mut want: Vec<MemoryRange> = Vec::new();
+        let mut i = 0;
+        while i < covered.len() {
+            if !covered[i] {
+                i += 1;
+                continue;
+            }
+            let s = i;
+            while i < covered.len() && covered[i] {
+                i += 1;
+            }
+            match want.last_mut() {
+                Some(l) if s as u64 - l.end() <= gap => l.length = i as u64 - l.gpa,
+                _ => want.push(MemoryRange { gpa: s as u64, length: (i - s) as u64 }),
+            }
+        }
+        prop_assert_eq!(t.ranges(), &want[..]);
+    }
 }

@@ -609,12 +609,31 @@ impl MemoryRangeTable {
     }
 
     /// Appends `r`, joining it to the last range when it starts at most
-    /// `gap_bytes` after that range's end.
+    /// `gap_bytes` after that range's end, or overlaps it or lies at most
+    /// `gap_bytes` before it (the join is the smallest range holding both).
+    /// Only the last range is looked at: ranges pushed in ascending order
+    /// of `gpa` give a sorted table of disjoint ranges; one that lies wholly
+    /// below the last (more than `gap_bytes` before it) is appended as it
+    /// is, after it.
     #[inline]
     pub fn push_merging(&mut self, r: MemoryRange, gap_bytes: u64) {
         if let Some(last) = self.data.last_mut() {
             if joinable(last, &r, gap_bytes) {
                 last.length = r.end() - last.gpa;
+                return;
+            }
+            let (lo, hi) = if r.gpa <= last.gpa {
+                (r, *last)
+            } else {
+                (*last, r)
+            };
+            // `hi` starts inside `lo` or at most `gap_bytes` past its end.
+            if hi.gpa.saturating_sub(lo.end()) <= gap_bytes {
+                let end = lo.end().max(hi.end());
+                *last = MemoryRange {
+                    gpa: lo.gpa,
+                    length: end - lo.gpa,
+                };
                 return;
             }
         }
