@@ -80,7 +80,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let reports = spacekit_bench::run(&args.names, &ctx).map_err(|e| {
         if spacekit_bench::interrupted() {
             eprintln!("interrupted");
-            std::process::exit(130);
+            std::process::exit(crate::cleanup::interrupted_status());
         }
         e.to_string()
     })?;

@@ -30,7 +30,8 @@ enum Cmd {
     /// everything read is checked. It is written beside OUT under a
     /// temporary name and renamed over OUT only when complete: a failed or
     /// killed merge leaves OUT as it was (Ctrl-C or SIGTERM also removes
-    /// the temporary file, exit status 130). A progress line goes to stderr on a
+    /// the temporary file; exit status 130, or 143 after SIGTERM). A
+    /// progress line goes to stderr on a
     /// terminal for memories of 64 MiB and more.
     ///
     /// Exit status: 0 success; 1 failure; 2 bad arguments.

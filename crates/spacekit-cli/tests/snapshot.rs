@@ -164,7 +164,7 @@ fn failures_exit_1_and_leave_the_output() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("Exit status: 0 success; 1 failure"));
 }
 
-/// Ctrl-C during a merge: the output is as it was, and the temporary file
+/// SIGTERM (as Ctrl-C) during a merge: the output is as it was, and the temporary file
 /// the merge was writing beside it (as large as the memory) is removed.
 #[test]
 fn an_interrupted_merge_leaves_no_temporary_file() {
@@ -212,15 +212,17 @@ fn an_interrupted_merge_leaves_no_temporary_file() {
         assert!(start.elapsed().as_secs() < 60, "no temporary file");
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+    // SIGTERM, as a service manager stops a job: the same cleaning, and
+    // 128 + 15 as a shell reports it.
     let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
     let o = child.wait_with_output().unwrap();
     assert_eq!(
         o.status.code(),
-        Some(130),
+        Some(143),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

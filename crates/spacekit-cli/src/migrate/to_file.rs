@@ -88,7 +88,7 @@ fn check(guest: &Guest, out: &Path, chain: &[PathBuf]) -> Result<Vec<u64>, Strin
     }
     let name = out.file_name().map(|n| n.to_string_lossy().into_owned());
     let merged = out.with_file_name(format!(
-        ".{}.check.{}",
+        ".{}.sk-tmp.{}.check",
         name.unwrap_or_default(),
         std::process::id()
     ));

@@ -117,6 +117,33 @@ pub(crate) fn read_exact_at(
     })
 }
 
+/// Removes the temporary files this process made beside `dest`, named
+/// `.NAME.sk-tmp.PID` or `.NAME.sk-tmp.PID.*` (what [`write_full`],
+/// [`write_diff`] and [`merge`] write before they rename; the spacekit
+/// command names its own temporary files so too): for a program that is
+/// interrupted mid-write (a signal handler's thread). Files that cannot be
+/// removed stay; nothing is reported.
+///
+/// [`write_full`]: super::write_full
+/// [`write_diff`]: super::write_diff
+/// [`merge`]: super::merge
+pub fn remove_temporaries(dest: &Path) {
+    let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = format!(".{name}.sk-tmp.{}", std::process::id());
+    let numbered = format!("{tmp}.");
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let f = e.file_name();
+        let f = f.to_string_lossy();
+        if f == tmp || f.starts_with(&numbered) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Counter that keeps temporary names of one process apart.
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 

@@ -112,5 +112,6 @@ pub use format::{
     RANGE_BYTES, TRAILER_BYTES, VERSION,
 };
 pub use id::{Kind, SnapshotId};
+pub use io::remove_temporaries;
 pub use merge::{merge, merge_with_progress};
 pub use write::{write_diff, write_full};
