@@ -78,6 +78,9 @@ typedef enum spacekit_status {
   // Buddy allocator: a reference count would pass its 24-bit limit.
   SPACEKIT_ERROR_REFCOUNT_OVERFLOW = 20,
   // Buddy allocator: `alloc_contig_range` met a page that is not free.
+  // ext4: another program has the image open (for writing, or for
+  // reading when this open is read-write), or a loop device is attached
+  // to it (read-write opens).
   SPACEKIT_ERROR_BUSY = 21,
   // ext4: a path inside the image that is not valid UTF-8 (and, outside
   // Unix, an image file name that is not).
@@ -997,14 +1000,17 @@ enum spacekit_status spacekit_range_table_ranges(const struct spacekit_range_tab
 // superblock and descriptor table (a read-write open first replays a
 // pending redo log); stores a new handle in `*out`. On Unix `path` is any
 // byte string, as `open(2)` takes it (UTF-8 or not). One writer at a
-// time: two read-write handles on one image (in one process or two) must
-// not be open together; each flush writes its own view of the metadata,
-// so the later one undoes the earlier one's changes. The file is not
-// locked.
+// time: the open locks the file (a POSIX record lock, exclusive for
+// writing, shared for reading), so another process's open beside a writer
+// is `SPACEKIT_ERROR_BUSY`. In one process, two read-write handles on one
+// image must not be open together (each flush writes its own view of the
+// metadata), and closing one releases the process's lock.
 //
 // Errors: `SPACEKIT_ERROR_INVALID_UTF8` (only where file names are not
 // byte strings: not on Unix); `SPACEKIT_ERROR_IO`;
 // `SPACEKIT_ERROR_CORRUPT`; `SPACEKIT_ERROR_UNSUPPORTED`;
+// `SPACEKIT_ERROR_BUSY` (another process has the image open, or a loop
+// device is attached to it, for a read-write open);
 // `SPACEKIT_ERROR_REDO_LOG` (a read-only open with a complete log
 // pending, or a log of another file system).
 //

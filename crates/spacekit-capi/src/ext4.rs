@@ -19,6 +19,7 @@ pub(crate) fn ext4_err(e: Ext4Error) -> spacekit_status {
             SPACEKIT_ERROR_REDO_LOG
         }
         Ext4Error::ReadOnly => SPACEKIT_ERROR_READ_ONLY,
+        Ext4Error::Busy { .. } => SPACEKIT_ERROR_BUSY,
         Ext4Error::BadChecksum { .. } => SPACEKIT_ERROR_BAD_CHECKSUM,
         Ext4Error::InvalidArgument { .. } => SPACEKIT_ERROR_INVALID_ARGUMENT,
         Ext4Error::NotAbsolute { .. } => SPACEKIT_ERROR_NOT_ABSOLUTE,
@@ -178,14 +179,17 @@ pub struct spacekit_ext4_inode_stat {
 /// superblock and descriptor table (a read-write open first replays a
 /// pending redo log); stores a new handle in `*out`. On Unix `path` is any
 /// byte string, as `open(2)` takes it (UTF-8 or not). One writer at a
-/// time: two read-write handles on one image (in one process or two) must
-/// not be open together; each flush writes its own view of the metadata,
-/// so the later one undoes the earlier one's changes. The file is not
-/// locked.
+/// time: the open locks the file (a POSIX record lock, exclusive for
+/// writing, shared for reading), so another process's open beside a writer
+/// is `SPACEKIT_ERROR_BUSY`. In one process, two read-write handles on one
+/// image must not be open together (each flush writes its own view of the
+/// metadata), and closing one releases the process's lock.
 ///
 /// Errors: `SPACEKIT_ERROR_INVALID_UTF8` (only where file names are not
 /// byte strings: not on Unix); `SPACEKIT_ERROR_IO`;
 /// `SPACEKIT_ERROR_CORRUPT`; `SPACEKIT_ERROR_UNSUPPORTED`;
+/// `SPACEKIT_ERROR_BUSY` (another process has the image open, or a loop
+/// device is attached to it, for a read-write open);
 /// `SPACEKIT_ERROR_REDO_LOG` (a read-only open with a complete log
 /// pending, or a log of another file system).
 ///

@@ -59,6 +59,9 @@ pub enum spacekit_status {
     /// Buddy allocator: a reference count would pass its 24-bit limit.
     SPACEKIT_ERROR_REFCOUNT_OVERFLOW = 20,
     /// Buddy allocator: `alloc_contig_range` met a page that is not free.
+    /// ext4: another program has the image open (for writing, or for
+    /// reading when this open is read-write), or a loop device is attached
+    /// to it (read-write opens).
     SPACEKIT_ERROR_BUSY = 21,
     /// ext4: a path inside the image that is not valid UTF-8 (and, outside
     /// Unix, an image file name that is not).

@@ -2012,3 +2012,109 @@ fn bench_json_fails_cleanly_and_writes_through_a_symlink() {
     assert_eq!(v["bench"], "fork");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One writer at a time: while `ext4 write` holds the image (reading its
+/// bytes from a pipe), a second writer and a reader are refused as busy and
+/// change nothing; afterwards both go ahead. A loop device attached to the
+/// image refuses writers too.
+#[test]
+fn a_busy_image_is_refused_not_shared() {
+    use std::io::Write;
+    let Some(img) = ext4_image("busy.img") else {
+        return;
+    };
+    let mut writer = spacekit()
+        .args(["ext4", "write"])
+        .arg(&img)
+        .arg("/f")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = writer.stdin.take().unwrap();
+    pipe.write_all(b"first half ").unwrap();
+    // Wait until the writer has the image open (its descriptors name it).
+    let img_abs = std::fs::canonicalize(&img).unwrap();
+    let fds = format!("/proc/{}/fd", writer.id());
+    let start = std::time::Instant::now();
+    while !std::fs::read_dir(&fds)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == img_abs))
+    {
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "the writer never opened the image"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let o = spacekit()
+        .args(["ext4", "mkdir"])
+        .arg(&img)
+        .arg("/d")
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a second writer went ahead: {refused}"
+    );
+    assert!(refused.contains("another program has it open"), "{refused}");
+    let o = spacekit().args(["ext4", "ls"]).arg(&img).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("busy"));
+    pipe.write_all(b"second half").unwrap();
+    drop(pipe);
+    assert!(writer.wait().unwrap().success());
+    let o = spacekit()
+        .args(["ext4", "cat"])
+        .arg(&img)
+        .arg("/f")
+        .output()
+        .unwrap();
+    assert_eq!(o.stdout, b"first half second half");
+    let o = spacekit()
+        .args(["ext4", "mkdir"])
+        .arg(&img)
+        .arg("/d")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(e2fsck_exit(&img), Some(0));
+
+    // A loop device attached to the image: writers are refused (the kernel
+    // may have it mounted), readers are not.
+    let attach = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&img)
+        .output();
+    let Some(dev) = attach
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    else {
+        println!("losetup not allowed here: skipping the loop-device half");
+        return;
+    };
+    let before = std::fs::read(&img).unwrap();
+    let o = spacekit()
+        .args(["ext4", "mkdir"])
+        .arg(&img)
+        .arg("/e")
+        .output()
+        .unwrap();
+    let ls = spacekit().args(["ext4", "ls"]).arg(&img).output().unwrap();
+    let _ = Command::new("losetup").args(["-d", &dev]).status();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("{dev} is attached")), "{err}");
+    assert!(ls.status.success());
+    assert_eq!(
+        std::fs::read(&img).unwrap(),
+        before,
+        "the refused write changed the image"
+    );
+    let _ = std::fs::remove_file(&img);
+}

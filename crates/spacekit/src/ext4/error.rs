@@ -63,6 +63,21 @@ pub enum Ext4Error {
         /// The log's path.
         path: PathBuf,
     },
+    /// Another program has the image open: for writing (any open waits
+    /// for nothing and is refused), or for reading (a read-write open is
+    /// refused). One writer at a time, and no reader beside a writer: each
+    /// open holds a lock on the image file (a POSIX record lock, exclusive
+    /// for writing, shared for reading; see [`FileDevice::open`]). Also a
+    /// read-write open of an image file a loop device is attached to (the
+    /// kernel may have it mounted).
+    ///
+    /// [`FileDevice::open`]: super::FileDevice::open
+    Busy {
+        /// The image's path.
+        path: PathBuf,
+        /// Who holds it.
+        by: String,
+    },
     /// The redo log beside the image is complete but belongs to another file
     /// system (its UUID differs), writes outside the image, or is of a
     /// newer format than this version reads; nothing was written and the
@@ -293,6 +308,9 @@ impl fmt::Display for Ext4Error {
             Ext4Error::RedoLogMismatch { path, reason } => {
                 write!(f, "ext4: redo log {}: {reason}", path.display())
             }
+            Ext4Error::Busy { path, by } => {
+                write!(f, "ext4: {} is busy: {by}", path.display())
+            }
             Ext4Error::ReadOnly => write!(f, "ext4: the image is open read-only"),
             Ext4Error::BadChecksum { what, group } => match group {
                 Some(g) => write!(f, "ext4: group {g}: {what} fails its checksum"),
@@ -426,6 +444,19 @@ pub(crate) fn invalid(what: &'static str, value: u64, reason: &'static str) -> E
 }
 
 /// Wraps an I/O error with its context.
+/// An error opening the image file at `path`
+/// ([`FileDevice::open`](super::FileDevice::open)): [`Ext4Error::Busy`]
+/// when another program holds it, else [`Ext4Error::Io`].
+pub(crate) fn opening(path: &std::path::Path, e: io::Error) -> Ext4Error {
+    match super::device::Busy::of(&e) {
+        Some(b) => Ext4Error::Busy {
+            path: path.to_path_buf(),
+            by: b.0.clone(),
+        },
+        None => io("open image")(e),
+    }
+}
+
 pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Ext4Error {
     move |source| Ext4Error::Io {
         context: Cow::Borrowed(context),

@@ -196,7 +196,7 @@ use std::vec::Vec;
 use crate::bitmap::Bits;
 use crate::checked_bitmap::CheckedBitmap;
 
-pub use device::{Device, FileDevice, MemDevice};
+pub use device::{Busy, Device, FileDevice, MemDevice};
 pub use error::Ext4Error;
 pub use export::{ExportOptions, ExportReport, ListEntry, Skip, Skipped};
 pub use extent::Extent;
@@ -284,10 +284,9 @@ enum Which {
 
 impl Image {
     /// Opens the ext4 image at `path`, checks its superblock and descriptor
-    /// table, and (read-write) first replays a pending redo log. One writer
-    /// at a time: the file is not locked, and a second read-write handle's
-    /// flush would write over the first one's changes. Nothing is written
-    /// unless a complete redo log is replayed.
+    /// table, and (read-write) first replays a pending redo log (nothing
+    /// else is written). One writer at a time: the open locks the file (see
+    /// [`FileDevice::open`]; in one process, keep one read-write handle).
     ///
     /// # Errors
     /// [`Ext4Error::Io`] if the file cannot be opened or read;
@@ -296,11 +295,12 @@ impl Image {
     /// file system (or its group, without flex_bg) or overlapping other
     /// metadata, an image file shorter than the file system;
     /// [`Ext4Error::Unsupported`] / [`Ext4Error::UnknownFeatures`] (see the
-    /// module documentation); [`Ext4Error::PendingRedoLog`] for a read-only
-    /// open with a complete log pending; [`Ext4Error::RedoLogMismatch`] for a
-    /// log that belongs to another file system.
+    /// module documentation); [`Ext4Error::Busy`] if another program holds
+    /// it; [`Ext4Error::PendingRedoLog`] for a read-only open with a complete
+    /// log pending; [`Ext4Error::RedoLogMismatch`] for another's log.
     pub fn open(path: impl AsRef<Path>, mode: OpenMode) -> Result<Image, Ext4Error> {
-        let dev = FileDevice::open(path, mode == OpenMode::ReadWrite).map_err(io("open image"))?;
+        let (p, w) = (path.as_ref(), mode == OpenMode::ReadWrite);
+        let dev = FileDevice::open(p, w).map_err(|e| error::opening(p, e))?;
         Image::open_on(Box::new(dev), mode)
     }
 

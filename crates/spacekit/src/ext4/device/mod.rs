@@ -161,10 +161,29 @@ impl FileDevice {
     /// gives when the image's directory is not
     /// writable, since the redo log is made there: refused at the open,
     /// not at the first flush after all the work.
+    ///
+    /// The open holds a lock on the image file until the device is dropped
+    /// (a POSIX record lock over the whole file, exclusive for writing,
+    /// shared for reading), so another program's open is refused instead
+    /// of two writers each overwriting the other's metadata; that error
+    /// carries a [`Busy`] (see [`Busy::of`]). A read-write open of a file a
+    /// loop device is attached to is refused the same way. Where the file
+    /// system takes no locks, the open goes ahead unlocked.
+    ///
+    /// The lock is the process's, as POSIX record locks are: a second open
+    /// of the same file in the same process is not refused, and closing
+    /// any descriptor of the file in this process (another device on it
+    /// being dropped, for one) releases it.
     pub fn open(path: impl AsRef<Path>, writable: bool) -> io::Result<FileDevice> {
         let path = path.as_ref();
         let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        lock(&file, writable)?;
         if writable {
+            if let Some(dev) = loop_device_of(&file) {
+                return Err(Busy::error(std::format!(
+                    "{dev} is attached to it (the kernel may have it mounted); detach it first (losetup -d)"
+                )));
+            }
             log_dir_writable(path)?;
         }
         Ok(FileDevice {
@@ -173,6 +192,104 @@ impl FileDevice {
             writable,
             waiting: RefCell::default(),
         })
+    }
+}
+
+/// Why an image file is busy: the payload of the [`io::Error`] that
+/// [`FileDevice::open`] returns for an image another program holds.
+#[derive(Debug)]
+pub struct Busy(pub std::string::String);
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Busy {}
+
+impl Busy {
+    fn error(why: std::string::String) -> io::Error {
+        io::Error::new(io::ErrorKind::ResourceBusy, Busy(why))
+    }
+
+    /// The [`Busy`] an error from [`FileDevice::open`] carries, if any.
+    pub fn of(e: &io::Error) -> Option<&Busy> {
+        e.get_ref().and_then(|x| x.downcast_ref::<Busy>())
+    }
+}
+
+/// Takes the process's lock on the image file: exclusive when `writable`,
+/// shared otherwise, without waiting (a POSIX record lock over the whole
+/// file, held until the process closes a descriptor of the file).
+fn lock(file: &File, writable: bool) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: an all-zero `flock` is a valid value of the plain C
+        // struct; the fields the call reads are set below.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = if writable {
+            libc::F_WRLCK
+        } else {
+            libc::F_RDLCK
+        } as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        // l_start = 0, l_len = 0: the whole file.
+        // SAFETY: the descriptor is open for the whole call and `fl` is a
+        // valid, initialised `flock` the call only reads.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EACCES) => Err(Busy::error(
+                    if writable {
+                        "another program has it open (one writer at a time, and no reader beside a writer)"
+                    } else {
+                        "another program has it open for writing"
+                    }
+                    .into(),
+                )),
+                // A file system without locks (some network ones): go on
+                // unlocked, as before.
+                _ => Ok(()),
+            };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, writable);
+    Ok(())
+}
+
+/// The loop device (`/dev/loopN`) attached to `file`, if any (Linux: the
+/// `backing_file` each loop device lists in sysfs, compared by device and
+/// inode number).
+fn loop_device_of(file: &File) -> Option<std::string::String> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let me = file.metadata().ok()?;
+        for e in fs::read_dir("/sys/block").ok()?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("loop") {
+                continue;
+            }
+            let Ok(back) = fs::read_to_string(e.path().join("loop/backing_file")) else {
+                continue;
+            };
+            let back = back.trim_end_matches('\n');
+            if let Ok(m) = fs::metadata(back) {
+                if m.dev() == me.dev() && m.ino() == me.ino() {
+                    return Some(std::format!("/dev/{name}"));
+                }
+            }
+        }
+        None
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
     }
 }
 
@@ -315,7 +432,7 @@ impl Device for FileDevice {
 
     fn start_writeback(&mut self) -> io::Result<()> {
         self.waiting.get_mut().send(&self.file)?;
-        start_writeback(&self.file)
+        start_writeback(std::os::fd::AsFd::as_fd(&self.file))
     }
 
     fn waiting_end(&self) -> Option<u64> {
@@ -333,7 +450,7 @@ impl Drop for FileDevice {
 
 /// Asks the kernel to start writing back `file`'s dirty pages, without
 /// waiting (Linux; nothing elsewhere).
-pub(crate) fn start_writeback(file: &File) -> io::Result<()> {
+pub(crate) fn start_writeback(file: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;

@@ -196,10 +196,22 @@ impl Populate<'_> {
         let top = open_dir(dir)?;
         let budget = Budget::default();
         let spare = Spare::default();
-        let writeback = self.img.dev.file().and_then(|f| f.try_clone().ok());
-        let image = writeback.as_ref().and_then(|f| {
+        // The image file's descriptor, for the walker's write-back hints.
+        // Borrowed, not duplicated: closing a duplicate would release the
+        // process's lock on the image (POSIX record locks go with any close).
+        let image_file = self.img.dev.file();
+        let image = image_file.and_then(|f| {
             use std::os::unix::fs::MetadataExt;
             f.metadata().ok().map(|m| (m.dev(), m.ino()))
+        });
+        let writeback = image_file.map(|f| {
+            use std::os::fd::{AsRawFd, BorrowedFd};
+            let fd = f.as_raw_fd();
+            // SAFETY: `fd` is the image device's own file, which stays open
+            // until the image is dropped; the image outlives this call and
+            // so the scope below, the only place the borrow is used (for
+            // `sync_file_range`, which changes nothing the image relies on).
+            unsafe { BorrowedFd::borrow_raw(fd) }
         });
         let (tx, rx) = sync_channel::<Batch>(16);
         std::thread::scope(|s| {
@@ -329,7 +341,7 @@ struct Walker<'b> {
     dirents: Vec<u8>,
     /// The image file, to ask for write-back while the walk waits for the
     /// consumer, and the small files' bytes walked since it last asked.
-    writeback: Option<fs::File>,
+    writeback: Option<std::os::fd::BorrowedFd<'b>>,
     /// The image file's (device, inode): a tree that holds the image
     /// cannot take a copy of it (it is being written).
     image: Option<(u64, u64)>,
@@ -438,7 +450,7 @@ impl Walker<'_> {
             if *unwritten >= IDLE_WRITEBACK {
                 if let Some(f) = writeback {
                     // A hint: on an error the flush still syncs.
-                    if crate::ext4::device::start_writeback(f).is_ok() {
+                    if crate::ext4::device::start_writeback(*f).is_ok() {
                         budget.wrote_back.store(true, Ordering::Relaxed);
                     }
                 }
