@@ -1242,3 +1242,41 @@ fn corrupt_extent_blocks_are_refused() {
         assert_eq!(fs::read(&path).unwrap(), bytes, "{what}: written");
     }
 }
+
+/// Without `huge_file`, `i_blocks` counts 512-byte sectors in 32 bits, and
+/// the kernel refuses an inode whose size passes what that holds (`bad
+/// i_size value`): the largest size is the kernel's, and the kernel reads
+/// a file of that size; one byte more is refused. With `huge_file`, the
+/// extent limit.
+#[test]
+fn the_largest_file_size_is_the_kernels() {
+    require_e2fsprogs!();
+    const NO_HUGE: Config = Config {
+        name: "nohuge",
+        size: "64M",
+        args: &["-b", "4096", "-O", "^huge_file,^has_journal"],
+    };
+    let dir = TempDir::new("files-largest");
+    for (cfg, want) in [
+        (&NO_HUGE, ((1u64 << 32) - 1) / 8 * 4096),
+        (&K1, ((1u64 << 32) - 1) * 1024),
+    ] {
+        let path = mkfs(&dir, cfg);
+        let mut img = open_rw(&path);
+        assert_eq!(img.max_file_size(), want, "{}", cfg.name);
+        let f = img.create("/big", 0o644).unwrap();
+        assert!(matches!(
+            img.truncate(f, want + 1).unwrap_err(),
+            Ext4Error::FileTooBig { .. }
+        ));
+        img.truncate(f, want).unwrap();
+        img.flush().unwrap();
+        drop(img);
+        assert_fsck_clean(&path, cfg.name);
+        let mnt = dir.path(&format!("{}-mnt", cfg.name));
+        if let Some(_m) = Mount::new(&path, &mnt) {
+            let md = fs::metadata(mnt.join("big")).expect("the kernel reads the file");
+            assert_eq!(md.len(), want);
+        }
+    }
+}

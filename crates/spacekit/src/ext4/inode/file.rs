@@ -139,10 +139,19 @@ impl Image {
             })
     }
 
-    /// The largest file size: `(2^32 - 1)` blocks (extent files), capped
-    /// at 2^63 - 1.
+    /// The largest file size, as Linux's `ext4_max_size` sets it for
+    /// extent files: `(2^32 - 1)` blocks, and without `huge_file` (where
+    /// `i_blocks` counts 512-byte sectors in 32 bits) no more blocks than
+    /// 2^32 - 1 sectors hold: 2 TiB less one block at 4 KiB blocks, which
+    /// the kernel refuses to read past (`bad i_size value`).
     pub fn max_file_size(&self) -> u64 {
-        ((1u64 << 32) - 1).saturating_mul(u64::from(self.info.block_size))
+        let bs = u64::from(self.info.block_size);
+        let extents = ((1u64 << 32) - 1).saturating_mul(bs);
+        if le32(&self.sb, layout::sb::RO_COMPAT) & RO_COMPAT_HUGE_FILE != 0 {
+            return extents;
+        }
+        let sectors_per_block = bs / 512;
+        extents.min(((1u64 << 32) - 1) / sectors_per_block * bs)
     }
 
     /// The inode's extent root, refusing inodes without `EXTENTS_FL`.
