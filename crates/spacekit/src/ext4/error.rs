@@ -79,9 +79,11 @@ pub enum Ext4Error {
         by: String,
     },
     /// The redo log beside the image is complete but belongs to another file
-    /// system (its UUID differs), writes outside the image, or is of a
-    /// newer format than this version reads; nothing was written and the
-    /// log is kept.
+    /// system (its UUID differs), writes outside the image, is of a newer
+    /// format than this version reads, or records a flush cut short that
+    /// another program has written over since (the image holds some of its
+    /// sectors as before the flush, others as neither); nothing was written
+    /// and the log is kept.
     RedoLogMismatch {
         /// The log's path.
         path: PathBuf,

@@ -75,9 +75,17 @@ fn crash_at_every_step(base: &Path, dir: &TempDir, txn: Txn, what: &str) -> usiz
         let res = img.flush();
         drop(img); // the crash: no further writes
         if res.is_ok() {
-            assert!(!log.exists());
             assert_eq!(fs::read(&p).unwrap(), after, "{what}");
-            break;
+            if !log.exists() {
+                break;
+            }
+            // The removal of the log failed: the change is complete, and the
+            // next open replays the log harmlessly and removes it.
+            drop(open_rw(&p));
+            assert!(!log.exists(), "{what} step {n}");
+            assert_eq!(fs::read(&p).unwrap(), after, "{what} step {n}");
+            n += 1;
+            continue;
         }
         let err = res.unwrap_err();
         assert!(
@@ -151,7 +159,8 @@ fn redo_log_pending_incomplete_foreign_and_retry() {
     let (mut img, faults) = open_faulty(&p);
     txn_alloc(&mut img);
     faults.fail_write_after(3);
-    assert!(img.flush().is_err());
+    let e = img.flush().unwrap_err().to_string();
+    assert!(e.contains("committed in the redo log"), "{e}");
     drop(img);
     assert!(log.exists());
     let saved_log = fs::read(&log).unwrap();
@@ -184,8 +193,8 @@ fn redo_log_pending_incomplete_foreign_and_retry() {
     assert_eq!(fs::read(&other).unwrap(), other_bytes);
     fs::remove_file(&other_log).unwrap();
 
-    // A torn log (failure writing its trailer): read-only ignores it,
-    // read-write discards it; the image was never touched.
+    // A torn log (failure writing its trailer): the flush removes it; the
+    // image was never touched.
     let p = copy(&base, &dir, "torn.img");
     let log = Image::redo_log_path(&p);
     let (mut img, faults) = open_faulty(&p);
@@ -193,13 +202,37 @@ fn redo_log_pending_incomplete_foreign_and_retry() {
     faults.fail_write_after(1);
     assert!(img.flush().is_err());
     drop(img);
-    assert!(log.exists());
+    assert!(!log.exists(), "a log that failed is removed");
     assert_eq!(fs::read(&p).unwrap(), before);
+    // One left by a crash instead: read-only ignores it, read-write
+    // discards it.
+    fs::write(&log, &saved_log[..saved_log.len() - 3]).unwrap();
     assert_verify_clean(&open_ro(&p), "torn log, read-only");
     assert!(log.exists());
     drop(open_rw(&p));
     assert!(!log.exists());
     assert_eq!(fs::read(&p).unwrap(), before);
+
+    // A failure syncing the log (its bytes may all be on disk): the flush
+    // removes it, so the next open does not commit what failed.
+    for step in [2, 3] {
+        let p = copy(&base, &dir, "synclog.img");
+        let (mut img, faults) = open_faulty(&p);
+        txn_alloc(&mut img);
+        faults.fail_write_after(step);
+        let e = img.flush().unwrap_err().to_string();
+        drop(img);
+        if e.contains("redo log") && !e.contains("committed") {
+            assert!(!Image::redo_log_path(&p).exists(), "step {step}: {e}");
+            drop(open_rw(&p));
+            assert_eq!(fs::read(&p).unwrap(), before, "step {step}: {e}");
+        } else {
+            // Past the log: committed, and the message says so.
+            assert!(e.contains("committed"), "step {step}: {e}");
+            drop(open_rw(&p));
+            assert_eq!(fs::read(&p).unwrap(), after, "step {step}: {e}");
+        }
+    }
 
     // A flush that failed half-way can be retried on the same image.
     for n in [1, 3, 6] {
@@ -244,7 +277,8 @@ fn a_finished_flushs_log_that_comes_back() {
     let (mut img, faults) = open_faulty(&p);
     txn_alloc(&mut img);
     faults.fail_write_after(steps - 1);
-    assert!(img.flush().is_err());
+    // The change is complete when the removal fails: no error.
+    img.flush().unwrap();
     drop(img);
     assert_eq!(fs::read(&p).unwrap(), after, "the flush wrote everything");
     let saved = fs::read(&log).unwrap();
@@ -275,4 +309,65 @@ fn a_finished_flushs_log_that_comes_back() {
     drop(img);
     assert_eq!(fs::read(&p).unwrap(), theirs, "nothing replayed");
     assert_verify_clean(&open_ro(&p), "after a stale log");
+}
+
+/// A flush cut short half-way in place, then another program (debugfs)
+/// writes the image: the log is neither replayed over that program's work
+/// nor dropped, which would make the half-done flush permanent. Every open
+/// is refused, saying why, and nothing is written, until the log is
+/// removed.
+#[test]
+fn a_cut_short_flush_written_over_by_another_program_is_refused() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("conflict");
+    let base = mkfs(&dir, &K1);
+    // The last step before the image's sync: some in-place writes done,
+    // some not (a torn one included).
+    let probe = copy(&base, &dir, "probe.img");
+    let (mut img, faults) = open_faulty(&probe);
+    txn_alloc(&mut img);
+    let from = faults.steps();
+    img.flush().unwrap();
+    let steps = faults.steps() - from;
+    drop(img);
+    let mut refused = 0;
+    for n in 4..steps - 2 {
+        let p = copy(&base, &dir, "cut.img");
+        let log = Image::redo_log_path(&p);
+        let (mut img, faults) = open_faulty(&p);
+        txn_alloc(&mut img);
+        faults.fail_write_after(n);
+        assert!(img.flush().is_err());
+        drop(img);
+        assert!(log.exists());
+        // `-n`: debugfs writes even where a checksum fails (the flush left
+        // some blocks new, some old).
+        let o = e2fs("debugfs")
+            .args(["-w", "-n", "-R", "mkdir theirs"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        let saved = (fs::read(&p).unwrap(), fs::read(&log).unwrap());
+        match Image::open(&p, OpenMode::ReadWrite) {
+            Err(Ext4Error::RedoLogMismatch { reason, .. }) => {
+                assert!(reason.contains("cut short"), "{reason}");
+                assert!(matches!(
+                    open_err(&p, OpenMode::ReadOnly),
+                    Ext4Error::RedoLogMismatch { .. }
+                ));
+                assert_eq!(
+                    (fs::read(&p).unwrap(), fs::read(&log).unwrap()),
+                    saved,
+                    "step {n}: a refused open wrote"
+                );
+                refused += 1;
+            }
+            // debugfs's writes may miss every sector the flush had left
+            // old: then the log is current (replayed) or stale (dropped).
+            Ok(img) => drop(img),
+            Err(e) => panic!("step {n}: {e}"),
+        }
+    }
+    assert!(refused > 0, "no step left a conflict ({steps} steps)");
 }

@@ -45,8 +45,13 @@ impl Image {
     /// Does nothing if nothing changed.
     ///
     /// On an error the changes stay in memory (a later `flush` retries them)
-    /// and the image is either untouched or recoverable by the log, which
-    /// the next read-write [`Image::open`] replays.
+    /// and the image is either untouched (an error writing or syncing the
+    /// log: the log is removed) or committed: once the log is durable, an
+    /// error writing in place or syncing the image leaves the change to the
+    /// log, which the next read-write [`Image::open`] replays, and the
+    /// error's context says so. A log that cannot be removed once the image
+    /// is synced is no error: the change is complete, and that log is
+    /// replayed harmlessly (or found stale) at the next read-write open.
     ///
     /// # Errors
     /// [`Ext4Error::ReadOnly`] with changes on a read-only image (cannot
@@ -206,13 +211,36 @@ impl Image {
         self.log_waiting = true;
         self.committed = None;
         let log = dev.log_name();
-        redo::write(dev, &self.info.uuid, &records).map_err(host_io("write redo log", &log))?;
-        dev.sync_log().map_err(host_io("fsync redo log", &log))?;
-        for r in &records {
-            dev.write_at(r.offset, &r.data).map_err(io("write image"))?;
+        let logged = redo::write(dev, &self.info.uuid, &records)
+            .map_err(host_io("write redo log", &log))
+            .and_then(|()| dev.sync_log().map_err(host_io("fsync redo log", &log)));
+        if let Err(e) = logged {
+            // Nothing was written in place: without its log the image is as
+            // it was (a log that reached the disk whole would otherwise be
+            // replayed by the next open, committing what failed here).
+            let _ = dev.remove_log();
+            self.log_waiting = false;
+            return Err(e);
         }
-        dev.sync().map_err(io("fsync image"))?;
-        dev.remove_log().map_err(io("remove redo log"))?;
+        // Committed: from here an error leaves the change to the log.
+        let committed = |call: &str| {
+            let context = std::format!(
+                "{call} (the change is committed in the redo log {}: the next read-write open completes it)",
+                log.display()
+            );
+            move |source| Ext4Error::Io {
+                context: context.into(),
+                source,
+            }
+        };
+        for r in &records {
+            dev.write_at(r.offset, &r.data)
+                .map_err(committed("write image"))?;
+        }
+        dev.sync().map_err(committed("fsync image"))?;
+        // The change is complete and durable; a log left behind is
+        // replayed harmlessly (or found stale) by the next read-write open.
+        let _ = dev.remove_log();
         self.log_waiting = false;
         Ok(())
     }

@@ -50,7 +50,12 @@
 //! work. Replaying a current log is harmless whether or not the flush had
 //! finished: it writes the same bytes again. (A tool that puts a block
 //! back exactly as it was before the flush cannot be told apart from a
-//! flush that had not reached it.)
+//! flush that had not reached it.) A log some of whose sectors hold
+//! neither their new nor their old bytes while others still hold their
+//! old ones records a flush cut short that another tool wrote over: it is
+//! neither replayed nor discarded, and every open is refused
+//! ([`Ext4Error::RedoLogMismatch`]) until someone checks the image and
+//! removes the log.
 
 use std::borrow::Cow;
 use std::vec::Vec;
@@ -151,23 +156,52 @@ fn changed_sectors<'r>(r: &'r Record<'_>, now: &[u8], out: &mut Vec<Record<'r>>)
     }
 }
 
-/// Whether every sector a version 2 or 3 log covers holds its new bytes or
-/// its bytes from before the flush (see the module doc); a version 1 log is
-/// always current.
-fn current(dev: &dyn Device, records: &[Record<'_>]) -> Result<bool, Ext4Error> {
+/// What the image holds under a complete log (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Under {
+    /// Every sector holds its new bytes or its bytes from before the
+    /// flush: replay it (a version 1 log is always current).
+    Current,
+    /// Some sector holds neither, and none its old bytes: the flush had
+    /// finished (every sector new) before another program wrote; the log
+    /// came back after a power failure. Discard it.
+    Stale,
+    /// Some sector holds neither, and some still their old bytes: the
+    /// flush was cut short and another program has written since.
+    /// Replaying could undo that program's changes, discarding would keep
+    /// the flush half done: keep the log and refuse.
+    Conflict,
+}
+
+/// What the image holds under `records` (see [`Under`]).
+fn under(dev: &dyn Device, records: &[Record<'_>]) -> Result<Under, Ext4Error> {
     let mut buf = Vec::new();
+    let (mut foreign, mut old_seen) = (false, false);
     for r in records.iter().filter(|r| !r.before.is_empty()) {
         buf.resize(r.data.len(), 0);
         dev.read_at(r.offset, &mut buf).map_err(io("read image"))?;
         let sectors = buf.chunks(SECTOR).zip(r.data.chunks(SECTOR));
         for ((now, new), &old) in sectors.zip(&r.before) {
-            if now != new && crc32c::checksum(now) != old {
-                return Ok(false);
+            if now != new {
+                if crc32c::checksum(now) == old {
+                    old_seen = true;
+                } else {
+                    foreign = true;
+                }
             }
         }
     }
-    Ok(true)
+    Ok(match (foreign, old_seen) {
+        (false, _) => Under::Current,
+        (true, false) => Under::Stale,
+        (true, true) => Under::Conflict,
+    })
 }
+
+/// The refusal of a log under [`Under::Conflict`].
+const CONFLICT: &str = "the flush it records was cut short and another program has written to \
+    the image since: replaying it could undo that program's changes, discarding it leaves the \
+    flush half done; check the image (e2fsck -fn), then remove the log or restore a copy";
 
 /// Serialises a log; returns the bytes and where the trailer starts.
 #[cfg(test)]
@@ -403,7 +437,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<([u8; 16], Vec<Record<'static>>)> {
 
 /// Whether a complete, current log is waiting on `dev` (an incomplete one
 /// is not: the image was never touched under it; nor is a stale one: see
-/// the module doc).
+/// the module doc). A log the image conflicts with is
+/// [`Ext4Error::RedoLogMismatch`].
 pub(crate) fn pending(dev: &dyn Device) -> Result<bool, Ext4Error> {
     let log = dev.read_log().map_err(io("read redo log"))?;
     let Some(bytes) = log.as_deref() else {
@@ -411,7 +446,14 @@ pub(crate) fn pending(dev: &dyn Device) -> Result<bool, Ext4Error> {
     };
     newer_kept(dev, bytes)?;
     match decode(bytes) {
-        Some((_, records)) => current(dev, &records),
+        Some((_, records)) => match under(dev, &records)? {
+            Under::Current => Ok(true),
+            Under::Stale => Ok(false),
+            Under::Conflict => Err(Ext4Error::RedoLogMismatch {
+                path: dev.log_name(),
+                reason: CONFLICT,
+            }),
+        },
         None => Ok(false),
     }
 }
@@ -463,8 +505,10 @@ pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
     }) {
         return Err(mismatch("a record writes past the end of the image"));
     }
-    if !current(dev, &records)? {
-        return dev.remove_log().map_err(io("remove stale redo log"));
+    match under(dev, &records)? {
+        Under::Current => {}
+        Under::Stale => return dev.remove_log().map_err(io("remove stale redo log")),
+        Under::Conflict => return Err(mismatch(CONFLICT)),
     }
     for r in &records {
         dev.write_at(r.offset, &r.data)
