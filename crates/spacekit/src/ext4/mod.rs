@@ -399,7 +399,7 @@ impl Image {
         Ok(img)
     }
 
-    /// The redo log path for the image at `image`: `<image>.spacekit-redo`.
+    /// The redo log path for the image at `image` (symlinks followed).
     pub fn redo_log_path(image: impl AsRef<Path>) -> PathBuf {
         device::log_path(image.as_ref())
     }

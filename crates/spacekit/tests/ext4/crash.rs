@@ -371,3 +371,38 @@ fn a_cut_short_flush_written_over_by_another_program_is_refused() {
     }
     assert!(refused > 0, "no step left a conflict ({steps} steps)");
 }
+
+/// The log goes beside the image file itself: a flush cut short through a
+/// symlink leaves a log that an open by the real path finds (and replays),
+/// instead of that open reading and writing a half-updated image.
+#[test]
+fn a_crash_through_a_symlink_is_found_by_the_real_path() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("symlinked");
+    let base = mkfs(&dir, &K1);
+    let reference = copy(&base, &dir, "reference.img");
+    let mut img = open_rw(&reference);
+    txn_alloc(&mut img);
+    img.flush().unwrap();
+    drop(img);
+    let after = fs::read(&reference).unwrap();
+
+    let real = copy(&base, &dir, "real.img");
+    fs::create_dir_all(dir.path("cfg")).unwrap();
+    let link = dir.path("cfg/disk.img");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(Image::redo_log_path(&link), Image::redo_log_path(&real));
+    let (mut img, faults) = open_faulty(&link);
+    txn_alloc(&mut img);
+    faults.fail_write_after(4); // in place, after the log's sync
+    assert!(img.flush().is_err());
+    drop(img);
+    assert!(Image::redo_log_path(&real).exists());
+    assert!(!dir.path("cfg/disk.img.spacekit-redo").exists());
+    assert!(matches!(
+        open_err(&real, OpenMode::ReadOnly),
+        Ext4Error::PendingRedoLog { .. }
+    ));
+    drop(open_rw(&real));
+    assert_eq!(fs::read(&real).unwrap(), after, "replayed by the real path");
+}

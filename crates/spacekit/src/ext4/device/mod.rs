@@ -175,7 +175,10 @@ impl FileDevice {
     /// any descriptor of the file in this process (another device on it
     /// being dropped, for one) releases it.
     pub fn open(path: impl AsRef<Path>, writable: bool) -> io::Result<FileDevice> {
-        let path = path.as_ref();
+        // The log goes beside the image file itself, whatever path names
+        // it (a symlink, `..`): a crash's log is found by every path.
+        let real = fs::canonicalize(path.as_ref());
+        let path = real.as_deref().unwrap_or(path.as_ref());
         let file = OpenOptions::new().read(true).write(writable).open(path)?;
         lock(&file, writable)?;
         if writable {
@@ -188,7 +191,7 @@ impl FileDevice {
         }
         Ok(FileDevice {
             file,
-            log: log_path(path),
+            log: plain_log_path(path),
             writable,
             waiting: RefCell::default(),
         })
@@ -326,8 +329,16 @@ fn log_dir_writable(image: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The redo log path for the image at `image`: `<image>.spacekit-redo`.
+/// The redo log path for the image at `image`: `<image>.spacekit-redo`,
+/// beside the file `image` resolves to (symlinks followed) if it exists.
 pub(crate) fn log_path(image: &Path) -> PathBuf {
+    if let Ok(real) = fs::canonicalize(image) {
+        return plain_log_path(&real);
+    }
+    plain_log_path(image)
+}
+
+fn plain_log_path(image: &Path) -> PathBuf {
     let mut s = image.as_os_str().to_owned();
     s.push(".spacekit-redo");
     PathBuf::from(s)
