@@ -270,7 +270,9 @@ fn the_cli_is_a_thin_shell() {
         // complete (`ext4 get`), temporary files, scratch images and loop
         // mounts removed on Ctrl-C, the chain checked before `migrate
         // --to-file` restores a guest from it, a receiver child that ends
-        // with its sender.
+        // with its sender. It grew to 2400 with more of the same: signals
+        // told apart (SIGTERM's 143), the bench's output places checked
+        // before a run, and a dirty bitmap read whole from a pipe.
         lines += code(p).lines().filter(|l| !l.trim().is_empty()).count();
         // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
         let c = code(p);
@@ -281,8 +283,8 @@ fn the_cli_is_a_thin_shell() {
         assert!(!keyword, "{} holds unsafe code", p.display());
     }
     assert!(
-        lines <= 2375,
-        "the CLI's src/ has {lines} lines of code (at most 2375)"
+        lines <= 2400,
+        "the CLI's src/ has {lines} lines of code (at most 2400)"
     );
 }
 

@@ -86,17 +86,30 @@ pub fn run(args: &DirtyArgs) -> Result<(), String> {
 struct BitmapFile {
     path: PathBuf,
     file: File,
+    /// The bytes of a source that is not a regular file, read at the open.
+    whole: Option<std::io::Cursor<Vec<u8>>>,
     words: usize,
     buf: Vec<u8>,
 }
 
 impl BitmapFile {
     fn open(path: &Path) -> Result<BitmapFile, String> {
-        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let len = file
+        let mut file =
+            File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let meta = file
             .metadata()
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-            .len();
+            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+        // A pipe (`<(…)`, /dev/stdin) has no length to trust: read whole.
+        let mut whole = None;
+        if !meta.is_file() {
+            let mut b = Vec::new();
+            file.read_to_end(&mut b)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            whole = Some(std::io::Cursor::new(b));
+        }
+        let len = whole
+            .as_ref()
+            .map_or(meta.len(), |c| c.get_ref().len() as u64);
         if !len.is_multiple_of(8) {
             return Err(format!(
                 "{}: {len} bytes is not a whole number of 64-bit words",
@@ -108,6 +121,7 @@ impl BitmapFile {
         Ok(BitmapFile {
             path: path.to_path_buf(),
             file,
+            whole,
             words,
             buf: Vec::new(),
         })
@@ -121,8 +135,11 @@ impl BitmapFile {
         self.buf
             .try_reserve_exact(want)
             .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
-        (&mut self.file)
-            .take(want as u64)
+        let from: &mut dyn Read = match &mut self.whole {
+            Some(c) => c,
+            None => &mut self.file,
+        };
+        from.take(want as u64)
             .read_to_end(&mut self.buf)
             .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
         if self.buf.len() != want {

@@ -2118,3 +2118,35 @@ fn a_busy_image_is_refused_not_shared() {
     );
     let _ = std::fs::remove_file(&img);
 }
+
+/// A bitmap from a pipe (`/dev/stdin`, `<(…)`) is read to its end, not
+/// taken as empty from the length a pipe reports (0).
+#[test]
+fn dirty_ranges_reads_a_pipe_whole() {
+    use std::io::Write;
+    let words = [1u64 | 1 << 63, 0, 0b110];
+    let path = bitmap_file("piped.bin", &words);
+    let from_file = spacekit()
+        .args(["dirty", "ranges"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(from_file.status.success());
+    let mut child = spacekit()
+        .args(["dirty", "ranges", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let piped = child.wait_with_output().unwrap();
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert!(!piped.stdout.is_empty());
+    assert_eq!(piped.stdout, from_file.stdout);
+}

@@ -229,3 +229,56 @@ fn an_interrupted_merge_leaves_no_temporary_file() {
     assert_eq!(fs::read(&out).unwrap(), b"old", "the output changed");
     assert!(temporaries().is_empty(), "left: {:?}", temporaries());
 }
+
+/// `merge -o` naming one of its inputs is refused (the chain's base or a
+/// diff would be lost), and neither a pipe, a FIFO, a device nor an empty
+/// file is taken for a snapshot: refused at once, never waited on or read
+/// as zero bytes of memory.
+#[test]
+fn inputs_are_neither_replaced_nor_mistaken() {
+    let dir = TempDir::new("snap-inputs");
+    let (paths, _) = chain(&dir);
+    for victim in [&paths[0], &paths[2]] {
+        let before = fs::read(victim).unwrap();
+        let o = spacekit(&[
+            "merge",
+            s(&paths[0]),
+            s(&paths[1]),
+            s(&paths[2]),
+            "-o",
+            s(victim),
+        ]);
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("one of the merge's inputs"), "{err}");
+        assert_eq!(fs::read(victim).unwrap(), before, "an input was replaced");
+    }
+    let empty = dir.path("empty");
+    fs::write(&empty, b"").unwrap();
+    let fifo = dir.path("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for bad in [s(&empty), "/dev/null", "/dev/zero", s(&fifo)] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spacekit"))
+            .args(["snapshot", "info", bad])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed().as_secs() > 20 {
+                let _ = child.kill();
+                panic!("snapshot info {bad} hangs");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(1), "{bad}");
+    }
+}

@@ -81,6 +81,18 @@ impl Snapshot {
     }
 
     fn open_as(path: &Path, want: Option<Kind>) -> Result<Snapshot, SnapshotError> {
+        // A snapshot is read at offsets: a pipe or a device is refused
+        // before it is opened (a FIFO's open would wait for a writer), and
+        // an empty file holds no memory.
+        let refuse = |why: &str| {
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+            SnapshotError::io(path, "open", &e)
+        };
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => return Err(refuse("not a regular file")),
+            Ok(m) if m.len() == 0 => return Err(refuse("an empty file holds no snapshot")),
+            _ => {}
+        }
         let file = File::open(path).map_err(|e| SnapshotError::io(path, "open", &e))?;
         let meta = file
             .metadata()

@@ -45,8 +45,11 @@ struct Cursor {
 /// apply to it: merge the whole chain instead.
 ///
 /// # Errors
-/// Any [`SnapshotError`] from opening the inputs, the checks above, or
-/// I/O. `out` is left as it was.
+/// Any [`SnapshotError`] from opening the inputs (a file that is not a
+/// regular one, or is empty, is refused before it is opened), the checks
+/// above, or I/O; [`SnapshotError::Io`] (`op` `"refuse"`) when `out` is one
+/// of the inputs (the same file by any path), before anything is read.
+/// `out` is left as it was.
 pub fn merge<P: AsRef<Path>>(
     base: impl AsRef<Path>,
     diffs: &[P],
@@ -66,6 +69,22 @@ pub fn merge_with_progress<P: AsRef<Path>>(
     out: impl AsRef<Path>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SnapshotInfo, SnapshotError> {
+    // The output replaces its path only when complete, but an input
+    // named as the output would be lost with it (the base of a chain, or a
+    // diff): refused before anything is read.
+    let out_ref = out.as_ref();
+    if let Ok(o) = std::fs::metadata(out_ref) {
+        use std::os::unix::fs::MetadataExt;
+        let same =
+            |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.dev() == o.dev() && m.ino() == o.ino());
+        if same(base.as_ref()) || diffs.iter().any(|d| same(d.as_ref())) {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the output is one of the merge's inputs: writing it would lose that snapshot; give another path",
+            );
+            return Err(SnapshotError::io(out_ref, "refuse", &e));
+        }
+    }
     let base = Snapshot::open_full(base)?;
     let size = base.info().memory_size;
     let page = base.info().page_size;
