@@ -528,6 +528,9 @@ fn stat(a: &PathArgs, img: Option<Image>) -> Result<(), String> {
 
 /// `fallocate` (`alloc`) or `truncate`, then one flush, then the stat.
 fn change(a: &SizeArgs, alloc: bool) -> Result<(), String> {
+    if a.keep_size && !alloc {
+        return Err("truncate: --keep-size is fallocate's (a truncate sets the size)".into());
+    }
     let c = &a.file.common;
     let size = parse_size(&a.size).map_err(|e| format!("--size: {e}"))?;
     let mut img = open(c, OpenMode::ReadWrite)?;

@@ -117,7 +117,9 @@ pub struct XattrArgs {
     action: String,
     /// The attribute's full name (`user.comment`).
     name: Option<String>,
-    /// The value for `set` (bytes of the argument; `0x…` for hex).
+    /// The value for `set`: the argument's bytes; `0x…` for hex (an even
+    /// number of hex digits); `"…"` (quoted, as getfattr prints text) for
+    /// text that itself starts with `0x`.
     value: Option<String>,
 }
 
@@ -296,6 +298,9 @@ fn xattr(a: &XattrArgs) -> Result<(), String> {
             let err = |e| format!("{}: {path}: {e}", c.image.display());
             let ino = img.lookup(path).map_err(err)?;
             let mut all = img.xattrs(ino).map_err(err)?;
+            // Inline data's own attribute holds file bytes, not an xattr:
+            // hidden, as the kernel's listxattr hides it.
+            all.retain(|(k, _)| k != "system.data");
             if a.action == "get" {
                 let n = name()?;
                 all.retain(|(k, _)| *k == n);
@@ -321,11 +326,16 @@ fn xattr(a: &XattrArgs) -> Result<(), String> {
         "set" => {
             let n = name()?;
             let v = a.value.as_deref().ok_or("xattr set: needs VALUE")?;
+            let quoted = v.len() >= 2 && v.starts_with('"') && v.ends_with('"');
             let bytes = match v.strip_prefix("0x") {
-                Some(h) => (0..h.len() / 2)
-                    .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16))
+                _ if quoted => v.as_bytes()[1..v.len() - 1].to_vec(),
+                Some(h) if h.len() % 2 == 0 && h.bytes().all(|b| b.is_ascii_hexdigit()) => h
+                    .as_bytes()
+                    .chunks(2)
+                    .map(|d| u8::from_str_radix(std::str::from_utf8(d).unwrap_or("x"), 16))
                     .collect::<Result<Vec<u8>, _>>()
                     .map_err(|e| format!("xattr set: {v:?}: {e}"))?,
+                Some(_) => return Err(format!("xattr set: {v:?}: {HEX_RULE}")),
                 None => v.as_bytes().to_vec(),
             };
             change(c, path, |img| {
@@ -345,6 +355,10 @@ fn xattr(a: &XattrArgs) -> Result<(), String> {
         other => Err(format!("xattr: {other:?} is not list, get, set or rm")),
     }
 }
+
+/// What `xattr set` takes after `0x`.
+const HEX_RULE: &str =
+    "after 0x, an even number of hex digits (quote text that starts with 0x: '\"0x…\"')";
 
 /// `0x` and the bytes in hex, as `getfattr -e hex` prints them.
 fn hex(v: &[u8]) -> String {

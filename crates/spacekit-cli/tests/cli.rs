@@ -2150,3 +2150,122 @@ fn dirty_ranges_reads_a_pipe_whole() {
     assert!(!piped.stdout.is_empty());
     assert_eq!(piped.stdout, from_file.stdout);
 }
+
+/// `xattr set` takes `0x` and an even number of hex digits, or quoted text;
+/// odd or non-hex digits are refused with nothing set (the last digit was
+/// dropped, or the rest ignored, and the command said it set the value).
+#[test]
+fn xattr_hex_values_are_whole_or_refused() {
+    use std::io::Write;
+    let Some(img) = ext4_image("xhex.img") else {
+        return;
+    };
+    let mut w = spacekit()
+        .args(["ext4", "write"])
+        .arg(&img)
+        .arg("/b")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    w.stdin.take().unwrap().write_all(b"x").unwrap();
+    assert!(w.wait().unwrap().success());
+    let get = || {
+        let o = spacekit()
+            .args(["ext4", "xattr"])
+            .arg(&img)
+            .args(["/b", "get", "user.t"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let set = |v: &str| {
+        spacekit()
+            .args(["ext4", "xattr"])
+            .arg(&img)
+            .args(["/b", "set", "user.t", v])
+            .output()
+            .unwrap()
+    };
+    assert!(set("0x4142").status.success());
+    assert_eq!(get(), "user.t=0x4142");
+    for bad in ["0xabc", "0x1", "0x41z", "0x+1", "0xé"] {
+        let o = set(bad);
+        assert_eq!(o.status.code(), Some(1), "{bad}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("even number of hex digits"));
+        assert_eq!(get(), "user.t=0x4142", "{bad} changed the value");
+    }
+    assert!(set("\"0xygen\"").status.success());
+    assert_eq!(get(), "user.t=0x30787967656e");
+    let _ = std::fs::remove_file(&img);
+}
+
+/// Small refusals and a listing as the kernel gives it: `chown` to
+/// `(uid_t)-1` (chown(2)'s "leave as it is") and `truncate --keep-size`
+/// (fallocate's flag) are refused with nothing changed, and `xattr list`
+/// leaves out inline data's `system.data`, as listxattr does.
+#[test]
+fn chown_minus_one_keep_size_and_system_data() {
+    let Some(img) = ext4_image("smallref.img") else {
+        return;
+    };
+    let run = |args: &[&str]| {
+        spacekit()
+            .arg("ext4")
+            .arg(args[0])
+            .arg(&img)
+            .args(&args[1..])
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["mkdir", "/d"]).status.success());
+    let before = std::fs::read(&img).unwrap();
+    for args in [
+        &["chown", "/d", "4294967295:0"][..],
+        &["chown", "/d", "0:4294967295"][..],
+        &["truncate", "/d", "--size", "0", "--keep-size"][..],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            std::fs::read(&img).unwrap(),
+            before,
+            "{args:?} changed the image"
+        );
+    }
+    let _ = std::fs::remove_file(&img);
+    // An inline-data file debugfs wrote.
+    let il = tmp("inline.img");
+    let f = std::fs::File::create(&il).unwrap();
+    f.set_len(32 << 20).unwrap();
+    drop(f);
+    let src = tmp("inline-src.txt");
+    std::fs::write(&src, b"small").unwrap();
+    let made = Command::new("mkfs.ext4")
+        .args(["-F", "-q", "-O", "inline_data"])
+        .arg(&il)
+        .status();
+    let wrote = Command::new("debugfs")
+        .args(["-w", "-R", &format!("write {} tiny", src.display())])
+        .arg(&il)
+        .output();
+    if !made.is_ok_and(|s| s.success()) || !wrote.is_ok_and(|o| o.status.success()) {
+        println!("mkfs.ext4 or debugfs not available: skipping the inline-data half");
+        return;
+    }
+    let o = spacekit()
+        .args(["ext4", "xattr"])
+        .arg(&il)
+        .args(["/tiny", "list"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("system.data"));
+    let o = spacekit()
+        .args(["ext4", "cat"])
+        .arg(&il)
+        .arg("/tiny")
+        .output()
+        .unwrap();
+    assert_eq!(o.stdout, b"small");
+    let _ = std::fs::remove_file(&il);
+}

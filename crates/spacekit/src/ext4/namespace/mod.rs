@@ -496,8 +496,15 @@ impl Image {
     /// ctime now.
     ///
     /// # Errors
-    /// [`Ext4Error::ReadOnly`]; as [`Image::inode`].
+    /// [`Ext4Error::ReadOnly`]; as [`Image::inode`];
+    /// [`Ext4Error::InvalidArgument`] for a uid or gid of `u32::MAX`
+    /// (`(uid_t)-1`, which `chown(2)` takes for "leave as it is" and the
+    /// kernel never stores).
     pub fn chown(&mut self, ino: u32, uid: u32, gid: u32) -> Result<(), Ext4Error> {
+        if uid == u32::MAX || gid == u32::MAX {
+            let what = if uid == u32::MAX { "uid" } else { "gid" };
+            return Err(invalid(what, u64::from(u32::MAX), "(uid_t)-1 is no owner"));
+        }
         self.atomically(|img| {
             img.check_writable()?;
             img.inode(ino)?;
