@@ -270,9 +270,10 @@ fn the_cli_is_a_thin_shell() {
         // complete (`ext4 get`), temporary files, scratch images and loop
         // mounts removed on Ctrl-C, the chain checked before `migrate
         // --to-file` restores a guest from it, a receiver child that ends
-        // with its sender. It grew to 2400 with more of the same: signals
+        // with its sender. It grew to 2400, then 2425, with more of the same: signals
         // told apart (SIGTERM's 143), the bench's output places checked
-        // before a run, and a dirty bitmap read whole from a pipe.
+        // before a run, a dirty bitmap read whole from a pipe, and a
+        // receiver's socket removed when Ctrl-C reaches it (2425).
         lines += code(p).lines().filter(|l| !l.trim().is_empty()).count();
         // The keyword, not `unsafe_code` in `#![forbid(unsafe_code)]`.
         let c = code(p);
@@ -283,8 +284,8 @@ fn the_cli_is_a_thin_shell() {
         assert!(!keyword, "{} holds unsafe code", p.display());
     }
     assert!(
-        lines <= 2400,
-        "the CLI's src/ has {lines} lines of code (at most 2400)"
+        lines <= 2425,
+        "the CLI's src/ has {lines} lines of code (at most 2425)"
     );
 }
 

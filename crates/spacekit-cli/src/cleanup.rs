@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once, PoisonError};
 
-/// The outputs whose temporary files an interruption removes.
-static OUTPUTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The outputs whose temporary files an interruption removes (`false`),
+/// and files it removes as they are (`true`: a receiver's socket).
+static OUTPUTS: Mutex<Vec<(PathBuf, bool)>> = Mutex::new(Vec::new());
 
 /// What else an interruption runs first (the benchmarks' scratch).
 static ALSO: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
@@ -32,13 +33,21 @@ pub fn on_interrupt_run(f: fn()) {
     install();
 }
 
+/// Removes `path` itself if Ctrl-C or SIGTERM ends the process from now on.
+pub fn remove_on_interrupt(path: &Path) {
+    register(path, true);
+}
+
 /// Removes `out`'s temporary files of this process if Ctrl-C or SIGTERM
 /// ends it from now on.
 pub fn on_interrupt(out: &Path) {
-    OUTPUTS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(out.to_path_buf());
+    register(out, false);
+}
+
+fn register(path: &Path, itself: bool) {
+    let mut v = OUTPUTS.lock().unwrap_or_else(PoisonError::into_inner);
+    v.push((path.to_path_buf(), itself));
+    drop(v);
     install();
 }
 
@@ -74,11 +83,14 @@ fn install() {
 /// `.OUT.sk-tmp.PID` (ext4 get), `.OUT.sk-tmp.PID.N` (snapshots) and
 /// `.OUT.sk-tmp.PID.check` (migrate's check).
 fn remove_temporaries() {
-    for out in OUTPUTS
+    for (out, itself) in OUTPUTS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
     {
-        spacekit::snapshot::remove_temporaries(out);
+        match itself {
+            true => drop(std::fs::remove_file(out)),
+            false => spacekit::snapshot::remove_temporaries(out),
+        }
     }
 }

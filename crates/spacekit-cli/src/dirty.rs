@@ -100,13 +100,11 @@ impl BitmapFile {
             .metadata()
             .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
         // A pipe (`<(…)`, /dev/stdin) has no length to trust: read whole.
-        let mut whole = None;
-        if !meta.is_file() {
-            let mut b = Vec::new();
-            file.read_to_end(&mut b)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            whole = Some(std::io::Cursor::new(b));
-        }
+        let mut b = Vec::new();
+        let whole = (!meta.is_file())
+            .then(|| file.read_to_end(&mut b).map(|_| std::io::Cursor::new(b)))
+            .transpose()
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let len = whole
             .as_ref()
             .map_or(meta.len(), |c| c.get_ref().len() as u64);

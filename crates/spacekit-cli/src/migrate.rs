@@ -86,8 +86,7 @@ pub struct MigrateArgs {
     /// MiB or more, cut by ranges, beside the main one, which carries the
     /// rest and the last round. The receiver accepts as many.
     #[arg(long, default_value_t = 1, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=128),
-          conflicts_with = "bandwidth")]
+          value_parser = clap::value_parser!(u32).range(1..=128))]
     connections: u32,
     /// Do not offer the zero-page extension (every page is sent, as to a
     /// plain Cloud Hypervisor receiver, which never accepts it).
@@ -139,6 +138,9 @@ pub struct MigrateArgs {
 pub fn run(a: &MigrateArgs) -> Result<(), String> {
     if let (true, Some(path)) = (a.receive, &a.listen) {
         exit_with_sender(path);
+        // Ctrl-C reaches a receiver child with its sender (one process
+        // group): its socket goes with it.
+        crate::cleanup::remove_on_interrupt(path);
         let (s, _) = receive_connections_on_unix_socket(path, a.size, 128)
             .map_err(|e| format!("receiver: {e}"))?;
         eprintln!(
@@ -146,6 +148,9 @@ pub fn run(a: &MigrateArgs) -> Result<(), String> {
             s.memory_requests, s.bytes, s.zero_bytes, s.extra_connections
         );
         return Ok(());
+    }
+    if a.bandwidth.is_some() && a.connections > 1 {
+        return Err("--bandwidth holds one connection: give --connections 1 (the default)".into());
     }
     let cfg = GuestConfig {
         mem_size: a.size,

@@ -951,6 +951,33 @@ fn migrate_bad_arguments_exit_2() {
     assert!(err.contains("not a socket"), "{err}");
     assert_eq!(std::fs::read(&keep).unwrap(), b"precious");
     std::fs::remove_file(&keep).ok();
+    // `--bandwidth` holds one connection: `--connections 1` (the default,
+    // given) goes with it, more is refused before a guest starts.
+    let out = spacekit()
+        .args([
+            "migrate",
+            "--size",
+            "3M",
+            "--connections",
+            "1",
+            "--bandwidth",
+            "8M",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("memory size") && !err.contains("connections"),
+        "{err}"
+    );
+    let out = spacekit()
+        .args(["migrate", "--connections", "2", "--bandwidth", "8M"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--bandwidth holds one connection"), "{err}");
 }
 
 #[test]

@@ -380,3 +380,42 @@ fn a_receiver_child_ends_with_its_sender() {
     }
     assert!(!sock.exists(), "the receiver left its socket");
 }
+
+/// A receiver stopped by a signal (Ctrl-C reaches a receiver child with
+/// its sender, in one process group; a service manager sends SIGTERM)
+/// removes its socket and exits 128 + the signal.
+#[test]
+fn a_signalled_receiver_removes_its_socket() {
+    for (sig, code) in [("-INT", 130), ("-TERM", 143)] {
+        let sock = tmp(&format!("signalled{sig}.sock"));
+        let _ = std::fs::remove_file(&sock);
+        let mut rx = spacekit()
+            .args(["migrate", "--receive", "--size", "64M", "--listen"])
+            .arg(&sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while UnixStream::connect(&sock).is_err() {
+            if let Some(st) = rx.try_wait().unwrap() {
+                panic!("the receiver ended before it listened: {st}");
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let kill = Command::new("kill")
+            .args([sig, &rx.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let out = rx.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!sock.exists(), "{sig}: the socket was left");
+    }
+}
