@@ -911,3 +911,51 @@ fn entries_appended_in_order_survive_the_other_operations() {
         }
     }
 }
+
+/// In a set-group-ID directory, a new file, directory, symlink or device
+/// takes the directory's group, and a new directory the set-group-ID bit
+/// too, as the kernel makes them (`inode_init_owner`); elsewhere the group
+/// stays 0 and no bit is added. The kernel's mount reads what was written.
+#[test]
+fn a_setgid_directory_gives_its_group() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("ns-setgid");
+    let path = mkfs(&dir, &K1);
+    let mut img = open_rw(&path);
+    let sg = img.mkdir("/sg", 0o2775).unwrap();
+    img.chown(sg, 0, 100).unwrap();
+    let sub = img.mkdir("/sg/sub", 0o755).unwrap();
+    let f = img.create("/sg/f", 0o644).unwrap();
+    let l = img.symlink("/sg/l", b"f").unwrap();
+    let n = img.mknod("/sg/p", NodeKind::Fifo, 0o600).unwrap();
+    let plain = img.mkdir("/plain", 0o755).unwrap();
+    let deeper = img.mkdir("/sg/sub/deeper", 0o700).unwrap();
+    img.flush().unwrap();
+    for (ino, want_mode) in [
+        (sub, 0o2755),
+        (f, 0o644),
+        (l, 0o777),
+        (n, 0o600),
+        (deeper, 0o2700),
+    ] {
+        let i = img.inode(ino).unwrap();
+        assert_eq!(i.gid, 100, "inode {ino}");
+        assert_eq!(i.mode & 0o7777, want_mode, "inode {ino}");
+    }
+    let i = img.inode(plain).unwrap();
+    assert_eq!((i.gid, i.mode & 0o7777), (0, 0o755));
+    drop(img);
+    assert_fsck_clean(&path, "setgid");
+    let mnt = dir.path("mnt");
+    if let Some(_m) = Mount::new(&path, &mnt) {
+        for (p, want) in [
+            ("sg/sub", 0o2755),
+            ("sg/f", 0o644),
+            ("sg/sub/deeper", 0o2700),
+        ] {
+            let md = fs::metadata(mnt.join(p)).unwrap();
+            assert_eq!((md.gid(), md.mode() & 0o7777), (100, want), "{p}");
+        }
+        assert_eq!(fs::symlink_metadata(mnt.join("sg/l")).unwrap().gid(), 100);
+    }
+}

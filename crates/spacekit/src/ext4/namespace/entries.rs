@@ -133,6 +133,7 @@ impl Image {
         extent::init_root(&mut root);
         self.init_inode(ino, S_IFREG | (mode & 0o7777), 1, EXTENTS_FL, &root)?;
         self.put_entry(parent, name, ino, ft, place)?;
+        self.inherit_setgid(parent, ino)?;
         self.touch(parent, true)?;
         Ok(ino)
     }

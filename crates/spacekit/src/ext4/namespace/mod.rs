@@ -21,6 +21,7 @@ pub mod dir;
 pub(super) mod dir;
 pub(super) mod entries;
 pub(super) mod lookup;
+mod owner;
 
 use std::vec::Vec;
 
@@ -145,6 +146,7 @@ impl Image {
         self.atomically(|img| {
             let (parent, name, _, _) = img.plan_new(path, S_IFDIR)?;
             let ino = img.pop_extents(parent, name, S_IFDIR | (mode & 0o7777))?;
+            img.inherit_setgid(parent, ino)?;
             img.touch(parent, true)?;
             Ok(ino)
         })
@@ -191,6 +193,7 @@ impl Image {
         self.atomically(|img| {
             let (parent, name, _, _) = img.plan_new(path, S_IFLNK)?;
             let ino = img.pop_symlink(parent, name, target, 0o777)?;
+            img.inherit_setgid(parent, ino)?;
             img.touch(parent, true)?;
             Ok(ino)
         })
@@ -448,6 +451,7 @@ impl Image {
         self.atomically(|img| {
             let (parent, name, _, _) = img.plan_new(path, ifmt)?;
             let ino = img.pop_mknod(parent, name, kind, mode)?;
+            img.inherit_setgid(parent, ino)?;
             img.touch(parent, true)?;
             Ok(ino)
         })
