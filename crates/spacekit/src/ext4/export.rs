@@ -589,7 +589,11 @@ impl Export<'_> {
         let refusal = matches!(
             e.raw_os_error(),
             Some(libc::EPERM | libc::EACCES | libc::EOPNOTSUPP)
-        ) || (what == Skip::Owner && e.raw_os_error() == Some(libc::EINVAL));
+        ) || (what == Skip::Owner && e.raw_os_error() == Some(libc::EINVAL))
+            // An attribute the host's file system has no room for (ext4
+            // without ea_inode holds a value of at most a block).
+            || (matches!(what, Skip::Xattr(_))
+                && matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::E2BIG)));
         if self.opts.strict || !refusal {
             return Err(host_io(call, host)(e));
         }

@@ -857,8 +857,10 @@ fn bad_requests_are_refused_without_a_change() {
     assert_eq!(ro.get_xattr(f, "user.none").unwrap(), None);
 }
 
+/// A value in an inode of its own is read; a change to that inode's
+/// attributes, or its removal, is refused with nothing changed.
 #[test]
-fn values_in_inodes_of_their_own_are_refused() {
+fn values_in_inodes_of_their_own_are_read_not_changed() {
     require_e2fsprogs!();
     let dir = TempDir::new("xattr-ea-inode");
     let cfg = Config {
@@ -879,8 +881,10 @@ fn values_in_inodes_of_their_own_are_refused() {
     let mut img = open_rw(&path);
     let f = img.lookup("/f").unwrap();
     let unsupported = |r: Result<(), Ext4Error>| matches!(r, Err(Ext4Error::Unsupported { .. }));
-    assert!(unsupported(img.xattrs(f).map(drop)));
-    assert!(unsupported(img.get_xattr(f, "user.big").map(drop)));
+    // debugfs keeps at most a block of the value (its `ea_set -f`).
+    let v = img.get_xattr(f, "user.big").unwrap().unwrap();
+    assert!(v.len() >= 1024 && v.iter().all(|&b| b == 7), "{}", v.len());
+    assert_eq!(img.xattrs(f).unwrap(), [("user.big".to_string(), v)]);
     assert!(unsupported(img.set_xattr(f, "user.small", b"s")));
     assert!(unsupported(img.unlink("/f")));
     assert!(!img.is_dirty());
@@ -973,4 +977,93 @@ fn an_access_acl_and_the_mode_follow_each_other_as_in_the_kernel() {
     assert!(read[0].0 .1.contains_key("system.posix_acl_access"));
     assert_eq!(read[1].0 .0, 0o755, "the base entries' bits");
     assert!(!read[1].0 .1.contains_key("system.posix_acl_access"));
+}
+
+/// A value debugfs put in an inode of its own (`ea_inode`) is read from
+/// that inode, byte for byte what `debugfs ea_get` gives; the inode's
+/// other attributes are read too. Changing that inode's attributes is
+/// refused with nothing written (a rewrite would drop the value inode).
+#[test]
+fn values_in_their_own_inode_are_read() {
+    require_e2fsprogs!();
+    const EA: Config = Config {
+        name: "eainode",
+        size: "64M",
+        args: &["-b", "4096", "-O", "ea_inode,^has_journal"],
+    };
+    let dir = TempDir::new("xattr-eainode");
+    let path = mkfs(&dir, &EA);
+    let src = dir.path("src");
+    fs::write(&src, b"f\n").unwrap();
+    let big = dir.path("big");
+    fs::write(&big, random_bytes(4096, 9)).unwrap();
+    for cmd in [
+        format!("write {} f", src.display()),
+        format!("ea_set -f {} /f user.big", big.display()),
+        "ea_set /f user.small s".to_string(),
+    ] {
+        let o = e2fs("debugfs")
+            .args(["-w", "-R", &cmd])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd}");
+    }
+    let want = dir.path("want");
+    let o = e2fs("debugfs")
+        .args(["-R", &format!("ea_get -f {} /f user.big", want.display())])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let want = fs::read(&want).unwrap();
+    assert_eq!(want.len(), 4096);
+    let mut img = open_ro(&path);
+    let f = img.lookup("/f").unwrap();
+    let all = img.xattrs(f).unwrap();
+    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        names.contains(&"user.big") && names.contains(&"user.small"),
+        "{names:?}"
+    );
+    assert_eq!(img.get_xattr(f, "user.big").unwrap().unwrap(), want);
+    assert_eq!(img.get_xattr(f, "user.small").unwrap().unwrap(), b"s");
+    drop(img);
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    assert!(matches!(
+        img.set_xattr(f, "user.new", b"x").unwrap_err(),
+        Ext4Error::Unsupported { .. }
+    ));
+    assert!(matches!(
+        img.remove_xattr(f, "user.small").unwrap_err(),
+        Ext4Error::Unsupported { .. }
+    ));
+    // rdump: the value goes to the host, or, where the host's file system
+    // has no room for it (ext4 without ea_inode holds a block's worth),
+    // is left out and listed; the rest of the tree is copied either way.
+    let out = dir.path("out");
+    fs::create_dir_all(&out).unwrap();
+    let report = img
+        .export_tree("/", &out, spacekit::ext4::ExportOptions::default())
+        .unwrap();
+    assert_eq!(fs::read(out.join("f")).unwrap(), b"f\n");
+    let skipped = report
+        .skipped
+        .iter()
+        .any(|s| s.what == spacekit::ext4::Skip::Xattr("user.big".into()));
+    let on_host = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.big"])
+        .arg(out.join("f"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| o.stdout);
+    assert!(
+        skipped || on_host == Some(want),
+        "neither copied nor listed"
+    );
+    img.flush().unwrap();
+    drop(img);
+    assert_eq!(fs::read(&path).unwrap(), before, "a refused change wrote");
 }

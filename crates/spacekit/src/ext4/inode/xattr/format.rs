@@ -63,6 +63,9 @@ pub(crate) struct Attr {
     pub(crate) index: u8,
     pub(crate) name: Vec<u8>,
     pub(crate) value: Vec<u8>,
+    /// A value in an inode of its own (`ea_inode`): that inode and the
+    /// value's length (`value` is empty then). Read, never written.
+    pub(crate) in_inode: Option<(u32, u32)>,
 }
 
 impl Attr {
@@ -271,11 +274,6 @@ fn parse_entries(
                 "an xattr name runs past its home",
             ));
         }
-        if le32(buf, at + 4) != 0 {
-            return Err(Ext4Error::Unsupported {
-                feature: "ea_inode (an xattr value in an inode of its own)",
-            });
-        }
         let index = buf[at + 1];
         if index == 0 {
             return Err(bad(
@@ -292,6 +290,19 @@ fn parse_entries(
     for (at, index, name_len) in raw {
         let offs = usize::from(le16(buf, at + 2));
         let size = le32(buf, at + 8) as usize;
+        let inum = le32(buf, at + 4);
+        let name = buf[at + ENTRY_LEN..at + ENTRY_LEN + name_len].to_vec();
+        if inum != 0 {
+            // The value is the contents of inode `inum` (read by the
+            // caller, which has the image).
+            out.push(Attr {
+                index,
+                name,
+                value: Vec::new(),
+                in_inode: Some((inum, size as u32)),
+            });
+            continue;
+        }
         let value = if size == 0 {
             Vec::new()
         } else {
@@ -307,8 +318,9 @@ fn parse_entries(
         };
         out.push(Attr {
             index,
-            name: buf[at + ENTRY_LEN..at + ENTRY_LEN + name_len].to_vec(),
+            name,
             value,
+            in_inode: None,
         });
     }
     Ok(out)
@@ -491,6 +503,7 @@ mod tests {
             index,
             name: name.as_bytes().to_vec(),
             value: value.to_vec(),
+            in_inode: None,
         }
     }
 
@@ -601,6 +614,7 @@ mod tests {
                         index: 1 + (i % 7) as u8,
                         name,
                         value: rng.bytes(len),
+                        in_inode: None,
                     }
                 })
                 .collect();
@@ -625,7 +639,16 @@ mod tests {
                 put32(&mut block, 0, MAGIC);
                 put32(&mut block, H_BLOCKS, 1);
             }
-            if let Ok(p) = parse_block(&block) {
+            // A value in an inode of its own is read, never written: only
+            // tables without one go round.
+            let plain = |a: &[Attr]| a.iter().all(|x| x.in_inode.is_none());
+            if let Ok(p) = parse_block(&block).and_then(|p| {
+                if plain(&p.attrs) {
+                    Ok(p)
+                } else {
+                    Err(Ext4Error::ReadOnly)
+                }
+            }) {
                 accepted += 1;
                 let mut again = p.attrs.clone();
                 sort_for_block(&mut again);
@@ -633,7 +656,13 @@ mod tests {
                     assert_eq!(parse_block(&b2).unwrap().attrs, again);
                 }
             }
-            if let Ok(a) = parse_ibody(&inode) {
+            if let Ok(a) = parse_ibody(&inode).and_then(|a| {
+                if plain(&a) {
+                    Ok(a)
+                } else {
+                    Err(Ext4Error::ReadOnly)
+                }
+            }) {
                 if let Some(home) = build_ibody(&inode, &a) {
                     let mut i2 = inode.clone();
                     let s = ibody_start(&inode).unwrap();

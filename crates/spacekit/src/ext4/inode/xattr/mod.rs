@@ -35,8 +35,9 @@
 //! form; setting an access ACL sets the mode's permission bits from it,
 //! as the kernel's `setxattr` does (see [`Image::set_xattr`]).
 //!
-//! Not supported: values in inodes of their own (`ea_inode`,
-//! [`Ext4Error::Unsupported`] when met), values that fit neither in the
+//! Not supported: writing values in inodes of their own (`ea_inode`: they
+//! are read; a change to such an inode's attributes is
+//! [`Ext4Error::Unsupported`]), values that fit neither in the
 //! inode nor in one block ([`Ext4Error::XattrNoSpace`]), in-inode
 //! attributes in an inode whose `i_extra_isize` is 0 (the block is used
 //! instead), and sharing identical blocks between inodes (the kernel's
@@ -48,7 +49,9 @@ mod format;
 #[cfg(feature = "tar")]
 pub(crate) use acl::access_mode;
 
+use std::borrow::Cow;
 use std::string::String;
+use std::vec;
 use std::vec::Vec;
 
 use format::{Attr, Block, INDEX_ACL_ACCESS, INDEX_ACL_DEFAULT, INDEX_RICHACL, INDEX_SYSTEM};
@@ -64,6 +67,8 @@ const COMPAT_EXT_ATTR: u32 = 0x8;
 const RO_COMPAT_HUGE_FILE: u32 = 0x8;
 /// `i_flags`: `i_blocks` counts file-system blocks.
 const HUGE_FILE_FL: u32 = 0x4_0000;
+/// `i_flags`: the inode holds an xattr value (`ea_inode`).
+const EA_INODE_FL: u32 = 0x20_0000;
 /// The longest value `setxattr(2)` takes (`XATTR_SIZE_MAX`).
 const XATTR_SIZE_MAX: usize = 65536;
 /// The longest full name (`XATTR_NAME_MAX`).
@@ -78,14 +83,22 @@ struct Found {
 }
 
 impl Found {
-    /// The stored value of `(index, name)`, if any.
-    fn value(&self, index: u8, name: &[u8]) -> Option<&[u8]> {
+    /// Every attribute: the inode's, then the block's.
+    fn all(&self) -> impl Iterator<Item = &Attr> {
         let in_block = self.block.iter().flat_map(|(_, b)| b.attrs.iter());
-        self.ibody
-            .iter()
-            .chain(in_block)
-            .find(|a| a.is(index, name))
-            .map(|a| a.value.as_slice())
+        self.ibody.iter().chain(in_block)
+    }
+
+    /// The attribute `(index, name)`, if any.
+    fn find(&self, index: u8, name: &[u8]) -> Option<&Attr> {
+        self.all().find(|a| a.is(index, name))
+    }
+
+    /// The stored value of `(index, name)`, if any (empty for a value in
+    /// an inode of its own, which no change reaches: see
+    /// `find_xattrs_for_change`).
+    fn value(&self, index: u8, name: &[u8]) -> Option<&[u8]> {
+        self.find(index, name).map(|a| a.value.as_slice())
     }
 }
 
@@ -141,18 +154,39 @@ impl Image {
     /// not in use; [`Ext4Error::BadChecksum`] (`what: "xattr block"`) for
     /// a block failing its checksum; [`Ext4Error::Corrupt`] for a damaged
     /// entry table, block header or stored ACL, or an `i_file_acl` outside
-    /// the file system; [`Ext4Error::Unsupported`] for a value in an inode
-    /// of its own (`ea_inode`); [`Ext4Error::Io`].
+    /// the file system or a value inode that is none; [`Ext4Error::Io`]. A
+    /// value in an inode of its own (`ea_inode`) is read from it.
     pub fn xattrs(&self, ino: u32) -> Result<Vec<(String, Vec<u8>)>, Ext4Error> {
         let found = self.find_xattrs(ino)?;
-        let in_block = found.block.iter().flat_map(|(_, b)| b.attrs.iter());
         let mut out = Vec::new();
-        for a in found.ibody.iter().chain(in_block) {
+        for a in found.all() {
             if let Some(name) = format::full_name(a.index, &a.name) {
-                out.push((name, shown(a.index, &a.value)?));
+                out.push((name, shown(a.index, &self.stored_value(a)?)?));
             }
         }
         Ok(out)
+    }
+
+    /// An attribute's stored value: its bytes, or those of its value
+    /// inode (`ea_inode`: a regular inode flagged `EA_INODE_FL` whose size
+    /// is the value's length).
+    fn stored_value<'a>(&self, a: &'a Attr) -> Result<Cow<'a, [u8]>, Ext4Error> {
+        let Some((inum, len)) = a.in_inode else {
+            return Ok(Cow::Borrowed(&a.value));
+        };
+        let inode = self.inode(inum)?;
+        if inode.flags & EA_INODE_FL == 0 || inode.size != u64::from(len) {
+            return Err(corrupt(
+                "e_value_inum",
+                None,
+                inum.into(),
+                "not the value inode of an xattr (EA_INODE_FL, i_size)",
+            ));
+        }
+        let mut v = vec![0u8; len as usize];
+        let n = self.read(inum, 0, &mut v)?;
+        v.truncate(n);
+        Ok(Cow::Owned(v))
     }
 
     /// The value of extended attribute `name` (a full name, such as
@@ -167,8 +201,8 @@ impl Image {
         let (index, suffix) = parse_name(name)?;
         let found = self.find_xattrs(ino)?;
         found
-            .value(index, suffix)
-            .map(|v| shown(index, v))
+            .find(index, suffix)
+            .map(|a| shown(index, &self.stored_value(a)?))
             .transpose()
     }
 
@@ -292,6 +326,7 @@ impl Image {
             index,
             name: suffix.to_vec(),
             value: stored,
+            in_inode: None,
         };
         let mut with = ibody.clone();
         with.insert(at.unwrap_or(with.len()), new.clone());
@@ -388,6 +423,12 @@ impl Image {
     /// by now), and the inode's `i_blocks` in 512-byte units.
     fn find_xattrs_for_change(&self, ino: u32) -> Result<Found, Ext4Error> {
         let found = self.find_xattrs(ino)?;
+        if found.all().any(|a| a.in_inode.is_some()) {
+            return Err(Ext4Error::Unsupported {
+                feature:
+                    "changing the xattrs of an inode with a value in an inode of its own (ea_inode)",
+            });
+        }
         if found.inode.flags & HUGE_FILE_FL != 0 {
             return Err(Ext4Error::Unsupported {
                 feature: "HUGE_FILE_FL (i_blocks in file-system blocks)",
