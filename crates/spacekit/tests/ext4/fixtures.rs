@@ -360,7 +360,16 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let um = Command::new("umount").arg(&self.0).status();
+        // A mount can be busy for a moment after its last reader (udev's
+        // probe of the loop device); try again before calling it a failure.
+        let mut um = Command::new("umount").arg(&self.0).status();
+        for _ in 0..20 {
+            if um.as_ref().is_ok_and(|s| s.success()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            um = Command::new("umount").arg(&self.0).status();
+        }
         if !std::thread::panicking() {
             assert!(um.is_ok_and(|s| s.success()), "umount {}", self.0.display());
         }
