@@ -242,11 +242,11 @@ fn errors_exit_non_zero_and_change_nothing() {
         (vec!["--from".into(), s(&many)], "inodes"),
         (
             vec!["--from".into(), s(&long)],
-            "at sub/link: ext4: invalid target 1500: a symlink target is 1 to 1023 bytes on this image's 1 KiB blocks",
+            "at sub/link: ext4: invalid target (1500 bytes): a symlink target is 1 to 1023 bytes on this image's 1 KiB blocks",
         ),
         (
             vec!["--from".into(), s(&long2)],
-            "at target: ext4: invalid target 1500",
+            "at target: ext4: invalid target (1500 bytes)",
         ),
         (
             vec!["--from".into(), s(&src), "--at".into(), "/nowhere".into()],

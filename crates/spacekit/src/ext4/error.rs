@@ -109,7 +109,8 @@ pub enum Ext4Error {
         /// The argument: `"len"`, `"align"`, `"goal"`, `"block"`, `"ino"`,
         /// `"group"`.
         what: &'static str,
-        /// The value given.
+        /// The value given; for `"name"`, `"target"`, `"link"` and
+        /// `"value"` its length in bytes; for `"secs"` an `i64` as its bits.
         value: u64,
         /// Why it is refused.
         reason: &'static str,
@@ -322,7 +323,16 @@ impl fmt::Display for Ext4Error {
                 what,
                 value,
                 reason,
-            } => write!(f, "ext4: invalid {what} {value}: {reason}"),
+            } => match *what {
+                // For these the value is a length, not the argument.
+                "name" | "target" | "link" | "value" => {
+                    write!(f, "ext4: invalid {what} ({value} bytes): {reason}")
+                }
+                // A time before 1970 is carried as its two's complement.
+                "secs" => write!(f, "ext4: invalid secs {}: {reason}", *value as i64),
+                "secs before 1970" => write!(f, "ext4: invalid secs -{value}: {reason}"),
+                _ => write!(f, "ext4: invalid {what} {value}: {reason}"),
+            },
             Ext4Error::NotAbsolute { path } => write!(
                 f,
                 "ext4: `{path}` is not an absolute path (paths start with '/')"

@@ -159,3 +159,25 @@ fn bad_arguments_are_refused_and_change_nothing() {
     assert_eq!(img.free_inodes_count(), 0);
     assert_verify_clean(&img, "all inodes");
 }
+
+/// An argument refused for its length says so: the number in the message
+/// is a length of bytes for a name or a symlink target, and a time before
+/// 1970 is shown negative, as given.
+#[test]
+fn messages_name_lengths_and_times_as_such() {
+    let e = |what, value| {
+        spacekit::ext4::Ext4Error::InvalidArgument {
+            what,
+            value,
+            reason: "r",
+        }
+        .to_string()
+    };
+    assert_eq!(e("name", 7), "ext4: invalid name (7 bytes): r");
+    assert_eq!(e("target", 5000), "ext4: invalid target (5000 bytes): r");
+    assert_eq!(
+        e("secs before 1970", 2147483649),
+        "ext4: invalid secs -2147483649: r"
+    );
+    assert_eq!(e("ino", 12), "ext4: invalid ino 12: r");
+}
