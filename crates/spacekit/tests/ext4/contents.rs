@@ -861,3 +861,39 @@ fn inline_directories_read_move_and_refuse_new_names() {
         );
     }
 }
+
+/// A host file whose data cannot fit is refused before any of it is
+/// written: the image file is byte for byte as it was (most of such a
+/// file went into free blocks before the allocator ran out).
+#[test]
+fn a_host_file_that_cannot_fit_writes_nothing() {
+    require_e2fsprogs!();
+    // More free space than one of the kernel's copy chunks (64 MiB), so
+    // a first chunk would fit.
+    const BIG: Config = Config {
+        name: "100m",
+        size: "100M",
+        args: &["-b", "4096", "-O", "^has_journal"],
+    };
+    let dir = TempDir::new("copy-nospace");
+    let path = mkfs(&dir, &BIG);
+    let src = dir.path("big");
+    let img = open_rw(&path);
+    let free = img.free_blocks_count() * u64::from(img.info().block_size);
+    fs::write(&src, random_bytes((free + (2 << 20)) as usize, 5)).unwrap();
+    drop(img);
+    let before = fs::read(&path).unwrap();
+    let mut img = open_rw(&path);
+    let f = img.create("/big", 0o644).unwrap();
+    let host = fs::File::open(&src).unwrap();
+    assert!(matches!(
+        img.copy_in(f, &host).unwrap_err(),
+        Ext4Error::NoSpace { .. }
+    ));
+    drop(img);
+    // Not assert_eq: a failure would print 100 MB.
+    assert!(
+        fs::read(&path).unwrap() == before,
+        "data went into free blocks"
+    );
+}

@@ -56,6 +56,22 @@ impl Image {
             meta.blocks().saturating_mul(512) >= len
         };
         let kernel = self.dev.file().is_some();
+        // A large file the kernel copies keeps its zeros as data, so its
+        // blocks on the host (fewer than its length when sparse) are what
+        // it needs here at least: a shortfall is refused before a byte is
+        // written (else most of a file that cannot fit went into free
+        // blocks before the allocator said so).
+        if kernel && len >= COPY_CHUNK as u64 {
+            use std::os::unix::fs::MetadataExt;
+            let bs = u64::from(self.info.block_size);
+            let need = meta.blocks().saturating_mul(512).min(len).div_ceil(bs);
+            if need > self.free_blocks_count() {
+                return Err(Ext4Error::NoSpace {
+                    len: u32::try_from(need).unwrap_or(u32::MAX),
+                    align: 1,
+                });
+            }
+        }
         // Made on first use, no larger than the file: a small file's copy
         // must not pay for mapping a whole piece, and a file the kernel
         // copies needs none.
