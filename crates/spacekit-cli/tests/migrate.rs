@@ -419,3 +419,40 @@ fn a_signalled_receiver_removes_its_socket() {
         assert!(!sock.exists(), "{sig}: the socket was left");
     }
 }
+
+/// Round 1's dirty rate counts the pages dirtied since the log was reset,
+/// over that time (round 0's send included), not over the gap after the
+/// send alone (which made it 100 times the guest's rate): with a slow link
+/// every round's rate is near the guest's write rate.
+#[test]
+fn the_first_rounds_dirty_rate_counts_round_0s_send() {
+    if !kvm_or_skip("the_first_rounds_dirty_rate_counts_round_0s_send") {
+        return;
+    }
+    let args = [
+        "--size",
+        "64M",
+        "--fill",
+        "100",
+        "--bandwidth",
+        "32M",
+        "--workload",
+        "sweep",
+        "--rate",
+        "2000",
+        "--rounds",
+        "3",
+        "--json",
+    ];
+    let (code, out, err) = run_bounded(&args, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rounds = v["rounds"].as_array().unwrap();
+    let r1 = rounds[1]["dirty_pages_per_sec"].as_f64().unwrap();
+    // The guest writes at most 2000 pages a second (a sweep dirties a new
+    // page with each write); a generous bound for a slow, noisy host.
+    assert!(
+        r1 > 0.0 && r1 < 4.0 * 2000.0,
+        "round 1: {r1} pages/s\n{out}"
+    );
+}

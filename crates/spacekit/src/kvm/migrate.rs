@@ -393,6 +393,9 @@ where
     // Round 0: everything, with the logs emptied just before the copy, so
     // round 1 holds exactly what changed during and after it.
     tracker.reset(guest)?;
+    // Round 1's pages were dirtied from here, round 0's send included: its
+    // rate is over that time, not over the gap after the send alone.
+    let mut last_harvest = Instant::now();
     let _ = guest.take_ring_counts();
     table.clear();
     table.push(crate::dirty::MemoryRange {
@@ -415,7 +418,6 @@ where
     on_round(&r0, &tracker);
     report.rounds.push(r0);
 
-    let mut last_harvest = Instant::now();
     let mut union = MemoryRangeTable::new();
     let mut round = 1;
     loop {
