@@ -7,6 +7,23 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// Messages to standard error that cannot be written (`2>/dev/full`, a
+// closed terminal) are dropped: std's macros panic, which ended a command
+// that had done its work with status 101. These shadow them in every
+// module below.
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+macro_rules! eprint {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod args;
 mod bench;
 mod cleanup;

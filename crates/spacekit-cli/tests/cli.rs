@@ -2296,3 +2296,32 @@ fn chown_minus_one_keep_size_and_system_data() {
     assert_eq!(o.stdout, b"small");
     let _ = std::fs::remove_file(&il);
 }
+
+/// A message that cannot be written to standard error (`2>/dev/full`) is
+/// dropped: the command's status is its own (0 for a change made, 1 for a
+/// refusal), not a panic's 101.
+#[test]
+fn an_unwritable_stderr_does_not_change_the_status() {
+    let Some(img) = ext4_image("fullerr.img") else {
+        return;
+    };
+    let run = || {
+        spacekit()
+            .args(["ext4", "mkdir"])
+            .arg(&img)
+            .arg("/x")
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .status()
+            .unwrap()
+    };
+    assert_eq!(run().code(), Some(0), "the mkdir");
+    assert_eq!(run().code(), Some(1), "the second mkdir (exists)");
+    let o = spacekit().args(["ext4", "ls"]).arg(&img).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains(" x"));
+    let _ = std::fs::remove_file(&img);
+}
