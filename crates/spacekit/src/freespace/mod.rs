@@ -72,7 +72,7 @@
 //!
 //! map.set_range(s as usize..s as usize + 64)?;
 //! index.update(map.as_words(), s..s + 64)?;
-//! assert_eq!(index.largest_free(map.as_words()), Some((5100, 32768 - 5100)));
+//! assert_eq!(index.largest_free(map.as_words())?, Some((5100, 32768 - 5100)));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -406,3 +406,38 @@ fn a_crash_through_a_symlink_is_found_by_the_real_path() {
     drop(open_rw(&real));
     assert_eq!(fs::read(&real).unwrap(), after, "replayed by the real path");
 }
+
+/// A flush that fails after its log is synced (committed, partly in
+/// place), then a retry on the same image that fails at any step: the
+/// committed change is never lost. The retry first completes the earlier
+/// flush from its log; its own log never replaces that one before then.
+/// After the next open the image is the committed state, whatever step
+/// the retry failed at.
+#[test]
+fn a_retry_after_a_committed_failure_keeps_the_commit() {
+    require_e2fsprogs!();
+    let dir = TempDir::new("retry-commit");
+    let base = mkfs(&dir, &K1);
+    let reference = copy(&base, &dir, "reference.img");
+    let mut img = open_rw(&reference);
+    txn_alloc(&mut img);
+    img.flush().unwrap();
+    drop(img);
+    let after = fs::read(&reference).unwrap();
+    for n in 0..24 {
+        let p = copy(&base, &dir, "retry.img");
+        let (mut img, faults) = open_faulty(&p);
+        txn_alloc(&mut img);
+        faults.fail_write_after(4); // in place, after the log's sync
+        let e = img.flush().unwrap_err().to_string();
+        assert!(e.contains("committed"), "{e}");
+        faults.fail_write_after(n);
+        let retry = img.flush();
+        drop(img);
+        drop(open_rw(&p));
+        assert!(
+            fs::read(&p).unwrap() == after,
+            "retry failing at step {n} ({retry:?}): the committed change was lost"
+        );
+    }
+}

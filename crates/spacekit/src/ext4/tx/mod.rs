@@ -191,6 +191,13 @@ impl Image {
             data: std::borrow::Cow::Borrowed(&data[..]),
             ..Record::default()
         }));
+        if self.log_waiting {
+            // A flush failed after its log was synced: complete it from
+            // that log first (its bytes in place, synced, the log removed),
+            // so this flush's log never replaces the only record of it.
+            redo::replay_pending(&mut *self.dev)?;
+            self.log_waiting = false;
+        }
         let records = redo::changed(&*self.dev, &records)?;
         let dev = &mut *self.dev;
         if self.data_unsynced {
@@ -215,9 +222,10 @@ impl Image {
             .map_err(host_io("write redo log", &log))
             .and_then(|()| dev.sync_log().map_err(host_io("fsync redo log", &log)));
         if let Err(e) = logged {
-            // Nothing was written in place: without its log the image is as
-            // it was (a log that reached the disk whole would otherwise be
-            // replayed by the next open, committing what failed here).
+            // Nothing was written in place (an earlier failed flush was
+            // completed above): without its log the image is as it was (a
+            // log that reached the disk whole would otherwise be replayed
+            // by the next open, committing what failed here).
             let _ = dev.remove_log();
             self.log_waiting = false;
             return Err(e);

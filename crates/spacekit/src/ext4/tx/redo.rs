@@ -474,11 +474,33 @@ fn newer_kept(dev: &dyn Device, bytes: &[u8]) -> Result<(), Ext4Error> {
 /// image and removes the log; removes an incomplete or stale log. Called
 /// before anything else reads the image.
 pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
+    replay_with(dev, false)
+}
+
+/// [`replay`] for a flush that follows one which failed after its log was
+/// synced: the log must be there, complete and current (nothing else has
+/// written the image since); anything else is an error, and the log is
+/// kept.
+pub(crate) fn replay_pending(dev: &mut dyn Device) -> Result<(), Ext4Error> {
+    replay_with(dev, true)
+}
+
+fn replay_with(dev: &mut dyn Device, strict: bool) -> Result<(), Ext4Error> {
+    let gone = || Ext4Error::RedoLogMismatch {
+        path: dev.log_name(),
+        reason: "the log of the flush that failed is gone or damaged",
+    };
     let Some(bytes) = dev.read_log().map_err(io("read redo log"))? else {
+        if strict {
+            return Err(gone());
+        }
         return Ok(());
     };
     newer_kept(dev, &bytes)?;
     let Some((uuid, records)) = decode(&bytes) else {
+        if strict {
+            return Err(gone());
+        }
         return dev.remove_log().map_err(io("remove redo log"));
     };
     let mismatch = |reason| Ext4Error::RedoLogMismatch {
@@ -507,6 +529,7 @@ pub(crate) fn replay(dev: &mut dyn Device) -> Result<(), Ext4Error> {
     }
     match under(dev, &records)? {
         Under::Current => {}
+        Under::Stale if strict => return Err(gone()),
         Under::Stale => return dev.remove_log().map_err(io("remove stale redo log")),
         Under::Conflict => return Err(mismatch(CONFLICT)),
     }

@@ -175,6 +175,16 @@ impl Image {
             return Ok(Cow::Borrowed(&a.value));
         };
         let inode = self.inode(inum)?;
+        // No value is longer than setxattr(2) takes: a larger size is
+        // damage, not an allocation to make.
+        if len as usize > XATTR_SIZE_MAX {
+            return Err(corrupt(
+                "e_value_size",
+                None,
+                len.into(),
+                "an xattr value longer than 65,536 bytes",
+            ));
+        }
         if inode.flags & EA_INODE_FL == 0 || inode.size != u64::from(len) {
             return Err(corrupt(
                 "e_value_inum",
