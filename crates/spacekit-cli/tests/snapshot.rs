@@ -253,6 +253,23 @@ fn inputs_are_neither_replaced_nor_mistaken() {
         assert!(err.contains("one of the merge's inputs"), "{err}");
         assert_eq!(fs::read(victim).unwrap(), before, "an input was replaced");
     }
+    // An input named through a symlink is still the file `-o` names:
+    // refused. A symlink named by `-o` is replaced itself, its target (the
+    // base) kept.
+    let via = dir.path("via");
+    std::os::unix::fs::symlink(&paths[0], &via).unwrap();
+    let before = fs::read(&paths[0]).unwrap();
+    let o = spacekit(&["merge", s(&via), s(&paths[1]), "-o", s(&paths[0])]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(fs::read(&paths[0]).unwrap(), before);
+    let o = spacekit(&["merge", s(&paths[0]), s(&paths[1]), "-o", s(&via)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!fs::symlink_metadata(&via).unwrap().file_type().is_symlink());
+    assert_eq!(
+        fs::read(&paths[0]).unwrap(),
+        before,
+        "the link's target changed"
+    );
     let empty = dir.path("empty");
     fs::write(&empty, b"").unwrap();
     let fifo = dir.path("fifo");

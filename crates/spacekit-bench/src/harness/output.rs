@@ -306,6 +306,15 @@ pub fn write_whole(path: &std::path::Path, text: &str) -> Result<(), crate::Benc
 pub fn check_writable(path: &std::path::Path, dir: bool) -> Result<(), crate::BenchError> {
     use std::path::Path;
     let fail = |why: String| crate::BenchError(format!("cannot write {}: {why}", path.display()));
+    // A symlink (`/dev/stdout`) is written through, as `write_whole` does:
+    // its target must take the bytes, wherever the link lives.
+    if !dir && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| fail(e.to_string()));
+    }
     let parent = |p: &Path| -> std::path::PathBuf {
         match p.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -383,6 +392,12 @@ mod tests {
         assert!(e.0.contains("not a directory"), "{}", e.0);
         let e = check_writable(&d, false).unwrap_err();
         assert!(e.0.contains("is a directory"), "{}", e.0);
+        // A symlink is checked by its target (as it is written through).
+        let target = d.join("target.json");
+        std::fs::write(&target, "old").unwrap();
+        std::os::unix::fs::symlink(&target, d.join("link.json")).unwrap();
+        check_writable(&d.join("link.json"), false).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -69,15 +69,21 @@ pub fn merge_with_progress<P: AsRef<Path>>(
     out: impl AsRef<Path>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SnapshotInfo, SnapshotError> {
-    // The output replaces its path only when complete, but an input
-    // named as the output would be lost with it (the base of a chain, or a
-    // diff): refused before anything is read.
+    // The output replaces the name `out` only when complete, but an input
+    // that is the file that name holds (by any path to it) would be lost
+    // with it: refused before anything is read. A symlink or another hard
+    // link named `out` is replaced itself, its target kept.
     let out_ref = out.as_ref();
-    if let Ok(o) = std::fs::metadata(out_ref) {
-        use std::os::unix::fs::MetadataExt;
-        let same =
-            |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.dev() == o.dev() && m.ino() == o.ino());
-        if same(base.as_ref()) || diffs.iter().any(|d| same(d.as_ref())) {
+    let entry = |p: &Path| -> Option<std::path::PathBuf> {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
+    };
+    if let Some(o) = entry(out_ref) {
+        let is_out = |p: &Path| std::fs::canonicalize(p).is_ok_and(|c| c == o);
+        if is_out(base.as_ref()) || diffs.iter().any(|d| is_out(d.as_ref())) {
             let e = std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "the output is one of the merge's inputs: writing it would lose that snapshot; give another path",

@@ -896,4 +896,23 @@ fn a_host_file_that_cannot_fit_writes_nothing() {
         fs::read(&path).unwrap() == before,
         "data went into free blocks"
     );
+    // Preallocated on the host (fallocate) but mostly unwritten: only its
+    // data counts, and it goes in.
+    let pre = dir.path("pre");
+    let made = Command::new("fallocate")
+        .args(["-l", &(free * 2).to_string()])
+        .arg(&pre)
+        .status();
+    if made.is_ok_and(|s| s.success()) {
+        let bytes = random_bytes(3 << 20, 6);
+        let w = fs::OpenOptions::new().write(true).open(&pre).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&w, &bytes, 0).unwrap();
+        let mut img = open_rw(&path);
+        let f = img.create("/pre", 0o644).unwrap();
+        img.copy_in(f, &fs::File::open(&pre).unwrap()).unwrap();
+        let mut back = vec![0u8; bytes.len()];
+        img.read(f, 0, &mut back).unwrap();
+        assert!(back == bytes);
+        img.flush().unwrap();
+    }
 }

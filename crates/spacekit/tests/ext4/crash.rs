@@ -404,7 +404,27 @@ fn a_crash_through_a_symlink_is_found_by_the_real_path() {
         Ext4Error::PendingRedoLog { .. }
     ));
     drop(open_rw(&real));
-    assert_eq!(fs::read(&real).unwrap(), after, "replayed by the real path");
+    assert!(
+        fs::read(&real).unwrap() == after,
+        "replayed by the real path"
+    );
+
+    // A log an older version left beside the link (the path it was given)
+    // is still found through the link, and replayed.
+    let real = copy(&base, &dir, "real.img");
+    let (mut img, faults) = open_faulty(&link);
+    txn_alloc(&mut img);
+    faults.fail_write_after(4);
+    assert!(img.flush().is_err());
+    drop(img);
+    fs::rename(
+        Image::redo_log_path(&real),
+        dir.path("cfg/disk.img.spacekit-redo"),
+    )
+    .unwrap();
+    drop(open_rw(&link));
+    assert!(fs::read(&real).unwrap() == after, "the old log replayed");
+    assert!(!dir.path("cfg/disk.img.spacekit-redo").exists());
 }
 
 /// A flush that fails after its log is synced (committed, partly in

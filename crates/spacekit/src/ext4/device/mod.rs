@@ -177,8 +177,17 @@ impl FileDevice {
     pub fn open(path: impl AsRef<Path>, writable: bool) -> io::Result<FileDevice> {
         // The log goes beside the image file itself, whatever path names
         // it (a symlink, `..`): a crash's log is found by every path.
-        let real = fs::canonicalize(path.as_ref());
-        let path = real.as_deref().unwrap_or(path.as_ref());
+        let given = path.as_ref();
+        let real = fs::canonicalize(given);
+        let path = real.as_deref().unwrap_or(given);
+        // A log an older version left beside the path given (not the file
+        // it resolves to) is still the one to replay.
+        let old_log = plain_log_path(given);
+        let log = if !plain_log_path(path).exists() && old_log.exists() {
+            old_log
+        } else {
+            plain_log_path(path)
+        };
         let file = OpenOptions::new().read(true).write(writable).open(path)?;
         lock(&file, writable)?;
         if writable {
@@ -191,7 +200,7 @@ impl FileDevice {
         }
         Ok(FileDevice {
             file,
-            log: plain_log_path(path),
+            log,
             writable,
             waiting: RefCell::default(),
         })

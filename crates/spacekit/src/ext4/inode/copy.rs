@@ -57,14 +57,17 @@ impl Image {
         };
         let kernel = self.dev.file().is_some();
         // A large file the kernel copies keeps its zeros as data, so its
-        // blocks on the host (fewer than its length when sparse) are what
-        // it needs here at least: a shortfall is refused before a byte is
-        // written (else most of a file that cannot fit went into free
-        // blocks before the allocator said so).
+        // data ranges (`SEEK_DATA`: not its holes, nor blocks it only has
+        // preallocated) are what it needs here at least: a shortfall is
+        // refused before a byte is written (else most of a file that cannot
+        // fit went into free blocks before the allocator said so).
         if kernel && len >= COPY_CHUNK as u64 {
-            use std::os::unix::fs::MetadataExt;
             let bs = u64::from(self.info.block_size);
-            let need = meta.blocks().saturating_mul(512).min(len).div_ceil(bs);
+            let (mut need, mut at) = (0u64, 0u64);
+            while let Some((data, hole)) = next_data(src, at, len)? {
+                need += hole.div_ceil(bs) - data / bs;
+                at = hole;
+            }
             if need > self.free_blocks_count() {
                 return Err(Ext4Error::NoSpace {
                     len: u32::try_from(need).unwrap_or(u32::MAX),
