@@ -1439,7 +1439,15 @@ fn predict(s: &State, op: &Op, bs: u64) -> Result<State, String> {
         Op::Mkdir { path, mode } => {
             s.check_new(path, "mkdir")?;
             let id = s.fresh();
-            let node = Node::new(Kind::Dir, S_IFDIR | (mode & 0o7777), bs);
+            // A set-group-ID parent passes the bit on to a new directory
+            // (as the kernel does; the group is not modelled).
+            let parent = match path.rsplit_once('/') {
+                Some(("", _)) | None => "/",
+                Some((d, _)) => d,
+            };
+            let inherit = s.node(parent).is_some_and(|n| n.mode & 0o2000 != 0);
+            let mode = (mode & 0o7777) | if inherit { 0o2000 } else { 0 };
+            let node = Node::new(Kind::Dir, S_IFDIR | mode, bs);
             s.nodes.insert(id, node);
             s.names.insert(path.clone(), id);
         }
