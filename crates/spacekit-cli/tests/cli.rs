@@ -2076,12 +2076,7 @@ fn a_busy_image_is_refused_not_shared() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    let o = spacekit()
-        .args(["ext4", "mkdir"])
-        .arg(&img)
-        .arg("/d")
-        .output()
-        .unwrap();
+    let o = ext4_cmd("mkdir", &img, &["/d"]);
     let refused = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(
         o.status.code(),
@@ -2089,25 +2084,15 @@ fn a_busy_image_is_refused_not_shared() {
         "a second writer went ahead: {refused}"
     );
     assert!(refused.contains("another program has it open"), "{refused}");
-    let o = spacekit().args(["ext4", "ls"]).arg(&img).output().unwrap();
+    let o = ext4_cmd("ls", &img, &[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("busy"));
     pipe.write_all(b"second half").unwrap();
     drop(pipe);
     assert!(writer.wait().unwrap().success());
-    let o = spacekit()
-        .args(["ext4", "cat"])
-        .arg(&img)
-        .arg("/f")
-        .output()
-        .unwrap();
+    let o = ext4_cmd("cat", &img, &["/f"]);
     assert_eq!(o.stdout, b"first half second half");
-    let o = spacekit()
-        .args(["ext4", "mkdir"])
-        .arg(&img)
-        .arg("/d")
-        .output()
-        .unwrap();
+    let o = ext4_cmd("mkdir", &img, &["/d"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(e2fsck_exit(&img), Some(0));
 
@@ -2126,13 +2111,8 @@ fn a_busy_image_is_refused_not_shared() {
         return;
     };
     let before = std::fs::read(&img).unwrap();
-    let o = spacekit()
-        .args(["ext4", "mkdir"])
-        .arg(&img)
-        .arg("/e")
-        .output()
-        .unwrap();
-    let ls = spacekit().args(["ext4", "ls"]).arg(&img).output().unwrap();
+    let o = ext4_cmd("mkdir", &img, &["/e"]);
+    let ls = ext4_cmd("ls", &img, &[]);
     let _ = Command::new("losetup").args(["-d", &dev]).status();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -2197,22 +2177,11 @@ fn xattr_hex_values_are_whole_or_refused() {
     w.stdin.take().unwrap().write_all(b"x").unwrap();
     assert!(w.wait().unwrap().success());
     let get = || {
-        let o = spacekit()
-            .args(["ext4", "xattr"])
-            .arg(&img)
-            .args(["/b", "get", "user.t"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
+        ext4_text("xattr", &img, &["/b", "get", "user.t"])
+            .trim()
+            .to_string()
     };
-    let set = |v: &str| {
-        spacekit()
-            .args(["ext4", "xattr"])
-            .arg(&img)
-            .args(["/b", "set", "user.t", v])
-            .output()
-            .unwrap()
-    };
+    let set = |v: &str| ext4_cmd("xattr", &img, &["/b", "set", "user.t", v]);
     assert!(set("0x4142").status.success());
     assert_eq!(get(), "user.t=0x4142");
     for bad in ["0xabc", "0x1", "0x41z", "0x+1", "0xé"] {
@@ -2235,15 +2204,7 @@ fn chown_minus_one_keep_size_and_system_data() {
     let Some(img) = ext4_image("smallref.img") else {
         return;
     };
-    let run = |args: &[&str]| {
-        spacekit()
-            .arg("ext4")
-            .arg(args[0])
-            .arg(&img)
-            .args(&args[1..])
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| ext4_cmd(args[0], &img, &args[1..]);
     assert!(run(&["mkdir", "/d"]).status.success());
     let before = std::fs::read(&img).unwrap();
     for args in [

@@ -53,6 +53,19 @@ fn txn_materialise(img: &mut Image) {
     img.free_inode(ino, true).unwrap();
 }
 
+/// `txn_alloc` on a copy of `base`, flushed whole: the image's bytes after
+/// it, and the flush's write steps (as `Faults::steps` counts them).
+fn alloc_flushed(base: &Path, dir: &TempDir) -> (Vec<u8>, usize) {
+    let p = copy(base, dir, "flushed.img");
+    let (mut img, faults) = open_faulty(&p);
+    txn_alloc(&mut img);
+    let from = faults.steps();
+    img.flush().unwrap();
+    let steps = faults.steps() - from;
+    drop(img);
+    (fs::read(&p).unwrap(), steps)
+}
+
 fn crash_at_every_step(base: &Path, dir: &TempDir, txn: Txn, what: &str) -> usize {
     let before = fs::read(base).unwrap();
     let reference = copy(base, dir, "reference.img");
@@ -145,12 +158,7 @@ fn redo_log_pending_incomplete_foreign_and_retry() {
     let dir = TempDir::new("redo");
     let base = mkfs(&dir, &K1);
     let before = fs::read(&base).unwrap();
-    let reference = copy(&base, &dir, "reference.img");
-    let mut img = open_rw(&reference);
-    txn_alloc(&mut img);
-    img.flush().unwrap();
-    drop(img);
-    let after = fs::read(&reference).unwrap();
+    let (after, _) = alloc_flushed(&base, &dir);
 
     // Failing at the first image write leaves a complete log: a read-only
     // open refuses, a read-write one replays.
@@ -263,14 +271,7 @@ fn a_finished_flushs_log_that_comes_back() {
     // The steps of a whole flush, to fail at the last one: the log's
     // removal. The image is then complete and the log still there, as a
     // power failure before the removal reached the disk leaves them.
-    let probe = copy(&base, &dir, "probe.img");
-    let (mut img, faults) = open_faulty(&probe);
-    txn_alloc(&mut img);
-    let from = faults.steps();
-    img.flush().unwrap();
-    let steps = faults.steps() - from;
-    drop(img);
-    let after = fs::read(&probe).unwrap();
+    let (after, steps) = alloc_flushed(&base, &dir);
 
     let p = copy(&base, &dir, "back.img");
     let log = Image::redo_log_path(&p);
@@ -323,13 +324,7 @@ fn a_cut_short_flush_written_over_by_another_program_is_refused() {
     let base = mkfs(&dir, &K1);
     // The last step before the image's sync: some in-place writes done,
     // some not (a torn one included).
-    let probe = copy(&base, &dir, "probe.img");
-    let (mut img, faults) = open_faulty(&probe);
-    txn_alloc(&mut img);
-    let from = faults.steps();
-    img.flush().unwrap();
-    let steps = faults.steps() - from;
-    drop(img);
+    let (_, steps) = alloc_flushed(&base, &dir);
     let mut refused = 0;
     for n in 4..steps - 2 {
         let p = copy(&base, &dir, "cut.img");
@@ -380,12 +375,7 @@ fn a_crash_through_a_symlink_is_found_by_the_real_path() {
     require_e2fsprogs!();
     let dir = TempDir::new("symlinked");
     let base = mkfs(&dir, &K1);
-    let reference = copy(&base, &dir, "reference.img");
-    let mut img = open_rw(&reference);
-    txn_alloc(&mut img);
-    img.flush().unwrap();
-    drop(img);
-    let after = fs::read(&reference).unwrap();
+    let (after, _) = alloc_flushed(&base, &dir);
 
     let real = copy(&base, &dir, "real.img");
     fs::create_dir_all(dir.path("cfg")).unwrap();
@@ -438,12 +428,7 @@ fn a_retry_after_a_committed_failure_keeps_the_commit() {
     require_e2fsprogs!();
     let dir = TempDir::new("retry-commit");
     let base = mkfs(&dir, &K1);
-    let reference = copy(&base, &dir, "reference.img");
-    let mut img = open_rw(&reference);
-    txn_alloc(&mut img);
-    img.flush().unwrap();
-    drop(img);
-    let after = fs::read(&reference).unwrap();
+    let (after, _) = alloc_flushed(&base, &dir);
     for n in 0..24 {
         let p = copy(&base, &dir, "retry.img");
         let (mut img, faults) = open_faulty(&p);
